@@ -1,0 +1,240 @@
+// Package metrics defines every Prometheus series imcanary exports. It owns
+// names, help texts, labels and buckets, so that the rest of the code records
+// facts and never spells a metric name.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Label values. Sources and kinds are closed sets so that every series can be
+// initialised at zero: alerts on rate() and absent() need the series to exist
+// before the first event.
+const (
+	SourceBackground = "background"
+	SourceCanary     = "canary"
+	SourceSoak       = "soak"
+
+	KindDirect = "direct"
+	KindGroup  = "group"
+)
+
+// Sources and Kinds list every value of the source and kind labels.
+var (
+	Sources = []string{SourceBackground, SourceCanary, SourceSoak}
+	Kinds   = []string{KindDirect, KindGroup}
+)
+
+// Disconnect reasons: why a session ended.
+const (
+	ReasonServerClose  = "server_close"
+	ReasonSlowConsumer = "slow_consumer"
+	ReasonError        = "error"
+	ReasonShutdown     = "shutdown"
+)
+
+// DisconnectReasons lists every value of the reason label of
+// imcanary_session_disconnects_total.
+var DisconnectReasons = []string{ReasonServerClose, ReasonSlowConsumer, ReasonError, ReasonShutdown}
+
+// Send error reasons.
+const (
+	SendOffline      = "offline"      // the sender had no session at its intended send time
+	SendWrite        = "write"        // writing the message failed
+	SendAckTimeout   = "ack_timeout"  // no ack within the deadline
+	SendDisconnected = "disconnected" // the session ended before the ack came
+	SendRejected     = "rejected"     // the server answered with an error
+)
+
+// SendErrorReasons lists every value of the reason label of
+// imcanary_send_errors_total.
+var SendErrorReasons = []string{SendOffline, SendWrite, SendAckTimeout, SendDisconnected, SendRejected}
+
+// Reasons a received frame is not counted as a delivery.
+const (
+	IgnoredMalformed = "malformed"  // not a probe message, or a corrupt one
+	IgnoredStale     = "stale"      // intended before this ledger started: an earlier run's leftovers
+	IgnoredAfterLost = "after_lost" // arrived after it had already been declared lost
+	IgnoredTooOld    = "too_old"    // older than the window the ledger remembers
+)
+
+// IgnoredReasons lists every value of the reason label of
+// imcanary_deliveries_ignored_total.
+var IgnoredReasons = []string{IgnoredMalformed, IgnoredStale, IgnoredAfterLost, IgnoredTooOld}
+
+// LatencyBuckets resolve 1 ms to 30 s. 1 s is a boundary on purpose: the
+// latency SLI counts deliveries under 1 s, and a ratio of histogram buckets
+// is only exact on a boundary.
+var LatencyBuckets = []float64{
+	0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+	1, 2, 5, 10, 20, 30,
+}
+
+// Metrics holds every imcanary series, registered on one registry.
+type Metrics struct {
+	SessionsOnline     *prometheus.GaugeVec
+	SessionsTarget     *prometheus.GaugeVec
+	SessionConnects    *prometheus.CounterVec
+	SessionDisconnects *prometheus.CounterVec
+
+	MessagesSent *prometheus.CounterVec
+	SendErrors   *prometheus.CounterVec
+	AckLatency   *prometheus.HistogramVec
+
+	DeliveriesExpected  *prometheus.CounterVec
+	Deliveries          *prometheus.CounterVec
+	DeliveriesLost      *prometheus.CounterVec
+	DeliveriesLate      *prometheus.CounterVec
+	DeliveriesDuplicate *prometheus.CounterVec
+	DeliveriesReordered *prometheus.CounterVec
+	DeliveriesIgnored   *prometheus.CounterVec
+	DeliveryLatency     *prometheus.HistogramVec
+
+	StreamsTracked *prometheus.GaugeVec
+	Ready          *prometheus.GaugeVec
+}
+
+// New creates the series and registers them on reg. Tests pass a pedantic
+// registry; main passes one that also carries the Go and process collectors.
+func New(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		SessionsOnline: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_sessions_online",
+			Help: "Sessions logged in and not yet ended.",
+		}, []string{"target", "source"}),
+		SessionsTarget: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_sessions_target",
+			Help: "Sessions the configuration asks to keep online.",
+		}, []string{"target", "source"}),
+		SessionConnects: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_session_connects_total",
+			Help: "Connect and login attempts, by result (success or failure).",
+		}, []string{"target", "source", "result"}),
+		SessionDisconnects: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_session_disconnects_total",
+			Help: "Sessions that ended, by reason: server_close, slow_consumer (the server's slow-reader close), error (network or protocol error), shutdown (imcanary's own).",
+		}, []string{"target", "source", "reason"}),
+		MessagesSent: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_messages_sent_total",
+			Help: "Probe messages written to the server.",
+		}, []string{"target", "source", "kind"}),
+		SendErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_send_errors_total",
+			Help: "Intended sends that did not end in an ack, by reason.",
+		}, []string{"target", "source", "reason"}),
+		AckLatency: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_ack_latency_seconds",
+			Help:    "Time from writing a message to the server's ack.",
+			Buckets: LatencyBuckets,
+		}, []string{"target", "source", "kind"}),
+		DeliveriesExpected: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_expected_total",
+			Help: "Deliveries owed by the server: one per recipient of every acked message.",
+		}, []string{"target", "source", "kind"}),
+		Deliveries: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_total",
+			Help: "First deliveries of probe messages, on time or late (duplicates excluded).",
+		}, []string{"target", "source", "kind"}),
+		DeliveriesLost: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_lost_total",
+			Help: "Deliveries still missing lost_after past their intended send time.",
+		}, []string{"target", "source", "kind"}),
+		DeliveriesLate: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_late_total",
+			Help: "Deliveries that arrived after the deadline (a subset of imcanary_deliveries_total).",
+		}, []string{"target", "source", "kind"}),
+		DeliveriesDuplicate: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_duplicate_total",
+			Help: "Deliveries of a message the recipient had already received.",
+		}, []string{"target", "source", "kind"}),
+		DeliveriesReordered: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_reordered_total",
+			Help: "Deliveries that arrived after a later message of the same stream (a subset of imcanary_deliveries_total).",
+		}, []string{"target", "source", "kind"}),
+		DeliveriesIgnored: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_ignored_total",
+			Help: "Received frames not counted as deliveries, by reason.",
+		}, []string{"target", "source", "reason"}),
+		DeliveryLatency: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_delivery_latency_seconds",
+			Help:    "Time from a message's intended send time to its delivery (open-loop: includes any delay in sending).",
+			Buckets: LatencyBuckets,
+		}, []string{"target", "source", "kind"}),
+		StreamsTracked: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_ledger_streams",
+			Help: "Message streams the ledger is tracking (memory grows with these, not with uptime).",
+		}, []string{"target", "source"}),
+		Ready: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_population_ready",
+			Help: "1 once the population has been fully online, else 0.",
+		}, []string{"target", "source"}),
+	}
+	return m
+}
+
+// Set is the series of one (target, source) pair with every label resolved,
+// so that the delivery path records without a map lookup or an allocation.
+type Set struct {
+	Online, Target, Streams, Ready prometheus.Gauge
+
+	ConnectOK, ConnectFail prometheus.Counter
+	Disconnects            map[string]prometheus.Counter
+	SendErrors             map[string]prometheus.Counter
+	Ignored                map[string]prometheus.Counter
+
+	Kind [2]KindSet // indexed by KindIndex
+}
+
+// KindSet is the per-kind part of a Set.
+type KindSet struct {
+	Sent, Expected, Delivered, Lost, Late, Duplicate, Reordered prometheus.Counter
+	AckLatency, DeliveryLatency                                 prometheus.Observer
+}
+
+// KindIndex returns the index of kind in Set.Kind: 0 direct, 1 group.
+func KindIndex(group bool) int {
+	if group {
+		return 1
+	}
+	return 0
+}
+
+// For resolves the series of target and source, creating them at zero.
+func (m *Metrics) For(target, source string) *Set {
+	s := &Set{
+		Online:      m.SessionsOnline.WithLabelValues(target, source),
+		Target:      m.SessionsTarget.WithLabelValues(target, source),
+		Streams:     m.StreamsTracked.WithLabelValues(target, source),
+		Ready:       m.Ready.WithLabelValues(target, source),
+		ConnectOK:   m.SessionConnects.WithLabelValues(target, source, "success"),
+		ConnectFail: m.SessionConnects.WithLabelValues(target, source, "failure"),
+		Disconnects: map[string]prometheus.Counter{},
+		SendErrors:  map[string]prometheus.Counter{},
+		Ignored:     map[string]prometheus.Counter{},
+	}
+	for _, r := range DisconnectReasons {
+		s.Disconnects[r] = m.SessionDisconnects.WithLabelValues(target, source, r)
+	}
+	for _, r := range SendErrorReasons {
+		s.SendErrors[r] = m.SendErrors.WithLabelValues(target, source, r)
+	}
+	for _, r := range IgnoredReasons {
+		s.Ignored[r] = m.DeliveriesIgnored.WithLabelValues(target, source, r)
+	}
+	for i, k := range Kinds {
+		s.Kind[i] = KindSet{
+			Sent:            m.MessagesSent.WithLabelValues(target, source, k),
+			Expected:        m.DeliveriesExpected.WithLabelValues(target, source, k),
+			Delivered:       m.Deliveries.WithLabelValues(target, source, k),
+			Lost:            m.DeliveriesLost.WithLabelValues(target, source, k),
+			Late:            m.DeliveriesLate.WithLabelValues(target, source, k),
+			Duplicate:       m.DeliveriesDuplicate.WithLabelValues(target, source, k),
+			Reordered:       m.DeliveriesReordered.WithLabelValues(target, source, k),
+			AckLatency:      m.AckLatency.WithLabelValues(target, source, k),
+			DeliveryLatency: m.DeliveryLatency.WithLabelValues(target, source, k),
+		}
+	}
+	return s
+}

@@ -1,0 +1,130 @@
+package probe
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+)
+
+// The probe body is plain ASCII separated by single spaces, so that every
+// protocol can carry it verbatim (JSON strings, XML text, protobuf bytes)
+// without escaping, and a receiver can parse it without allocating:
+//
+//	imc1 RUN SENDER STREAM SEQ INTENDED_NS VOID_LO-VOID_HI [PADDING]
+//
+// RUN identifies the sending process, SENDER the user, STREAM the sender's
+// conversation ("d.PEER" or "g.GROUP"); SEQ counts from 1 within (RUN,
+// SENDER, STREAM). INTENDED_NS is the scheduled send time in Unix
+// nanoseconds: latency is measured from it, so a sender that falls behind
+// shows up as latency instead of hiding it. VOID_LO-VOID_HI names sequence
+// numbers that the sender wrote but the server never acknowledged (0-0 for
+// none): a receiver that misses them does not count them as lost, because the
+// server never promised them.
+//
+// Nothing but the message itself links sender and receiver, which is what
+// lets shards in different processes check each other.
+
+const bodyMagic = "imc1"
+
+// Header is a parsed probe body. Its slices alias the parsed body.
+type Header struct {
+	Run, Sender, Stream []byte
+	Seq                 uint64
+	Intended            int64
+	VoidLo, VoidHi      uint64
+}
+
+// Errors returned by ParseBody.
+var (
+	ErrNotProbe    = errors.New("not a probe message")
+	ErrBadBody     = errors.New("malformed probe message")
+	errFieldNumber = errors.New("malformed probe message: bad number")
+)
+
+// AppendBody appends a probe body to dst, padded with 'x' to at least size
+// bytes, and returns the extended slice.
+func AppendBody(dst []byte, h *Header, size int) []byte {
+	start := len(dst)
+	dst = append(dst, bodyMagic...)
+	dst = append(dst, ' ')
+	dst = append(dst, h.Run...)
+	dst = append(dst, ' ')
+	dst = append(dst, h.Sender...)
+	dst = append(dst, ' ')
+	dst = append(dst, h.Stream...)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, h.Seq, 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, h.Intended, 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, h.VoidLo, 10)
+	dst = append(dst, '-')
+	dst = strconv.AppendUint(dst, h.VoidHi, 10)
+	if pad := size - (len(dst) - start); pad > 1 {
+		dst = append(dst, ' ')
+		for range pad - 1 {
+			dst = append(dst, 'x')
+		}
+	}
+	return dst
+}
+
+// ParseBody parses a probe body into h without allocating. It returns
+// ErrNotProbe for a body that is not imcanary's and ErrBadBody (wrapped) for
+// one that claims to be but is corrupt.
+func ParseBody(b []byte, h *Header) error {
+	rest, ok := bytes.CutPrefix(b, []byte(bodyMagic+" "))
+	if !ok {
+		return ErrNotProbe
+	}
+	var f [6][]byte
+	for i := range f {
+		var field []byte
+		field, rest, _ = bytes.Cut(rest, []byte{' '})
+		if len(field) == 0 {
+			return ErrBadBody
+		}
+		f[i] = field
+	}
+	h.Run, h.Sender, h.Stream = f[0], f[1], f[2]
+	var err error
+	if h.Seq, err = parseUint(f[3]); err != nil || h.Seq == 0 {
+		return errFieldNumber
+	}
+	iv, err := parseUint(f[4])
+	if err != nil || iv > 1<<63-1 {
+		return errFieldNumber
+	}
+	h.Intended = int64(iv)
+	lo, hi, ok := bytes.Cut(f[5], []byte{'-'})
+	if !ok {
+		return ErrBadBody
+	}
+	if h.VoidLo, err = parseUint(lo); err != nil {
+		return errFieldNumber
+	}
+	if h.VoidHi, err = parseUint(hi); err != nil || h.VoidHi < h.VoidLo {
+		return errFieldNumber
+	}
+	return nil
+}
+
+// parseUint parses a decimal without the allocation that strconv.ParseUint
+// makes for its error on bad input.
+func parseUint(b []byte) (uint64, error) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, errFieldNumber
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, errFieldNumber
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, errFieldNumber
+		}
+		n = n*10 + d
+	}
+	return n, nil
+}

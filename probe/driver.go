@@ -1,0 +1,137 @@
+// Package probe is imcanary's measuring core: the interface every IM protocol
+// adapter implements (Driver and Session), the body that every probe message
+// carries, the ledger that turns deliveries into loss, lateness, duplicate
+// and reorder counts, and the population that keeps users online and sends
+// open-loop traffic between them.
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/imcanary/imcanary/metrics"
+)
+
+// Driver is one IM protocol. Adapters live in sub-packages (probe/embedded,
+// …); the daemon picks one by name. A Driver is shared by every session of a
+// population, so its methods must be safe for concurrent use.
+type Driver interface {
+	// Provision creates the users and groups of plan on the server. It must
+	// be idempotent: the same plan again, after a restart of imcanary or of
+	// the server, succeeds and changes nothing that is already right.
+	Provision(ctx context.Context, plan Plan) error
+	// Connect dials the server and logs user in. The returned session is
+	// logged in but not yet reading: the caller runs Serve.
+	Connect(ctx context.Context, user string) (Session, error)
+}
+
+// Session is one logged-in connection of one user.
+//
+// Serve is called once, by the goroutine that owns the session; Send, Ping
+// and Close may be called from other goroutines, concurrently with Serve and
+// with each other.
+type Session interface {
+	// Serve reads from the server until the session ends, calling h on the
+	// calling goroutine for every ack, rejection and delivery, and returns
+	// why the session ended. The error is always a *Disconnect.
+	Serve(h Handler) error
+	// Send writes m to the server. It returns once the message is written,
+	// not when it is acknowledged: the ack comes later through h.OnAck with
+	// m.Ref, so that sending never waits on the server (open loop).
+	Send(m *Message) error
+	// Ping sends a keepalive.
+	Ping() error
+	// Close ends the session with a clean protocol close; Serve then returns
+	// a Disconnect with reason shutdown. Close is idempotent.
+	Close() error
+}
+
+// Handler receives what a session reads. Its methods run on the Serve
+// goroutine and must not retain the byte slices they are given: they alias
+// the session's read buffer.
+type Handler interface {
+	// OnAck reports that the server accepted the message sent with ref.
+	OnAck(ref uint64, a Ack)
+	// OnReject reports that the server refused the message sent with ref.
+	OnReject(ref uint64, reason string)
+	// OnDelivery reports a message delivered to this session's user.
+	OnDelivery(d *Delivery)
+}
+
+// Plan is what a population needs on the server.
+type Plan struct {
+	Users  []string
+	Groups []Group
+}
+
+// Group is a chat group and its members.
+type Group struct {
+	Name    string
+	Members []string
+}
+
+// Message is one probe message to send: either direct (To) or to a group.
+type Message struct {
+	// Ref is the caller's reference for this message, echoed by OnAck.
+	Ref   uint64
+	To    string
+	Group string
+	// Body is the probe body (see AppendBody); adapters carry it verbatim.
+	Body []byte
+}
+
+// Ack is the server's acceptance of a message. ServerID aliases the read
+// buffer and is valid only during the OnAck call.
+type Ack struct {
+	ServerID []byte
+	// Seq is the server's sequence number of the message within its
+	// conversation, or 0 if the protocol assigns none.
+	Seq uint64
+}
+
+// Delivery is a message received by a session. Its slices alias the read
+// buffer and are valid only during the OnDelivery call.
+type Delivery struct {
+	From []byte
+	// Group is true for a group message.
+	Group bool
+	Body  []byte
+	// ServerSeq is the server's per-conversation sequence, or 0.
+	ServerSeq uint64
+}
+
+// Disconnect says why a session ended. Reason is one of the
+// metrics.Reason* values; Code is the WebSocket close code the server sent,
+// if any.
+type Disconnect struct {
+	Reason string
+	Code   int
+	Text   string
+	Err    error
+}
+
+func (d *Disconnect) Error() string {
+	switch {
+	case d.Code != 0 && d.Err != nil:
+		return fmt.Sprintf("%s: close %d %q: %v", d.Reason, d.Code, d.Text, d.Err)
+	case d.Code != 0:
+		return fmt.Sprintf("%s: close %d %q", d.Reason, d.Code, d.Text)
+	case d.Err != nil:
+		return fmt.Sprintf("%s: %v", d.Reason, d.Err)
+	}
+	return d.Reason
+}
+
+func (d *Disconnect) Unwrap() error { return d.Err }
+
+// ReasonOf returns the disconnect reason carried by err, or error if err is
+// not a *Disconnect: an adapter that forgets to classify must not be able to
+// hide a slow-consumer close as something milder.
+func ReasonOf(err error) string {
+	var d *Disconnect
+	if errors.As(err, &d) && d.Reason != "" {
+		return d.Reason
+	}
+	return metrics.ReasonError
+}

@@ -1,0 +1,331 @@
+package probe
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+)
+
+// Ledger limits. Each bounds memory by what is in flight, never by uptime.
+const (
+	// histBits is how far below a stream's base the ledger still tells a
+	// duplicate from a late arrival of a message already written off.
+	histBits = 256
+	// maxPending bounds the out-of-order messages held above a gap. Past
+	// it the oldest gap is declared lost at once, earlier than lost_after:
+	// a stream that far behind has lost messages by any measure.
+	maxPending = 4096
+	// maxGap is the largest sequence jump accepted in one step. A larger
+	// one is a corrupt or hostile body: counting it would book billions of
+	// phantom losses.
+	maxGap = 1 << 20
+	// maxVoids bounds the unacknowledged spans remembered per stream.
+	maxVoids = 8
+	// minEvict is the least time a stream with nothing missing stays in
+	// memory after its last message. It is long on purpose: a receiver
+	// that forgets a stream cannot count what the stream lost meanwhile.
+	minEvict = time.Hour
+)
+
+// Ledger turns the deliveries of one population into counts: delivered, late,
+// lost, duplicate, reordered. Each receiving user has an Inbox; the Ledger
+// holds what they share.
+type Ledger struct {
+	set       *metrics.Set
+	run       []byte
+	start     int64 // Unix ns; messages intended earlier are an earlier run's
+	deadline  int64
+	lostAfter int64
+	evict     int64
+	streams   atomic.Int64
+}
+
+// NewLedger returns a ledger that records into set. run is this process's
+// run id: streams of the same run are known to start at sequence 1, so a
+// loss of their first messages is counted too.
+func NewLedger(set *metrics.Set, run string, start time.Time, deadline, lostAfter time.Duration) *Ledger {
+	return &Ledger{
+		set:       set,
+		run:       []byte(run),
+		start:     start.UnixNano(),
+		deadline:  int64(deadline),
+		lostAfter: int64(lostAfter),
+		evict:     int64(max(minEvict, 10*lostAfter)),
+	}
+}
+
+// Streams returns how many streams all inboxes of the ledger track.
+func (l *Ledger) Streams() int64 { return l.streams.Load() }
+
+// Inbox is the receive-side ledger of one user. It outlives the user's
+// sessions, so a reconnect neither forgets what is missing nor counts it
+// twice.
+type Inbox struct {
+	l *Ledger
+	// mu is held by the user's read loop for each delivery and by the
+	// sweeper; it is uncontended but for a sweep.
+	mu      sync.Mutex
+	streams map[string]*stream
+}
+
+// NewInbox returns an empty inbox.
+func (l *Ledger) NewInbox() *Inbox {
+	return &Inbox{l: l, streams: make(map[string]*stream)}
+}
+
+type pend struct {
+	seq      uint64
+	intended int64
+}
+
+type span struct{ lo, hi uint64 }
+
+// stream is the receive state of one (run, sender, stream) sequence: every
+// seq below base is resolved (received, lost or void); pending holds the
+// received seqs above base, ascending; hist remembers which of the last
+// histBits resolved seqs were received.
+type stream struct {
+	kind    int
+	base    uint64
+	maxSeen uint64
+	last    int64
+	hist    [histBits / 64]uint64
+	pending []pend
+	voids   []span
+}
+
+// Receive records the delivery of body at now (Unix ns). It does not
+// allocate once the stream exists.
+func (in *Inbox) Receive(body []byte, now int64) {
+	l := in.l
+	var h Header
+	if err := ParseBody(body, &h); err != nil {
+		l.set.Ignored[metrics.IgnoredMalformed].Inc()
+		return
+	}
+	if h.Intended < l.start {
+		l.set.Ignored[metrics.IgnoredStale].Inc()
+		return
+	}
+	// The key is the body's "RUN SENDER STREAM" prefix, which ParseBody
+	// found contiguous; indexing the map with string(key) does not allocate.
+	key := body[len(bodyMagic)+1 : len(bodyMagic)+1+len(h.Run)+1+len(h.Sender)+1+len(h.Stream)]
+
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.streams[string(key)]
+	if st == nil {
+		st = &stream{kind: metrics.KindIndex(h.Stream[0] == 'g'), base: h.Seq}
+		if bytes.Equal(h.Run, l.run) {
+			st.base = 1
+		}
+		in.streams[string(key)] = st
+		l.streams.Add(1)
+	}
+	ks := &l.set.Kind[st.kind]
+	st.last = now
+	if h.VoidHi != 0 {
+		st.addVoid(h.VoidLo, h.VoidHi)
+	}
+	s := h.Seq
+	switch {
+	case s < st.base:
+		switch {
+		case st.base-s > histBits:
+			l.set.Ignored[metrics.IgnoredTooOld].Inc()
+		case st.received(s):
+			ks.Duplicate.Inc()
+		default:
+			l.set.Ignored[metrics.IgnoredAfterLost].Inc()
+		}
+	case s-st.base > maxGap:
+		l.set.Ignored[metrics.IgnoredMalformed].Inc()
+		return
+	case st.isPending(s):
+		ks.Duplicate.Inc()
+	default:
+		lat := now - h.Intended
+		ks.Delivered.Inc()
+		ks.DeliveryLatency.Observe(float64(lat) / 1e9)
+		if lat > l.deadline {
+			ks.Late.Inc()
+		}
+		if s < st.maxSeen {
+			ks.Reordered.Inc()
+		} else {
+			st.maxSeen = s
+		}
+		if s == st.base && len(st.pending) == 0 {
+			// The common case: the next message in order.
+			st.mark(s, true)
+			st.base++
+		} else {
+			st.insert(s, h.Intended)
+			if len(st.pending) > maxPending {
+				st.writeOff(ks, st.pending[0].seq)
+			}
+		}
+	}
+	st.advance()
+}
+
+// Sweep declares lost every message still missing lostAfter past its
+// intended send time, and forgets streams long idle with nothing missing.
+// The intended time of a missing message is not known, but it is no later
+// than that of the first message received after it: a gap is written off
+// once that one is lostAfter old, never before the missing one is.
+func (in *Inbox) Sweep(now int64) {
+	l := in.l
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for key, st := range in.streams {
+		ks := &l.set.Kind[st.kind]
+		for len(st.pending) > 0 && now-st.pending[0].intended > l.lostAfter {
+			st.writeOff(ks, st.pending[0].seq)
+		}
+		if len(st.pending) == 0 && now-st.last > l.evict {
+			delete(in.streams, key)
+			l.streams.Add(-1)
+		}
+	}
+}
+
+// Forget drops every stream of the inbox, for a user removed from the
+// population.
+func (in *Inbox) Forget() {
+	in.mu.Lock()
+	in.l.streams.Add(-int64(len(in.streams)))
+	clear(in.streams)
+	in.mu.Unlock()
+}
+
+// writeOff resolves every seq below upTo as lost, but for those the sender
+// declared void, then advances past what is resolved.
+func (st *stream) writeOff(ks *metrics.KindSet, upTo uint64) {
+	if upTo <= st.base {
+		return
+	}
+	missing := upTo - st.base
+	for _, v := range st.voids {
+		lo, hi := max(v.lo, st.base), min(v.hi, upTo-1)
+		if lo <= hi {
+			missing -= hi - lo + 1
+		}
+	}
+	if missing > 0 {
+		ks.Lost.Add(float64(missing))
+	}
+	// Only the last histBits seqs need their history bit cleared.
+	for s := max(st.base, upTo-min(upTo, histBits)); s < upTo; s++ {
+		st.mark(s, false)
+	}
+	st.base = upTo
+	st.advance()
+}
+
+// advance moves base past every seq that is received or void.
+func (st *stream) advance() {
+	for {
+		if len(st.pending) > 0 && st.pending[0].seq == st.base {
+			st.mark(st.base, true)
+			st.base++
+			n := copy(st.pending, st.pending[1:])
+			st.pending = st.pending[:n]
+			continue
+		}
+		hi, ok := st.voidAt(st.base)
+		if !ok {
+			return
+		}
+		// Jump over the void span at once, up to the next received seq:
+		// a span is sent by a peer and may be long.
+		end := hi + 1
+		if len(st.pending) > 0 && st.pending[0].seq < end {
+			end = st.pending[0].seq
+		}
+		for s := max(st.base, end-min(end, histBits)); s < end; s++ {
+			st.mark(s, false)
+		}
+		st.base = end
+	}
+}
+
+func (st *stream) voidAt(s uint64) (hi uint64, ok bool) {
+	for _, v := range st.voids {
+		if v.lo <= s && s <= v.hi {
+			return v.hi, true
+		}
+	}
+	return 0, false
+}
+
+// addVoid remembers a span of unacknowledged seqs. Senders repeat a span on
+// several messages, so a span already known is the common case.
+func (st *stream) addVoid(lo, hi uint64) {
+	// Drop spans already passed.
+	n := 0
+	for _, v := range st.voids {
+		if v.hi >= st.base {
+			st.voids[n] = v
+			n++
+		}
+	}
+	st.voids = st.voids[:n]
+	if hi < st.base {
+		return
+	}
+	for _, v := range st.voids {
+		if v.lo == lo && v.hi == hi {
+			return
+		}
+	}
+	if len(st.voids) == maxVoids {
+		copy(st.voids, st.voids[1:])
+		st.voids = st.voids[:maxVoids-1]
+	}
+	st.voids = append(st.voids, span{lo, hi})
+}
+
+func (st *stream) isPending(s uint64) bool {
+	p := st.pending
+	// Binary search: pending is ascending.
+	lo, hi := 0, len(p)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if p[m].seq < s {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo < len(p) && p[lo].seq == s
+}
+
+// insert adds s to pending, keeping it ascending. Arrivals are nearly in
+// order, so the insertion point is almost always the end.
+func (st *stream) insert(s uint64, intended int64) {
+	i := len(st.pending)
+	for i > 0 && st.pending[i-1].seq > s {
+		i--
+	}
+	st.pending = append(st.pending, pend{})
+	copy(st.pending[i+1:], st.pending[i:])
+	st.pending[i] = pend{seq: s, intended: intended}
+}
+
+func (st *stream) mark(s uint64, received bool) {
+	w, b := (s%histBits)/64, s%64
+	if received {
+		st.hist[w] |= 1 << b
+	} else {
+		st.hist[w] &^= 1 << b
+	}
+}
+
+// received reports whether s, within histBits below base, was received.
+func (st *stream) received(s uint64) bool {
+	return st.hist[(s%histBits)/64]&(1<<(s%64)) != 0
+}

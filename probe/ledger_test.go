@@ -1,0 +1,344 @@
+package probe
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/imcanary/imcanary/metrics"
+)
+
+const (
+	testDeadline  = time.Second
+	testLostAfter = 3 * time.Second
+)
+
+// counts is what a ledger recorded for one kind, plus the ignored reasons.
+type counts struct {
+	delivered, late, lost, dup, reordered float64
+	ignored                               map[string]float64
+}
+
+func readCounts(set *metrics.Set, kind int) counts {
+	k := set.Kind[kind]
+	c := counts{
+		delivered: testutil.ToFloat64(k.Delivered),
+		late:      testutil.ToFloat64(k.Late),
+		lost:      testutil.ToFloat64(k.Lost),
+		dup:       testutil.ToFloat64(k.Duplicate),
+		reordered: testutil.ToFloat64(k.Reordered),
+		ignored:   map[string]float64{},
+	}
+	for r, ctr := range set.Ignored {
+		if v := testutil.ToFloat64(ctr); v != 0 {
+			c.ignored[r] = v
+		}
+	}
+	return c
+}
+
+func newTestSet(t testing.TB) *metrics.Set {
+	t.Helper()
+	return metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+}
+
+// arrival is one delivery in a scripted test: message seq of a stream,
+// intended at start+at, received at start+at+lat. void names a span the
+// message carries.
+type arrival struct {
+	seq            uint64
+	at, lat        time.Duration
+	voidLo, voidHi uint64
+	run            string
+	stream         string
+	raw            string // when set, the body verbatim
+}
+
+func body(run, stream string, seq uint64, intended time.Time, vlo, vhi uint64) []byte {
+	return AppendBody(nil, &Header{
+		Run: []byte(run), Sender: []byte("alice"), Stream: []byte(stream),
+		Seq: seq, Intended: intended.UnixNano(), VoidLo: vlo, VoidHi: vhi,
+	}, 0)
+}
+
+func TestInbox(t *testing.T) {
+	ms := time.Millisecond
+	inOrder := func(n int) []arrival {
+		var a []arrival
+		for i := 1; i <= n; i++ {
+			a = append(a, arrival{seq: uint64(i), at: time.Duration(i) * 10 * ms, lat: 5 * ms})
+		}
+		return a
+	}
+	tests := []struct {
+		name     string
+		arrivals []arrival
+		// sweepAt is when the ledger is swept, after start.
+		sweepAt time.Duration
+		kind    int
+		want    counts
+	}{
+		{
+			name:     "in order",
+			arrivals: inOrder(1000),
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 1000},
+		},
+		{
+			name:     "duplicate",
+			arrivals: []arrival{{seq: 1}, {seq: 2}, {seq: 2}, {seq: 3}, {seq: 1}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 3, dup: 2},
+		},
+		{
+			name:     "duplicate of a pending message above a gap",
+			arrivals: []arrival{{seq: 1}, {seq: 3}, {seq: 3}, {seq: 2}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 3, dup: 1, reordered: 1},
+		},
+		{
+			name:     "reordered",
+			arrivals: []arrival{{seq: 1}, {seq: 3}, {seq: 2}, {seq: 4}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 4, reordered: 1},
+		},
+		{
+			name:     "gap is lost once lost_after has passed",
+			arrivals: []arrival{{seq: 1}, {seq: 2}, {seq: 4, at: 10 * ms}, {seq: 5}},
+			sweepAt:  10*ms + testLostAfter + ms,
+			want:     counts{delivered: 4, lost: 1},
+		},
+		{
+			name:     "gap is not lost before lost_after",
+			arrivals: []arrival{{seq: 1}, {seq: 2}, {seq: 4, at: 10 * ms}, {seq: 5}},
+			sweepAt:  10*ms + testLostAfter - ms,
+			want:     counts{delivered: 3 + 1},
+		},
+		{
+			name:     "late is counted as delivered and late, not lost",
+			arrivals: []arrival{{seq: 1}, {seq: 2, lat: 2 * time.Second}, {seq: 3}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 3, late: 1},
+		},
+		{
+			name:     "late and reordered",
+			arrivals: []arrival{{seq: 1}, {seq: 3, at: 100 * ms}, {seq: 2, at: 50 * ms, lat: 1500 * ms}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 3, late: 1, reordered: 1},
+		},
+		{
+			name:     "arrival after being declared lost is ignored, not delivered",
+			arrivals: []arrival{{seq: 1}, {seq: 3}, {seq: 2, lat: time.Hour}},
+			sweepAt:  30 * time.Minute, // runs before the last arrival
+			want:     counts{delivered: 2, lost: 1, ignored: map[string]float64{metrics.IgnoredAfterLost: 1}},
+		},
+		{
+			name:     "void span is not lost",
+			arrivals: []arrival{{seq: 1}, {seq: 4, voidLo: 2, voidHi: 3}, {seq: 5, voidLo: 2, voidHi: 3}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 3},
+		},
+		{
+			name:     "void span only excuses what it names",
+			arrivals: []arrival{{seq: 1}, {seq: 5, voidLo: 2, voidHi: 3}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 2, lost: 1},
+		},
+		{
+			name:     "void message delivered anyway counts once",
+			arrivals: []arrival{{seq: 1}, {seq: 2}, {seq: 3, voidLo: 2, voidHi: 2}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 3},
+		},
+		{
+			name:     "first messages of our own run lost",
+			arrivals: []arrival{{seq: 3}, {seq: 4}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 2, lost: 2},
+		},
+		{
+			name:     "another run's stream starts where it is first seen",
+			arrivals: []arrival{{seq: 3, run: "other"}, {seq: 4, run: "other"}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 2},
+		},
+		{
+			name:     "earlier run's leftovers are stale",
+			arrivals: []arrival{{seq: 1, at: -time.Second}, {seq: 1}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 1, ignored: map[string]float64{metrics.IgnoredStale: 1}},
+		},
+		{
+			name:     "implausible sequence jump",
+			arrivals: []arrival{{seq: 1}, {seq: 1 << 40}, {seq: 2}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 2, ignored: map[string]float64{metrics.IgnoredMalformed: 1}},
+		},
+		{
+			name:     "not a probe message",
+			arrivals: []arrival{{raw: "hello"}, {raw: "imc1 r alice d.bob x 1 0-0"}, {seq: 1}},
+			sweepAt:  time.Minute,
+			want:     counts{delivered: 1, ignored: map[string]float64{metrics.IgnoredMalformed: 2}},
+		},
+		{
+			name:     "group stream",
+			arrivals: []arrival{{seq: 1, stream: "g.team"}, {seq: 3, stream: "g.team"}},
+			sweepAt:  time.Minute,
+			kind:     1,
+			want:     counts{delivered: 2, lost: 1},
+		},
+		{
+			name: "too old to judge",
+			arrivals: func() []arrival {
+				a := inOrder(400)
+				return append(a, arrival{seq: 2})
+			}(),
+			sweepAt: time.Minute,
+			want:    counts{delivered: 400, ignored: map[string]float64{metrics.IgnoredTooOld: 1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := newTestSet(t)
+			start := time.Unix(1_700_000_000, 0)
+			l := NewLedger(set, "run1", start, testDeadline, testLostAfter)
+			in := l.NewInbox()
+			swept := false
+			for _, a := range tt.arrivals {
+				recv := start.Add(a.at + a.lat)
+				if !swept && recv.After(start.Add(tt.sweepAt)) {
+					in.Sweep(start.Add(tt.sweepAt).UnixNano())
+					swept = true
+				}
+				run, stream := a.run, a.stream
+				if run == "" {
+					run = "run1"
+				}
+				if stream == "" {
+					stream = "d.bob"
+				}
+				b := body(run, stream, a.seq, start.Add(a.at), a.voidLo, a.voidHi)
+				if a.raw != "" {
+					b = []byte(a.raw)
+				}
+				in.Receive(b, recv.UnixNano())
+			}
+			if !swept {
+				in.Sweep(start.Add(tt.sweepAt).UnixNano())
+			}
+			got := readCounts(set, tt.kind)
+			if got.delivered != tt.want.delivered || got.late != tt.want.late || got.lost != tt.want.lost ||
+				got.dup != tt.want.dup || got.reordered != tt.want.reordered || !sameMap(got.ignored, tt.want.ignored) {
+				t.Errorf("counts = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func sameMap(a, b map[string]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestInboxBoundedMemory shows that a stream whose gap never fills holds at
+// most maxPending messages, and that idle streams are forgotten.
+func TestInboxBoundedMemory(t *testing.T) {
+	set := newTestSet(t)
+	start := time.Unix(1_700_000_000, 0)
+	l := NewLedger(set, "run1", start, testDeadline, testLostAfter)
+	in := l.NewInbox()
+	// seq 1 never arrives; everything after it does, without a sweep.
+	n := maxPending * 3
+	for i := 2; i <= n; i++ {
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		in.Receive(body("run1", "d.bob", uint64(i), at, 0, 0), at.UnixNano())
+	}
+	st := in.streams["run1 alice d.bob"]
+	if len(st.pending) > maxPending {
+		t.Fatalf("pending = %d, want at most %d", len(st.pending), maxPending)
+	}
+	if got := readCounts(set, 0); got.lost != 1 || got.delivered != float64(n-1) {
+		t.Errorf("counts = %+v, want lost 1, delivered %d", got, n-1)
+	}
+	if l.Streams() != 1 {
+		t.Fatalf("Streams() = %d, want 1", l.Streams())
+	}
+	in.Sweep(start.Add(2 * minEvict).UnixNano())
+	if l.Streams() != 0 || len(in.streams) != 0 {
+		t.Errorf("after idle sweep Streams() = %d, want 0", l.Streams())
+	}
+}
+
+func TestParseBodyRoundTrip(t *testing.T) {
+	h := Header{Run: []byte("r1"), Sender: []byte("u-1"), Stream: []byte("g.grp"), Seq: 42, Intended: 1234567890123, VoidLo: 3, VoidHi: 9}
+	for _, size := range []int{0, 10, 200} {
+		b := AppendBody(nil, &h, size)
+		if len(b) < size {
+			t.Errorf("AppendBody(size %d) length %d, want at least %d", size, len(b), size)
+		}
+		var got Header
+		if err := ParseBody(b, &got); err != nil {
+			t.Fatalf("ParseBody(%q) = %v", b, err)
+		}
+		if string(got.Run) != "r1" || string(got.Sender) != "u-1" || string(got.Stream) != "g.grp" ||
+			got.Seq != 42 || got.Intended != 1234567890123 || got.VoidLo != 3 || got.VoidHi != 9 {
+			t.Errorf("ParseBody(%q) = %+v, want %+v", b, got, h)
+		}
+	}
+}
+
+func TestParseBodyErrors(t *testing.T) {
+	for _, in := range []string{
+		"", "hello", "imc1", "imc1 ", "imc1 r s d 1 2", "imc1 r s d 0 2 0-0", "imc1 r s d 1 2 3",
+		"imc1 r s d 1 2 5-3", "imc1 r s d 99999999999999999999999 2 0-0", "imc1 r s d 1 -2 0-0",
+		"imc1 r  d 1 2 0-0",
+	} {
+		var h Header
+		if err := ParseBody([]byte(in), &h); err == nil {
+			t.Errorf("ParseBody(%q) = nil, want an error", in)
+		}
+	}
+}
+
+func FuzzParseBody(f *testing.F) {
+	f.Add([]byte("imc1 r s d.x 1 2 0-0"))
+	f.Add([]byte("imc1 r s g.x 18446744073709551615 9223372036854775807 1-2 xxxx"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h Header
+		if ParseBody(b, &h) != nil {
+			return
+		}
+		// Whatever parses must survive a round trip.
+		again := AppendBody(nil, &h, 0)
+		var h2 Header
+		if err := ParseBody(again, &h2); err != nil || h2.Seq != h.Seq || h2.Intended != h.Intended {
+			t.Fatalf("round trip of %q: %q: %v", b, again, err)
+		}
+	})
+}
+
+func BenchmarkInboxReceive(b *testing.B) {
+	set := newTestSet(b)
+	start := time.Now()
+	l := NewLedger(set, "run1", start, testDeadline, testLostAfter)
+	in := l.NewInbox()
+	h := Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3")}
+	buf := make([]byte, 0, 128)
+	now := start.UnixNano()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		h.Seq = uint64(i + 1)
+		h.Intended = now + int64(i)
+		buf = AppendBody(buf[:0], &h, 0)
+		in.Receive(buf, now+int64(i)+1e6)
+	}
+}

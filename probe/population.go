@@ -1,0 +1,587 @@
+package probe
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+)
+
+// Options configures a Population.
+type Options struct {
+	Driver Driver
+	Set    *metrics.Set
+	Logger *slog.Logger
+	// Run identifies this process in every message body.
+	Run string
+	// Prefix starts every user and group name.
+	Prefix      string
+	Users       int
+	Ramp        time.Duration
+	GroupSize   int
+	Rate        float64 // messages per second per user
+	Heartbeat   time.Duration
+	Deadline    time.Duration
+	LostAfter   time.Duration
+	MessageSize int
+	BackoffMin  time.Duration
+	BackoffMax  time.Duration
+}
+
+// Population keeps Users sessions online, sends open-loop traffic between
+// them and counts every delivery in a Ledger.
+//
+// Goroutines, all owned by Run and gone when it returns: one per user (its
+// session's read loop, then its reconnect backoff), one sender per CPU, one
+// heartbeat loop and one sweeper. Sending is not a goroutine per user: at
+// tens of thousands of users a second stack per user would double the
+// prober's memory.
+type Population struct {
+	opts   Options
+	log    *slog.Logger
+	ledger *Ledger
+	users  []*user
+	groups []Group
+	run    []byte
+
+	refs   atomic.Uint64
+	online atomic.Int64
+	ready  atomic.Bool
+}
+
+// New builds a population; nothing runs until Run.
+func New(o Options) (*Population, error) {
+	switch {
+	case o.Driver == nil:
+		return nil, errors.New("population: no driver")
+	case o.Users < 1:
+		return nil, fmt.Errorf("population: users %d: must be at least 1", o.Users)
+	case o.GroupSize < 2:
+		return nil, fmt.Errorf("population: group_size %d: must be at least 2", o.GroupSize)
+	case o.Deadline <= 0 || o.LostAfter < o.Deadline:
+		return nil, fmt.Errorf("population: lost_after %v must be at least deadline %v > 0", o.LostAfter, o.Deadline)
+	case o.Heartbeat <= 0 || o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
+		return nil, errors.New("population: heartbeat and backoff must be positive")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Population{
+		opts:   o,
+		log:    o.Logger,
+		ledger: NewLedger(o.Set, o.Run, time.Now(), o.Deadline, o.LostAfter),
+		run:    []byte(o.Run),
+	}
+	p.layout()
+	return p, nil
+}
+
+// user is one simulated user: its session (when online), its two send
+// streams and its inbox.
+type user struct {
+	p     *Population
+	idx   int
+	name  string
+	nameB []byte
+	inbox *Inbox
+
+	// mu guards the fields below: the sender, the read loop (acks) and the
+	// sweeper (ack timeouts) all touch them.
+	mu       sync.Mutex
+	sess     Session
+	direct   *sendStream
+	group    *sendStream
+	inflight []flight
+	toggle   bool
+
+	// next is the intended time of the next send, owned by the sender.
+	next int64
+}
+
+// sendStream is one of a user's outgoing sequences.
+type sendStream struct {
+	name   []byte // "d.PEER" or "g.GROUP"
+	to     string
+	group  string
+	kind   int
+	fanout int
+	seq    uint64
+	voids  []voidCarry
+}
+
+// flight is a message written and not yet acknowledged.
+type flight struct {
+	ref    uint64
+	st     *sendStream
+	seq    uint64
+	sentAt int64
+}
+
+type voidCarry struct {
+	lo, hi uint64
+	left   int
+}
+
+// voidRepeats is how many later messages carry a void span, so that one
+// lost message does not also lose the news that its predecessor was void.
+const voidRepeats = 8
+
+// maxInflight bounds a user's unacknowledged messages; past it the oldest is
+// written off as an ack timeout.
+const maxInflight = 1024
+
+// layout names the users, pairs them for direct chats and groups them.
+func (p *Population) layout() {
+	o := p.opts
+	p.users = make([]*user, o.Users)
+	for i := range p.users {
+		name := fmt.Sprintf("%s-u%d", o.Prefix, i)
+		p.users[i] = &user{p: p, idx: i, name: name, nameB: []byte(name), inbox: p.ledger.NewInbox()}
+	}
+	n := o.Users
+	for i, u := range p.users {
+		peer := i ^ 1
+		if peer >= n {
+			peer = i - 1
+		}
+		if peer >= 0 && peer != i {
+			pn := p.users[peer].name
+			u.direct = &sendStream{name: []byte("d." + pn), to: pn, kind: 0, fanout: 1}
+		}
+	}
+	// Groups of GroupSize in order; a last group of one joins the one
+	// before it, since a group of one delivers nothing.
+	for start, g := 0, 0; start < n; g++ {
+		end := min(start+o.GroupSize, n)
+		if n-end == 1 {
+			end = n
+		}
+		if end-start < 2 {
+			break
+		}
+		grp := Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, g)}
+		for _, u := range p.users[start:end] {
+			grp.Members = append(grp.Members, u.name)
+		}
+		for _, u := range p.users[start:end] {
+			u.group = &sendStream{name: []byte("g." + grp.Name), group: grp.Name, kind: 1, fanout: len(grp.Members) - 1}
+		}
+		p.groups = append(p.groups, grp)
+		start = end
+	}
+}
+
+// Plan returns the users and groups the population needs on the server.
+func (p *Population) Plan() Plan {
+	users := make([]string, len(p.users))
+	for i, u := range p.users {
+		users[i] = u.name
+	}
+	return Plan{Users: users, Groups: p.groups}
+}
+
+// Online returns the number of sessions online.
+func (p *Population) Online() int { return int(p.online.Load()) }
+
+// Ready reports whether the whole population has been online at once.
+func (p *Population) Ready() bool { return p.ready.Load() }
+
+// Ledger returns the population's ledger.
+func (p *Population) Ledger() *Ledger { return p.ledger }
+
+// Run provisions the plan, then keeps the population online and sending
+// until ctx ends. It returns after every session is closed and every
+// goroutine it started has exited.
+func (p *Population) Run(ctx context.Context) error {
+	o := p.opts
+	o.Set.Target.Set(float64(o.Users))
+	if err := p.provision(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, u := range p.users {
+		// Exits when ctx ends, after closing its session.
+		wg.Go(func() { p.runUser(ctx, u, start) })
+	}
+	if o.Rate > 0 {
+		shards := runtime.GOMAXPROCS(0)
+		for s := range shards {
+			// Exits when ctx ends.
+			wg.Go(func() { p.sender(ctx, s, shards, start) })
+		}
+	}
+	// Both exit when ctx ends.
+	wg.Go(func() { p.heartbeat(ctx) })
+	wg.Go(func() { p.sweeper(ctx) })
+	wg.Wait()
+	o.Set.Ready.Set(0)
+	return nil
+}
+
+// provision retries until the server takes the plan: a daemon that starts
+// before its target must wait for it, not exit.
+func (p *Population) provision(ctx context.Context) error {
+	plan := p.Plan()
+	for attempt := 0; ; attempt++ {
+		err := p.opts.Driver.Provision(ctx, plan)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.log.Warn("provisioning failed, retrying", "err", err)
+		if !sleep(ctx, p.backoff(attempt)) {
+			return nil
+		}
+	}
+}
+
+// backoff is exponential with full jitter: uniform in [0, min(max, min·2^n)).
+func (p *Population) backoff(attempt int) time.Duration {
+	c := p.opts.BackoffMax
+	if attempt < 30 {
+		c = min(c, p.opts.BackoffMin<<attempt)
+	}
+	return time.Duration(rand.Int64N(int64(c)) + 1)
+}
+
+func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
+	o := p.opts
+	if o.Users > 1 && o.Ramp > 0 {
+		at := start.Add(time.Duration(int64(o.Ramp) * int64(u.idx) / int64(o.Users)))
+		if !sleep(ctx, time.Until(at)) {
+			return
+		}
+	}
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		sess, err := o.Driver.Connect(ctx, u.name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			o.Set.ConnectFail.Inc()
+			p.log.Debug("connect failed", "user", u.name, "err", err)
+			if !sleep(ctx, p.backoff(attempt)) {
+				return
+			}
+			continue
+		}
+		o.Set.ConnectOK.Inc()
+		began := time.Now()
+		u.mu.Lock()
+		u.sess = sess
+		u.mu.Unlock()
+		o.Set.Online.Inc()
+		if p.online.Add(1) == int64(o.Users) && !p.ready.Swap(true) {
+			o.Set.Ready.Set(1)
+			p.log.Info("population online", "users", o.Users, "took", time.Since(start).Round(time.Millisecond))
+		}
+		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
+		err = sess.Serve(u)
+		stop()
+		_ = sess.Close()
+		o.Set.Online.Dec()
+		p.online.Add(-1)
+		reason := ReasonOf(err)
+		o.Set.Disconnects[reason].Inc()
+		u.endSession()
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("session ended", "user", u.name, "reason", reason, "err", err)
+		// A session that held for a while earns a fresh backoff; one the
+		// server kills at once keeps backing off, so a flapping server
+		// is not stormed.
+		if time.Since(began) > o.BackoffMax {
+			attempt = 0
+		}
+		if !sleep(ctx, p.backoff(attempt)) {
+			return
+		}
+	}
+}
+
+// endSession writes off every message of the ended session that the server
+// never acknowledged.
+func (u *user) endSession() {
+	set := u.p.opts.Set
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.sess = nil
+	for _, f := range u.inflight {
+		f.st.addVoid(f.seq)
+	}
+	if n := len(u.inflight); n > 0 {
+		set.SendErrors[metrics.SendDisconnected].Add(float64(n))
+	}
+	u.inflight = u.inflight[:0]
+}
+
+// OnAck implements Handler.
+func (u *user) OnAck(ref uint64, _ Ack) {
+	now := time.Now().UnixNano()
+	u.mu.Lock()
+	f, ok := u.take(ref)
+	u.mu.Unlock()
+	if !ok {
+		// Already written off after an ack timeout.
+		return
+	}
+	ks := &u.p.opts.Set.Kind[f.st.kind]
+	ks.AckLatency.Observe(float64(now-f.sentAt) / 1e9)
+	ks.Expected.Add(float64(f.st.fanout))
+}
+
+// OnReject implements Handler.
+func (u *user) OnReject(ref uint64, reason string) {
+	u.mu.Lock()
+	f, ok := u.take(ref)
+	if ok {
+		f.st.addVoid(f.seq)
+	}
+	u.mu.Unlock()
+	if ok {
+		u.p.opts.Set.SendErrors[metrics.SendRejected].Inc()
+		u.p.log.Debug("message rejected", "user", u.name, "reason", reason)
+	}
+}
+
+// OnDelivery implements Handler.
+func (u *user) OnDelivery(d *Delivery) {
+	u.inbox.Receive(d.Body, time.Now().UnixNano())
+}
+
+// take removes the flight with ref. Acks come nearly in order, so the
+// search ends at the first element.
+func (u *user) take(ref uint64) (flight, bool) {
+	for i, f := range u.inflight {
+		if f.ref == ref {
+			u.inflight = append(u.inflight[:i], u.inflight[i+1:]...)
+			return f, true
+		}
+	}
+	return flight{}, false
+}
+
+// addVoid records seq as written but unacknowledged, to be carried in the
+// stream's next messages. Adjacent seqs merge into one span.
+func (st *sendStream) addVoid(seq uint64) {
+	if n := len(st.voids); n > 0 && st.voids[n-1].hi+1 == seq {
+		st.voids[n-1].hi = seq
+		st.voids[n-1].left = voidRepeats
+		return
+	}
+	if len(st.voids) == maxVoids {
+		// Merge the two oldest rather than forget one: a wider span can
+		// only hide a loss, never invent one.
+		st.voids[1].lo = st.voids[0].lo
+		st.voids = st.voids[1:]
+	}
+	st.voids = append(st.voids, voidCarry{lo: seq, hi: seq, left: voidRepeats})
+}
+
+func (st *sendStream) takeVoid() (lo, hi uint64) {
+	if len(st.voids) == 0 {
+		return 0, 0
+	}
+	v := &st.voids[0]
+	lo, hi = v.lo, v.hi
+	if v.left--; v.left == 0 {
+		st.voids = st.voids[1:]
+	}
+	return lo, hi
+}
+
+// userHeap orders a sender's users by their next intended send time.
+type userHeap []*user
+
+func (h userHeap) Len() int           { return len(h) }
+func (h userHeap) Less(i, j int) bool { return h[i].next < h[j].next }
+func (h userHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *userHeap) Push(x any)        { *h = append(*h, x.(*user)) }
+func (h *userHeap) Pop() any {
+	old := *h
+	u := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return u
+}
+
+// sender sends for every user with idx%shards == shard, each at its own
+// open-loop schedule: intended times advance by 1/rate whatever the server
+// does, and each message carries its intended time.
+func (p *Population) sender(ctx context.Context, shard, shards int, start time.Time) {
+	o := p.opts
+	interval := int64(float64(time.Second) / o.Rate)
+	var h userHeap
+	for i := shard; i < len(p.users); i += shards {
+		u := p.users[i]
+		if u.direct == nil && u.group == nil {
+			continue
+		}
+		// First send: after the user's ramp slot, at a random phase, so
+		// that users do not send in lockstep.
+		u.next = start.UnixNano() + int64(o.Ramp)*int64(u.idx)/int64(o.Users) + rand.Int64N(interval) + 1
+		h = append(h, u)
+	}
+	heap.Init(&h)
+	if len(h) == 0 {
+		return
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var buf []byte
+	for {
+		u := h[0]
+		if wait := time.Until(time.Unix(0, u.next)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		buf = p.send(u, u.next, buf)
+		u.next += interval
+		heap.Fix(&h, 0)
+	}
+}
+
+// send writes one message of u with the given intended time, alternating
+// direct and group. buf is scratch space, returned for reuse.
+func (p *Population) send(u *user, intended int64, buf []byte) []byte {
+	set := p.opts.Set
+	u.mu.Lock()
+	st := u.direct
+	if u.group != nil && (u.toggle || st == nil) {
+		st = u.group
+	}
+	u.toggle = !u.toggle
+	sess := u.sess
+	if sess == nil {
+		u.mu.Unlock()
+		set.SendErrors[metrics.SendOffline].Inc()
+		return buf
+	}
+	st.seq++
+	h := Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended}
+	h.VoidLo, h.VoidHi = st.takeVoid()
+	ref := p.refs.Add(1)
+	if len(u.inflight) >= maxInflight {
+		old := u.inflight[0]
+		u.inflight = u.inflight[1:]
+		old.st.addVoid(old.seq)
+		set.SendErrors[metrics.SendAckTimeout].Inc()
+	}
+	u.inflight = append(u.inflight, flight{ref: ref, st: st, seq: st.seq, sentAt: time.Now().UnixNano()})
+	u.mu.Unlock()
+
+	buf = AppendBody(buf[:0], &h, p.opts.MessageSize)
+	m := Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
+	if err := sess.Send(&m); err != nil {
+		u.mu.Lock()
+		if f, ok := u.take(ref); ok {
+			f.st.addVoid(f.seq)
+			set.SendErrors[metrics.SendWrite].Inc()
+		}
+		u.mu.Unlock()
+		return buf
+	}
+	set.Kind[st.kind].Sent.Inc()
+	return buf
+}
+
+// heartbeat pings every online session once per Heartbeat, spread evenly
+// over the interval so that pings do not arrive at the server in a burst.
+func (p *Population) heartbeat(ctx context.Context) {
+	tick := min(p.opts.Heartbeat/10, time.Second)
+	perTick := max(1, int(int64(len(p.users))*int64(tick)/int64(p.opts.Heartbeat)))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	next := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for range min(perTick, len(p.users)) {
+			u := p.users[next]
+			next = (next + 1) % len(p.users)
+			u.mu.Lock()
+			sess := u.sess
+			u.mu.Unlock()
+			if sess != nil {
+				// A failed ping surfaces in Serve, which classifies it.
+				_ = sess.Ping()
+			}
+		}
+	}
+}
+
+// sweeper writes off acks that did not come within the deadline and
+// deliveries missing past lost_after.
+func (p *Population) sweeper(ctx context.Context) {
+	every := min(max(p.opts.LostAfter/4, 10*time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.Sweep(time.Now())
+	}
+}
+
+// Sweep runs one sweep at now; the sweeper calls it, and tests call it to
+// settle the ledger at a moment of their choosing.
+func (p *Population) Sweep(now time.Time) {
+	set := p.opts.Set
+	ns := now.UnixNano()
+	deadline := int64(p.opts.Deadline)
+	for _, u := range p.users {
+		u.mu.Lock()
+		n := 0
+		for _, f := range u.inflight {
+			if ns-f.sentAt > deadline {
+				f.st.addVoid(f.seq)
+				set.SendErrors[metrics.SendAckTimeout].Inc()
+				continue
+			}
+			u.inflight[n] = f
+			n++
+		}
+		u.inflight = u.inflight[:n]
+		u.mu.Unlock()
+		u.inbox.Sweep(ns)
+	}
+	set.Streams.Set(float64(p.ledger.Streams()))
+}
+
+// sleep waits for d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
