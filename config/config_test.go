@@ -1,0 +1,462 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+)
+
+var update = flag.Bool("update", false, "rewrite the testdata/invalid-*.err golden files")
+
+const example = "../configs/imcanary.yaml"
+
+// TestLoadInvalid loads every testdata/invalid-*.yaml and compares the error
+// with the .err file beside it, byte for byte: the messages are part of the
+// interface operators see.
+func TestLoadInvalid(t *testing.T) {
+	paths, err := filepath.Glob("testdata/invalid-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatal("no testdata/invalid-*.yaml files")
+	}
+	for _, path := range paths {
+		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			golden := strings.TrimSuffix(path, ".yaml") + ".err"
+			_, err := Load(path, nil, nil)
+			if err == nil {
+				t.Fatalf("Load(%q) = nil, want an error", path)
+			}
+			if *update {
+				if err := os.WriteFile(golden, []byte(err.Error()+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, rerr := os.ReadFile(golden)
+			if rerr != nil {
+				t.Fatalf("%v (run go test -update to create it)", rerr)
+			}
+			if want := strings.TrimSuffix(string(b), "\n"); err.Error() != want {
+				t.Errorf("Load(%q) = %v, want %v", path, err, want)
+			}
+		})
+	}
+}
+
+// TestExampleIsDefault keeps configs/imcanary.yaml honest: it must hold every
+// key, and loading it must give exactly Default().
+func TestExampleIsDefault(t *testing.T) {
+	got, err := Load(example, nil, nil)
+	if err != nil {
+		t.Fatalf("Load(%q) = %v, want nil error", example, err)
+	}
+	if want := Default(); got != want {
+		t.Errorf("Load(%q) = %+v, want %+v", example, got, want)
+	}
+
+	// Loaded over the defaults, a missing key would go unnoticed; read the
+	// file on its own to see that each one is written out.
+	k := koanf.New(".")
+	if err := k.Load(file.Provider(example), yaml.Parser()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := k.Keys(), Keys(); !slices.Equal(got, want) {
+		t.Errorf("keys of %s = %v, want %v", example, got, want)
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v, want nil", err)
+	}
+}
+
+func TestLoadPartial(t *testing.T) {
+	const path = "testdata/valid-partial.yaml"
+	got, err := Load(path, nil, nil)
+	if err != nil {
+		t.Fatalf("Load(%q) = %v, want nil error", path, err)
+	}
+	want := Default()
+	want.Target.Name = "staging"
+	want.Population.Users = 7
+	if got != want {
+		t.Errorf("Load(%q) = %+v, want %+v", path, got, want)
+	}
+}
+
+func TestLoadNoSources(t *testing.T) {
+	got, err := Load("", nil, nil)
+	if err != nil || got != Default() {
+		t.Errorf("Load(%q) = %+v, %v, want %+v, nil", "", got, err, Default())
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	const path = "testdata/does-not-exist.yaml"
+	_, err := Load(path, nil, nil)
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Load(%q) = %v, want an error naming the file that wraps os.ErrNotExist", path, err)
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "imcanary.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func parseFlags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("imcanary", pflag.ContinueOnError)
+	// main's own flags share the set and must be ignored by Load.
+	fs.String("config.file", "", "path of the configuration file")
+	RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// TestLoadPrecedence checks file < environment < flags, key by key.
+func TestLoadPrecedence(t *testing.T) {
+	path := writeConfig(t, `
+target:
+  name: from-file
+population:
+  users: 1
+  group_size: 3
+  ramp: 1s
+  prefix: file
+`)
+	tests := []struct {
+		name  string
+		env   []string
+		args  []string
+		check func(Config) error
+	}{
+		{
+			name: "file over defaults",
+			check: func(c Config) error {
+				return want(c.Population.Users, 1, c.Population.Rate, Default().Population.Rate)
+			},
+		},
+		{
+			name: "environment over file",
+			env:  []string{"IMCANARY_POPULATION_USERS=2", "IMCANARY_POPULATION_RAMP=2s"},
+			check: func(c Config) error {
+				return want(c.Population.Users, 2, c.Population.Ramp, 2*time.Second, c.Population.GroupSize, 3)
+			},
+		},
+		{
+			name: "flag over environment",
+			env:  []string{"IMCANARY_POPULATION_USERS=2", "IMCANARY_POPULATION_GROUP_SIZE=4"},
+			args: []string{"--population.users=9", "--population.ramp=5s", "--config.file=x.yaml"},
+			check: func(c Config) error {
+				return want(c.Population.Users, 9, c.Population.Ramp, 5*time.Second,
+					c.Population.GroupSize, 4, c.Population.Prefix, "file")
+			},
+		},
+		{
+			name: "unset flag keeps lower sources",
+			env:  []string{"IMCANARY_TARGET_NAME=from-env"},
+			args: []string{},
+			check: func(c Config) error {
+				return want(c.Target.Name, "from-env", c.Population.Users, 1)
+			},
+		},
+		{
+			name: "flag set to its default still wins",
+			env:  []string{"IMCANARY_POPULATION_USERS=2"},
+			args: []string{"--population.users=100"},
+			check: func(c Config) error {
+				return want(c.Population.Users, 100)
+			},
+		},
+		{
+			name: "nested key from environment",
+			env:  []string{"IMCANARY_POPULATION_BACKOFF_MAX=1m", "IMCANARY_TARGET_URL=wss://im.example:443/ws"},
+			check: func(c Config) error {
+				return want(c.Population.Backoff.Max, time.Minute, c.Target.URL, "wss://im.example:443/ws")
+			},
+		},
+		{
+			name: "variables without the prefix are not ours",
+			env:  []string{"HOME=/root", "imcanary_population_users=5", "IMCANARY", "PATH=/bin"},
+			check: func(c Config) error {
+				return want(c.Population.Users, 1)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var fs *pflag.FlagSet
+			if tt.args != nil {
+				fs = parseFlags(t, tt.args...)
+			}
+			got, err := Load(path, tt.env, fs)
+			if err != nil {
+				t.Fatalf("Load(%q) = %v, want nil error", path, err)
+			}
+			if err := tt.check(got); err != nil {
+				t.Errorf("Load(%q) with env %q, flags %q: %v", path, tt.env, tt.args, err)
+			}
+		})
+	}
+}
+
+// want compares pairs of got, want values and describes the first mismatch.
+func want(pairs ...any) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i] != pairs[i+1] {
+			return fmt.Errorf("got %v, want %v", pairs[i], pairs[i+1])
+		}
+	}
+	return nil
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{
+			name: "unknown variable",
+			env:  []string{"IMCANARY_POPULATION_USERZ=5"},
+			want: `unknown environment variable "IMCANARY_POPULATION_USERZ"`,
+		},
+		{
+			name: "every unknown variable",
+			env:  []string{"IMCANARY_B=1", "IMCANARY_A=2"},
+			want: "unknown environment variable \"IMCANARY_B\"\nunknown environment variable \"IMCANARY_A\"",
+		},
+		{
+			name: "section as variable",
+			env:  []string{"IMCANARY_POPULATION=5"},
+			want: `unknown environment variable "IMCANARY_POPULATION"`,
+		},
+		{
+			name: "bad duration in environment",
+			env:  []string{"IMCANARY_POPULATION_RAMP=10"},
+			want: `environment variable IMCANARY_POPULATION_RAMP: population.ramp: "10": must be a duration with a unit, such as "500ms", "10s" or "1m30s"`,
+		},
+		{
+			name: "empty number in environment",
+			env:  []string{"IMCANARY_POPULATION_USERS="},
+			want: `environment variable IMCANARY_POPULATION_USERS: population.users: "": must be a whole number`,
+		},
+		{
+			name: "invalid value from environment",
+			env:  []string{"IMCANARY_POPULATION_USERS=0"},
+			want: `environment variable IMCANARY_POPULATION_USERS: population.users: 0: must be at least 1`,
+		},
+		{
+			name: "bad duration flag",
+			args: []string{"--population.ramp=5x"},
+			want: `flag --population.ramp: population.ramp: "5x": must be a duration with a unit, such as "500ms", "10s" or "1m30s"`,
+		},
+		{
+			name: "bad number flag",
+			args: []string{"--population.rate=fast"},
+			want: `flag --population.rate: population.rate: "fast": must be a number`,
+		},
+		{
+			name: "invalid value from flag",
+			env:  []string{"IMCANARY_POPULATION_DEADLINE=1s"},
+			args: []string{"--population.lost_after=500ms"},
+			want: `flag --population.lost_after: population.lost_after: 500ms: must be at least population.deadline (1s)`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var fs *pflag.FlagSet
+			if tt.args != nil {
+				fs = parseFlags(t, tt.args...)
+			}
+			_, err := Load("", tt.env, fs)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("Load(%q) with env %q, flags %q = %v, want %v", "", tt.env, tt.args, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadValidationErrorType checks that callers can reach the structured
+// error through the source prefix.
+func TestLoadValidationErrorType(t *testing.T) {
+	const path = "testdata/invalid-users-zero.yaml"
+	_, err := Load(path, nil, nil)
+	ve, ok := errors.AsType[*ValidationError](err)
+	if !ok || ve.Key != "population.users" || ve.Value != 0 {
+		t.Errorf("Load(%q) = %#v, want a *ValidationError for population.users = 0", path, err)
+	}
+}
+
+// TestSecretIgnored checks that the token-signing secret, which shares the
+// IMCANARY_ prefix, is neither an unknown variable nor copied anywhere.
+func TestSecretIgnored(t *testing.T) {
+	const secret = "hunter2-do-not-copy"
+	tests := []struct {
+		name    string
+		env     []string
+		wantErr bool
+	}{
+		{name: "alone", env: []string{SecretEnv + "=" + secret}},
+		{name: "beside a key", env: []string{SecretEnv + "=" + secret, "IMCANARY_TARGET_SECRET_FILE=/run/secret"}},
+		{name: "beside an error", env: []string{SecretEnv + "=" + secret, "IMCANARY_POPULATION_USERS=x"}, wantErr: true},
+		{name: "beside an unknown variable", env: []string{SecretEnv + "=" + secret, "IMCANARY_NOPE=1"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load("", tt.env, nil)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Load(%q) with env %q = %v, want error %v", "", tt.env, err, tt.wantErr)
+			}
+			if s := fmt.Sprintf("%+v %v", c, err); strings.Contains(s, secret) {
+				t.Errorf("Load(%q) with env %q = %s, want no trace of the secret", "", tt.env, s)
+			}
+		})
+	}
+	if slices.Contains(Keys(), "target.secret") {
+		t.Errorf("Keys() contains target.secret; the secret must never be a configuration key")
+	}
+}
+
+func TestKeys(t *testing.T) {
+	want := []string{
+		"http.listen",
+		"population.backoff.initial",
+		"population.backoff.max",
+		"population.deadline",
+		"population.group_size",
+		"population.heartbeat",
+		"population.lost_after",
+		"population.message_size",
+		"population.prefix",
+		"population.ramp",
+		"population.rate",
+		"population.users",
+		"target.name",
+		"target.protocol",
+		"target.secret_file",
+		"target.url",
+	}
+	if got := Keys(); !slices.Equal(got, want) {
+		t.Errorf("Keys() = %v, want %v", got, want)
+	}
+	for _, k := range want {
+		if help[k] == "" {
+			t.Errorf("help[%q] is empty; every key needs a flag description", k)
+		}
+	}
+	if len(help) != len(want) {
+		t.Errorf("len(help) = %d, want %d (a description for a key that does not exist)", len(help), len(want))
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"population.group_size", "IMCANARY_POPULATION_GROUP_SIZE"},
+		{"target.url", "IMCANARY_TARGET_URL"},
+		{"population.backoff.max", "IMCANARY_POPULATION_BACKOFF_MAX"},
+		{"population", ""},
+		{"target.secret", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			if got := EnvName(tt.key); got != tt.want {
+				t.Errorf("EnvName(%q) = %q, want %q", tt.key, got, tt.want)
+			}
+		})
+	}
+	// Two keys that differ only in "." versus "_" would share a variable.
+	if len(byEnv) != len(leaves) {
+		t.Errorf("%d keys map to %d environment variables, want one each", len(leaves), len(byEnv))
+	}
+}
+
+func TestRegisterFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("imcanary", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	tests := []struct{ name, def string }{
+		{"http.listen", "127.0.0.1:9464"},
+		{"target.url", ""},
+		{"population.users", "100"},
+		{"population.ramp", "10s"},
+		{"population.rate", "0.5"},
+		{"population.backoff.initial", "500ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := fs.Lookup(tt.name)
+			if f == nil {
+				t.Fatalf("Lookup(%q) = nil, want a flag", tt.name)
+			}
+			if f.DefValue != tt.def {
+				t.Errorf("Lookup(%q).DefValue = %q, want %q", tt.name, f.DefValue, tt.def)
+			}
+		})
+	}
+	var n int
+	fs.VisitAll(func(*pflag.Flag) { n++ })
+	if n != len(Keys()) {
+		t.Errorf("RegisterFlags defined %d flags, want %d", n, len(Keys()))
+	}
+
+	// The defaults shown in help must load back to Default().
+	var args []string
+	fs.VisitAll(func(f *pflag.Flag) { args = append(args, "--"+f.Name+"="+f.DefValue) })
+	c, err := Load("", nil, parseFlags(t, args...))
+	if err != nil || c != Default() {
+		t.Errorf("Load with every flag at its shown default = %+v, %v, want %+v, nil", c, err, Default())
+	}
+}
+
+// FuzzLoad feeds arbitrary files to Load: it may reject them but must not
+// panic, and whatever it accepts must be valid.
+func FuzzLoad(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/*.yaml")
+	seeds = append(seeds, example)
+	for _, s := range seeds {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("population: {users: 1e3, rate: .nan, ramp: 0}"))
+	f.Add([]byte("population: {users: 18446744073709551615}"))
+	f.Add([]byte("target: &a {name: *a}"))
+	f.Add([]byte("? [a, b]\n: 1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "fuzz.yaml")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path, nil, nil)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("Load(%q) = %+v, nil, but Validate() = %v", b, c, err)
+		}
+	})
+}
