@@ -55,6 +55,9 @@ type Population struct {
 	refs   atomic.Uint64
 	online atomic.Int64
 	ready  atomic.Bool
+	// paused stops sending while sessions stay online: a drain phase lets
+	// every message in flight arrive before the counts are read.
+	paused atomic.Bool
 }
 
 // New builds a population; nothing runs until Run.
@@ -194,6 +197,10 @@ func (p *Population) Online() int { return int(p.online.Load()) }
 // Ready reports whether the whole population has been online at once.
 func (p *Population) Ready() bool { return p.ready.Load() }
 
+// SetSending pauses (false) or resumes (true) sending. Intended send times
+// keep advancing while paused, so resuming does not burst.
+func (p *Population) SetSending(on bool) { p.paused.Store(!on) }
+
 // Ledger returns the population's ledger.
 func (p *Population) Ledger() *Ledger { return p.ledger }
 
@@ -264,7 +271,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		}
 	}
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		sess, err := o.Driver.Connect(ctx, u.name)
+		sess, err := p.connect(ctx, u.name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -309,6 +316,25 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			return
 		}
 	}
+}
+
+// connect runs the driver's Connect on a short-lived goroutine. A dial and
+// login (TLS, HTTP upgrade) runs deep and would grow the calling goroutine's
+// stack for good; the user's goroutine then spends its life in the shallow
+// read loop, and an idle session keeps a small stack.
+func (p *Population) connect(ctx context.Context, user string) (Session, error) {
+	type result struct {
+		s   Session
+		err error
+	}
+	ch := make(chan result, 1)
+	// Exits when Connect returns, which ctx bounds.
+	go func() {
+		s, err := p.opts.Driver.Connect(ctx, user)
+		ch <- result{s, err}
+	}()
+	r := <-ch
+	return r.s, r.err
 }
 
 // endSession writes off every message of the ended session that the server
@@ -452,7 +478,9 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 		} else if ctx.Err() != nil {
 			return
 		}
-		buf = p.send(u, u.next, buf)
+		if !p.paused.Load() {
+			buf = p.send(u, u.next, buf)
+		}
 		u.next += interval
 		heap.Fix(&h, 0)
 	}

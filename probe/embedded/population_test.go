@@ -1,0 +1,350 @@
+package embedded_test
+
+import (
+	"context"
+	"math"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/target"
+)
+
+// These tests prove the ledger against the embedded target: each injects a
+// fault of known size and checks the ledger counts it, within a stated
+// tolerance, and nothing else.
+
+var secret = []byte("test-secret")
+
+// fixture is a target on loopback and a population monitoring it.
+type fixture struct {
+	t      *testing.T
+	srv    *target.Server
+	ln     net.Listener
+	addr   string
+	pop    *probe.Population
+	set    *metrics.Set
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	stopT  context.CancelFunc
+}
+
+type popConfig struct {
+	users, groupSize int
+	rate             float64
+	deadline         time.Duration
+	lostAfter        time.Duration
+}
+
+func startTarget(t *testing.T, addr string, f target.Faults) (*target.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
+	t.Helper()
+	srv, err := target.New(target.Options{Secret: secret, Faults: f})
+	if err != nil {
+		t.Fatalf("target.New: %v", err)
+	}
+	var ln net.Listener
+	// Rebinding the address of a target that just stopped can take a
+	// moment on a busy machine.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, ln) })
+	return srv, ln, cancel, &wg
+}
+
+func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
+	t.Helper()
+	fx := &fixture{t: t}
+	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", f)
+	fx.srv, fx.ln, fx.addr, fx.stopT = srv, ln, ln.Addr().String(), stopT
+	drv, err := embedded.New(embedded.Options{URL: "ws://" + fx.addr + "/ws", Secret: secret, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+	fx.pop, err = probe.New(probe.Options{
+		Driver: drv, Set: fx.set, Run: "testrun", Prefix: "t",
+		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: 100 * time.Millisecond,
+		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fx.cancel = cancel
+	fx.wg.Go(func() { _ = fx.pop.Run(ctx) })
+	t.Cleanup(func() {
+		fx.cancel()
+		fx.wg.Wait()
+		stopT()
+		twg.Wait()
+	})
+	waitFor(t, 10*time.Second, "population online", fx.pop.Ready)
+	return fx
+}
+
+// soak sends for d, then pauses sending and waits until every acked message
+// is accounted for (delivered or lost) or until lostAfter has passed twice.
+func (fx *fixture) soak(d, lostAfter time.Duration) {
+	time.Sleep(d)
+	fx.pop.SetSending(false)
+	end := time.Now().Add(2*lostAfter + time.Second)
+	for time.Now().Before(end) {
+		time.Sleep(50 * time.Millisecond)
+		fx.pop.Sweep(time.Now())
+		c := fx.counts()
+		if c.expected > 0 && c.delivered+c.lost == c.expected {
+			// Wait one more lost_after for duplicates and stragglers.
+			time.Sleep(lostAfter)
+			fx.pop.Sweep(time.Now())
+			return
+		}
+	}
+}
+
+type totals struct {
+	sent, expected, delivered, lost, late, dup, reordered float64
+}
+
+func (fx *fixture) counts() totals {
+	var c totals
+	for _, k := range fx.set.Kind {
+		c.sent += value(k.Sent)
+		c.expected += value(k.Expected)
+		c.delivered += value(k.Delivered)
+		c.lost += value(k.Lost)
+		c.late += value(k.Late)
+		c.dup += value(k.Duplicate)
+		c.reordered += value(k.Reordered)
+	}
+	return c
+}
+
+func value(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	_ = (<-ch).Write(&m)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return math.NaN()
+}
+
+// latencies returns the delivery latency histograms of both kinds merged:
+// total count and count at or below each bucket bound.
+func (fx *fixture) latencies() (count uint64, below map[float64]uint64) {
+	below = map[float64]uint64{}
+	for _, k := range fx.set.Kind {
+		var m dto.Metric
+		_ = k.DeliveryLatency.(prometheus.Metric).Write(&m)
+		count += m.Histogram.GetSampleCount()
+		for _, b := range m.Histogram.Bucket {
+			below[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	return count, below
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
+
+// Light enough to keep latency far under the deadline on a loaded 2-core
+// machine under -race: 20 users at 25 msg/s, group size 5, so 500 msg/s
+// and about 1,250 deliveries/s.
+var base = popConfig{users: 20, groupSize: 5, rate: 25, deadline: 2 * time.Second, lostAfter: 3 * time.Second}
+
+const soakFor = 3 * time.Second
+
+func TestCleanRunCountsNothingWrong(t *testing.T) {
+	fx := newFixture(t, target.Faults{}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("clean: %+v", c)
+	if c.expected < 2000 {
+		t.Fatalf("expected deliveries = %v, want thousands", c.expected)
+	}
+	if c.delivered != c.expected {
+		t.Errorf("delivered = %v, want every expected delivery (%v)", c.delivered, c.expected)
+	}
+	if c.lost != 0 || c.late != 0 || c.dup != 0 || c.reordered != 0 {
+		t.Errorf("lost/late/duplicate/reordered = %v/%v/%v/%v on a clean target, want all 0", c.lost, c.late, c.dup, c.reordered)
+	}
+}
+
+// within reports whether got is within tol (a fraction) of want.
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
+
+func TestDropIsCountedAsLost(t *testing.T) {
+	const p = 0.01
+	fx := newFixture(t, target.Faults{Drop: p}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("drop %v: %+v", p, c)
+	// The only drops the ledger cannot see are a stream's last messages
+	// (no later message reveals the gap): 20 users × 2 streams, 1% each.
+	rate := c.lost / c.expected
+	if rate < 0.5*p || rate > 1.5*p {
+		t.Errorf("lost/expected = %.4f (%v/%v), want %v ± 50%%", rate, c.lost, c.expected, p)
+	}
+	if unseen := c.expected - c.delivered - c.lost; unseen < 0 || unseen > 5 {
+		t.Errorf("expected - delivered - lost = %v, want 0..5 (undetectable tail drops)", unseen)
+	}
+	if st := fx.srv.Stats(); !within(c.lost, float64(st.Dropped), 0.1) {
+		t.Errorf("lost = %v, target dropped %d: want within 10%%", c.lost, st.Dropped)
+	}
+	if c.dup != 0 || c.late != 0 {
+		t.Errorf("duplicate/late = %v/%v, want 0", c.dup, c.late)
+	}
+}
+
+func TestDuplicateIsCounted(t *testing.T) {
+	const p = 0.02
+	fx := newFixture(t, target.Faults{Duplicate: p}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("duplicate %v: %+v", p, c)
+	if st := fx.srv.Stats(); c.dup != float64(st.Duplicated) {
+		t.Errorf("duplicates counted = %v, target duplicated %d", c.dup, st.Duplicated)
+	}
+	if rate := c.dup / c.delivered; rate < 0.5*p || rate > 1.5*p {
+		t.Errorf("duplicate/delivered = %.4f, want %v ± 50%%", rate, p)
+	}
+	if c.lost != 0 || c.delivered != c.expected {
+		t.Errorf("lost = %v, delivered %v of %v: duplicates must not disturb completeness", c.lost, c.delivered, c.expected)
+	}
+}
+
+func TestReorderIsCounted(t *testing.T) {
+	const p = 0.02
+	fx := newFixture(t, target.Faults{Reorder: p}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("reorder %v: %+v", p, c)
+	if st := fx.srv.Stats(); c.reordered != float64(st.Reordered) {
+		t.Errorf("reordered counted = %v, target swapped %d", c.reordered, st.Reordered)
+	}
+	if rate := c.reordered / c.delivered; rate < 0.4*p || rate > 1.5*p {
+		t.Errorf("reordered/delivered = %.4f, want about %v", rate, p)
+	}
+	if c.lost != 0 || c.dup != 0 || c.delivered != c.expected {
+		t.Errorf("lost/dup = %v/%v, delivered %v of %v: reordering must cost nothing else", c.lost, c.dup, c.delivered, c.expected)
+	}
+}
+
+func TestDelayShowsInLatency(t *testing.T) {
+	const delay = 200 * time.Millisecond
+	fx := newFixture(t, target.Faults{Delay: delay}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	n, below := fx.latencies()
+	t.Logf("delay %v: %+v, latency buckets %v of %d", delay, c, below, n)
+	if n == 0 {
+		t.Fatal("no latency observations")
+	}
+	// Latency is measured from the intended send time, so no delivery can
+	// beat the injected delay; nearly all should land within 300 ms more.
+	if below[0.1] != 0 {
+		t.Errorf("%d of %d deliveries under 100 ms with a %v delay", below[0.1], n, delay)
+	}
+	if frac := float64(below[0.5]) / float64(n); frac < 0.95 {
+		t.Errorf("%.3f of deliveries within 500 ms, want ≥ 0.95 with a %v delay", frac, delay)
+	}
+	if c.lost != 0 || c.late != 0 || c.delivered != c.expected {
+		t.Errorf("lost/late = %v/%v, delivered %v of %v: a delay under the deadline is neither", c.lost, c.late, c.delivered, c.expected)
+	}
+}
+
+func TestDelayPastDeadlineIsLateNotLost(t *testing.T) {
+	pc := base
+	pc.deadline, pc.lostAfter = 100*time.Millisecond, 2*time.Second
+	fx := newFixture(t, target.Faults{Delay: 300 * time.Millisecond}, pc)
+	fx.soak(time.Second, pc.lostAfter)
+	c := fx.counts()
+	t.Logf("late: %+v", c)
+	if c.late != c.delivered || c.delivered != c.expected || c.lost != 0 {
+		t.Errorf("late %v, delivered %v, expected %v, lost %v: want every delivery late and none lost", c.late, c.delivered, c.expected, c.lost)
+	}
+}
+
+// TestTargetRestart kills the target under the population and brings it
+// back on the same address: sessions reconnect with backoff, and only what
+// the dead target had accepted but not delivered is lost.
+func TestTargetRestart(t *testing.T) {
+	pc := base
+	pc.rate = 10
+	fx := newFixture(t, target.Faults{}, pc)
+	time.Sleep(time.Second)
+	before := fx.counts()
+	stats := fx.srv.Stats()
+
+	fx.srv.Close()
+	fx.stopT()
+	waitFor(t, 5*time.Second, "sessions to notice the outage", func() bool { return fx.pop.Online() == 0 })
+	time.Sleep(500 * time.Millisecond) // an outage: sends are skipped, not queued
+	_, _, stop2, wg2 := startTarget(t, fx.addr, target.Faults{})
+	defer func() { stop2(); wg2.Wait() }()
+	waitFor(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
+
+	disc := value(fx.set.Disconnects[metrics.ReasonServerClose]) + value(fx.set.Disconnects[metrics.ReasonError])
+	if disc < float64(pc.users) {
+		t.Errorf("disconnects = %v, want at least one per user (%d)", disc, pc.users)
+	}
+	if ok := value(fx.set.ConnectOK); ok < float64(2*pc.users) {
+		t.Errorf("successful connects = %v, want at least %d", ok, 2*pc.users)
+	}
+	if off := value(fx.set.SendErrors[metrics.SendOffline]); off == 0 {
+		t.Error("no sends counted as offline during the outage")
+	}
+
+	time.Sleep(2 * time.Second)
+	fx.soak(0, pc.lostAfter)
+	c := fx.counts()
+	t.Logf("before %+v, after %+v, first target %+v", before, c, stats)
+	// What can be lost is what the first target had acked and not yet
+	// written when it died: a handful of messages, never the outage.
+	if c.lost > 30 {
+		t.Errorf("lost = %v across a restart, want only the few in flight", c.lost)
+	}
+	if c.delivered+c.lost != c.expected {
+		t.Errorf("delivered %v + lost %v != expected %v: every acked message must be accounted once", c.delivered, c.lost, c.expected)
+	}
+	if c.delivered <= before.delivered {
+		t.Errorf("no deliveries after the restart")
+	}
+	if c.dup != 0 {
+		t.Errorf("duplicates = %v after a restart, want 0", c.dup)
+	}
+	// Losses are final once the gap is past lost_after: more time adds none.
+	time.Sleep(pc.lostAfter)
+	fx.pop.Sweep(time.Now())
+	if again := fx.counts(); again.lost != c.lost {
+		t.Errorf("lost grew from %v to %v with nothing sent", c.lost, again.lost)
+	}
+}
