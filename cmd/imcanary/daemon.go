@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/daemon"
+)
+
+func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("imcanary run", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgFile := fs.String("config", "", "configuration file (YAML); without it, monitor an embedded target")
+	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log.format", "text", "log format: text or json")
+	config.RegisterFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: imcanary run [--config FILE] [--KEY=VALUE ...]\n\n"+
+			"Each KEY is a configuration key; flags override the file and IMCANARY_* environment.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(*cfgFile, os.Environ(), fs)
+	if err != nil {
+		return badConfig(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	d, err := daemon.New(cfg, log, reg)
+	if err != nil {
+		return badConfig(err)
+	}
+	fmt.Fprintf(stdout, "imcanary: metrics on http://%s/metrics, monitoring %s\n", d.HTTPAddr(), d.TargetURL())
+	return d.Run(ctx)
+}
+
+func runConfig(args []string, stdout io.Writer) error {
+	if len(args) != 2 || args[0] != "check" {
+		return usageError{fmt.Errorf("want: config check FILE")}
+	}
+	if _, err := config.Load(args[1], nil, nil); err != nil {
+		return badConfig(err)
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", args[1])
+	return nil
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/target"
+)
+
+func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("imcanary target", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on; the WebSocket endpoint is /ws")
+	secretFile := fs.String("secret-file", "", "file holding the token secret (else $"+config.SecretEnv+"; neither: accept any token)")
+	var f target.Faults
+	fs.Float64Var(&f.Drop, "drop", 0, "fraction of deliveries silently dropped (0..1)")
+	fs.Float64Var(&f.Duplicate, "duplicate", 0, "fraction of deliveries sent twice (0..1)")
+	fs.Float64Var(&f.Reorder, "reorder", 0, "fraction of deliveries held back behind the next one (0..1)")
+	fs.DurationVar(&f.Delay, "delay", 0, "delay added to every delivery")
+	fs.DurationVar(&f.Jitter, "jitter", 0, "uniform random extra delay, 0..jitter, per delivery")
+	sendQueue := fs.Int("send-queue", 256, "per-connection send queue; a reader that lets it fill is disconnected (close 4008)")
+	offlineQueue := fs.Int("offline-queue", 1000, "per-user queue of deliveries kept while the user is offline")
+	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log.format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	// Name the flag, not the option it feeds: the user typed the flag.
+	for name, p := range map[string]float64{"--drop": f.Drop, "--duplicate": f.Duplicate, "--reorder": f.Reorder} {
+		if !(p >= 0 && p <= 1) {
+			return badConfig(fmt.Errorf("%s %v: must be a fraction in [0, 1]", name, p))
+		}
+	}
+	for name, d := range map[string]time.Duration{"--delay": f.Delay, "--jitter": f.Jitter} {
+		if d < 0 {
+			return badConfig(fmt.Errorf("%s %v: must not be negative", name, d))
+		}
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	var secret []byte
+	switch {
+	case *secretFile != "":
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return badConfig(fmt.Errorf("--secret-file: %w", err))
+		}
+		secret = []byte(strings.TrimSpace(string(b)))
+	case os.Getenv(config.SecretEnv) != "":
+		secret = []byte(os.Getenv(config.SecretEnv))
+	}
+	srv, err := target.New(target.Options{
+		Secret: secret, Faults: f, SendQueue: *sendQueue, OfflineQueue: *offlineQueue, Logger: log,
+	})
+	if err != nil {
+		return badConfig(err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return badConfig(fmt.Errorf("--listen: %w", err))
+	}
+	fmt.Fprintf(stdout, "imcanary target: ws://%s/ws\n", ln.Addr())
+	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "duplicate", f.Duplicate,
+		"reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "send_queue", *sendQueue, "auth", secret != nil)
+	return srv.Serve(ctx, ln)
+}
