@@ -119,31 +119,44 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		return fmt.Errorf("provision: %w", err)
 	}
 	defer s.conn.Close()
+	// Keep a bounded window of requests in flight: writing thousands of
+	// groups before reading a reply would fill the target's send queue
+	// with our own oks and get the provisioner kicked as a slow reader.
+	const window = 8
+	var f frame
+	readOK := func() error {
+		_ = s.conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
+		buf, err := s.readFrame()
+		if err != nil {
+			return err
+		}
+		defer readPool.Put(buf)
+		if err := parseFrame(*buf, &f); err != nil {
+			return err
+		}
+		switch string(f.typ) {
+		case "ok":
+			return nil
+		case "error":
+			return fmt.Errorf("target refused group request %s: %s: %s", f.id, f.code, f.message)
+		}
+		return fmt.Errorf("unexpected reply type %q", f.typ)
+	}
+	inflight := 0
 	for i, g := range plan.Groups {
 		if err := s.writeGroup(g, "p"+strconv.Itoa(i)); err != nil {
 			return fmt.Errorf("provision group %s: %w", g.Name, err)
 		}
-	}
-	// Wait for every group's ok: provisioning is done only once the
-	// target says so.
-	_ = s.conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
-	var f frame
-	for left := len(plan.Groups); left > 0; {
-		buf, err := s.readFrame()
-		if err != nil {
-			return fmt.Errorf("provision: %w", err)
-		}
-		err = parseFrame(*buf, &f)
-		if err == nil {
-			switch string(f.typ) {
-			case "ok":
-				left--
-			case "error":
-				err = fmt.Errorf("target refused group %s: %s: %s", f.id, f.code, f.message)
+		if inflight++; inflight == window {
+			if err := readOK(); err != nil {
+				return fmt.Errorf("provision: %w", err)
 			}
+			inflight--
 		}
-		readPool.Put(buf)
-		if err != nil {
+	}
+	// Provisioning is done only once the target has confirmed every group.
+	for ; inflight > 0; inflight-- {
+		if err := readOK(); err != nil {
 			return fmt.Errorf("provision: %w", err)
 		}
 	}

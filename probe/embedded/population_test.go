@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -346,5 +347,41 @@ func TestTargetRestart(t *testing.T) {
 	fx.pop.Sweep(time.Now())
 	if again := fx.counts(); again.lost != c.lost {
 		t.Errorf("lost grew from %v to %v with nothing sent", c.lost, again.lost)
+	}
+}
+
+// TestProvisionManyGroups provisions more groups than the target's send
+// queue holds replies: a provisioner that wrote them all before reading
+// would be kicked as a slow reader.
+func TestProvisionManyGroups(t *testing.T) {
+	srv, err := target.New(target.Options{Secret: secret, SendQueue: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, ln) })
+	defer func() { cancel(); wg.Wait() }()
+	drv, err := embedded.New(embedded.Options{URL: "ws://" + ln.Addr().String() + "/ws", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan probe.Plan
+	for i := range 500 {
+		plan.Groups = append(plan.Groups, probe.Group{Name: "g" + strconv.Itoa(i), Members: []string{"a", "b"}})
+	}
+	if err := drv.Provision(ctx, plan); err != nil {
+		t.Fatalf("Provision(500 groups) = %v, want nil", err)
+	}
+	// Idempotent: the same plan again succeeds.
+	if err := drv.Provision(ctx, plan); err != nil {
+		t.Fatalf("second Provision = %v, want nil", err)
+	}
+	if k := srv.Stats().SlowConsumerKicks; k != 0 {
+		t.Errorf("slow-consumer kicks = %d, want 0", k)
 	}
 }
