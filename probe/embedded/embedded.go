@@ -399,6 +399,10 @@ func (s *session) classify(err error) error {
 	switch {
 	case s.closing.Load():
 		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
+	case errors.As(err, &ce) && ce.Code == websocket.CloseAbnormalClosure:
+		// 1006 is gorilla's name for a connection that ended without a
+		// close frame: the network failed, the server did not close.
+		return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
 	case errors.As(err, &ce) && ce.Code == target.CloseSlowConsumer:
 		return &probe.Disconnect{Reason: metrics.ReasonSlowConsumer, Code: ce.Code, Text: ce.Text}
 	case errors.As(err, &ce):

@@ -1,0 +1,142 @@
+package embedded_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/embedded"
+)
+
+// nopHandler ignores what a session reads.
+type nopHandler struct{}
+
+func (nopHandler) OnAck(uint64, probe.Ack)    {}
+func (nopHandler) OnReject(uint64, string)    {}
+func (nopHandler) OnDelivery(*probe.Delivery) {}
+
+// fakeServer logs any user in, then behaves as then says: a server that
+// misbehaves in one specific way.
+func fakeServer(t *testing.T, then func(c *websocket.Conn)) string {
+	t.Helper()
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, _, err := c.ReadMessage(); err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login_ok","id":"login"}`))
+		then(c)
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+}
+
+func closeWith(code int, text string) func(c *websocket.Conn) {
+	return func(c *websocket.Conn) {
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+		_, _, _ = c.ReadMessage()
+	}
+}
+
+// TestDisconnectReasons checks each way a session can end is classified:
+// imcanary_session_disconnects_total{reason="slow_consumer"} must mean the
+// server's slow-reader close and nothing else.
+func TestDisconnectReasons(t *testing.T) {
+	tests := []struct {
+		name     string
+		server   func(c *websocket.Conn)
+		ourClose bool
+		reason   string
+		code     int
+		errText  string
+	}{
+		{name: "slow consumer close", server: closeWith(4008, "slow consumer"), reason: metrics.ReasonSlowConsumer, code: 4008},
+		{name: "going away", server: closeWith(websocket.CloseGoingAway, "shutdown"), reason: metrics.ReasonServerClose, code: 1001},
+		{name: "policy close", server: closeWith(websocket.ClosePolicyViolation, "bad"), reason: metrics.ReasonServerClose, code: 1008},
+		{name: "connection dropped", server: func(c *websocket.Conn) { c.NetConn().Close() }, reason: metrics.ReasonError},
+		{
+			name: "malformed frame",
+			server: func(c *websocket.Conn) {
+				_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"msg",`))
+				_, _, _ = c.ReadMessage()
+			},
+			reason:  metrics.ReasonError,
+			errText: "malformed frame",
+		},
+		{name: "our shutdown", server: func(c *websocket.Conn) {
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}, ourClose: true, reason: metrics.ReasonShutdown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			drv, err := embedded.New(embedded.Options{URL: fakeServer(t, tt.server), Heartbeat: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := drv.Connect(context.Background(), "u1")
+			if err != nil {
+				t.Fatalf("Connect: %v", err)
+			}
+			if tt.ourClose {
+				go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
+			}
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(nopHandler{}) }()
+			var got error
+			select {
+			case got = <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Serve did not return")
+			}
+			var d *probe.Disconnect
+			if !errors.As(got, &d) {
+				t.Fatalf("Serve() = %v, want a *probe.Disconnect", got)
+			}
+			if d.Reason != tt.reason || d.Code != tt.code || !strings.Contains(d.Error(), tt.errText) {
+				t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
+					d, d.Reason, d.Code, tt.reason, tt.code, tt.errText)
+			}
+		})
+	}
+}
+
+// TestConnectErrors checks a failed connect names what failed and leaves
+// nothing open.
+func TestConnectErrors(t *testing.T) {
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	tests := []struct {
+		name, url, want string
+	}{
+		{"nothing listening", "ws://127.0.0.1:1/ws", "dial ws://127.0.0.1:1/ws"},
+		{"not a websocket endpoint", "ws" + strings.TrimPrefix(notFound.URL, "http") + "/ws", "HTTP 404"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			drv, err := embedded.New(embedded.Options{URL: tt.url, DialTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := drv.Connect(context.Background(), "u1"); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
