@@ -57,11 +57,14 @@ const (
 	IgnoredStale     = "stale"      // intended before this ledger started: an earlier run's leftovers
 	IgnoredAfterLost = "after_lost" // arrived after it had already been declared lost
 	IgnoredTooOld    = "too_old"    // older than the window the ledger remembers
+	// A new stream beyond the inbox's limit: only a server that invents
+	// senders gets there.
+	IgnoredStreamLimit = "stream_limit"
 )
 
 // IgnoredReasons lists every value of the reason label of
 // imcanary_deliveries_ignored_total.
-var IgnoredReasons = []string{IgnoredMalformed, IgnoredStale, IgnoredAfterLost, IgnoredTooOld}
+var IgnoredReasons = []string{IgnoredMalformed, IgnoredStale, IgnoredAfterLost, IgnoredTooOld, IgnoredStreamLimit}
 
 // LatencyBuckets resolve 1 ms to 30 s. 1 s is a boundary on purpose: the
 // latency SLI counts deliveries under 1 s, and a ratio of histogram buckets

@@ -24,10 +24,19 @@ const (
 	maxGap = 1 << 20
 	// maxVoids bounds the unacknowledged spans remembered per stream.
 	maxVoids = 8
-	// minEvict is the least time a stream with nothing missing stays in
-	// memory after its last message. It is long on purpose: a receiver
-	// that forgets a stream cannot count what the stream lost meanwhile.
+	// minEvict is the least time a stream of another run with nothing
+	// missing stays in memory after its last message. It is long on
+	// purpose: a receiver that forgets a stream cannot count what the
+	// stream lost meanwhile. Streams of this process's own run are never
+	// evicted; the population's layout bounds them.
 	minEvict = time.Hour
+	// maxStreams bounds the streams of one inbox. A population user
+	// receives from a handful of senders; only a server that invents
+	// senders reaches this.
+	maxStreams = 1024
+	// maxSkew is how far in the future an intended send time may be, for
+	// senders in other processes whose clocks differ from ours.
+	maxSkew = time.Minute
 )
 
 // Ledger turns the deliveries of one population into counts: delivered, late,
@@ -89,6 +98,7 @@ type span struct{ lo, hi uint64 }
 // histBits resolved seqs were received.
 type stream struct {
 	kind    int
+	own     bool // of this process's run: starts at 1, never evicted
 	base    uint64
 	maxSeen uint64
 	last    int64
@@ -110,6 +120,12 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		l.set.Ignored[metrics.IgnoredStale].Inc()
 		return
 	}
+	// A sender can only write off messages it sent before this one; a
+	// message from the future would hold its stream's gaps open for ever.
+	if h.VoidHi >= h.Seq || h.VoidHi-h.VoidLo > maxGap || h.Intended > now+int64(maxSkew) {
+		l.set.Ignored[metrics.IgnoredMalformed].Inc()
+		return
+	}
 	// The key is the body's "RUN SENDER STREAM" prefix, which ParseBody
 	// found contiguous; indexing the map with string(key) does not allocate.
 	key := body[len(bodyMagic)+1 : len(bodyMagic)+1+len(h.Run)+1+len(h.Sender)+1+len(h.Stream)]
@@ -118,9 +134,13 @@ func (in *Inbox) Receive(body []byte, now int64) {
 	defer in.mu.Unlock()
 	st := in.streams[string(key)]
 	if st == nil {
+		if len(in.streams) >= maxStreams {
+			l.set.Ignored[metrics.IgnoredStreamLimit].Inc()
+			return
+		}
 		st = &stream{kind: metrics.KindIndex(h.Stream[0] == 'g'), base: h.Seq}
 		if bytes.Equal(h.Run, l.run) {
-			st.base = 1
+			st.base, st.own = 1, true
 		}
 		in.streams[string(key)] = st
 		l.streams.Add(1)
@@ -186,7 +206,7 @@ func (in *Inbox) Sweep(now int64) {
 		for len(st.pending) > 0 && now-st.pending[0].intended > l.lostAfter {
 			st.writeOff(ks, st.pending[0].seq)
 		}
-		if len(st.pending) == 0 && now-st.last > l.evict {
+		if !st.own && len(st.pending) == 0 && now-st.last > l.evict {
 			delete(in.streams, key)
 			l.streams.Add(-1)
 		}
@@ -262,31 +282,42 @@ func (st *stream) voidAt(s uint64) (hi uint64, ok bool) {
 	return 0, false
 }
 
-// addVoid remembers a span of unacknowledged seqs. Senders repeat a span on
-// several messages, so a span already known is the common case.
+// addVoid remembers a span of unacknowledged seqs, merged with the spans it
+// overlaps or touches so that the spans stay disjoint and sorted: writeOff
+// subtracts them from a count and must not subtract a seq twice. Senders
+// repeat a span on several messages, so a span already known is the common
+// case.
 func (st *stream) addVoid(lo, hi uint64) {
-	// Drop spans already passed.
+	if hi < st.base {
+		return
+	}
+	// Drop spans already passed, and fold every span that overlaps or
+	// touches [lo, hi] into it.
 	n := 0
 	for _, v := range st.voids {
-		if v.hi >= st.base {
+		switch {
+		case v.hi < st.base:
+		case v.lo <= hi+1 && lo <= v.hi+1:
+			lo, hi = min(lo, v.lo), max(hi, v.hi)
+		default:
 			st.voids[n] = v
 			n++
 		}
 	}
 	st.voids = st.voids[:n]
-	if hi < st.base {
-		return
-	}
-	for _, v := range st.voids {
-		if v.lo == lo && v.hi == hi {
-			return
-		}
-	}
 	if len(st.voids) == maxVoids {
+		// Forget the oldest: its seqs, if missing, are then counted lost,
+		// which a sender that voids this much has earned.
 		copy(st.voids, st.voids[1:])
 		st.voids = st.voids[:maxVoids-1]
 	}
-	st.voids = append(st.voids, span{lo, hi})
+	i := len(st.voids)
+	for i > 0 && st.voids[i-1].lo > lo {
+		i--
+	}
+	st.voids = append(st.voids, span{})
+	copy(st.voids[i+1:], st.voids[i:])
+	st.voids[i] = span{lo, hi}
 }
 
 func (st *stream) isPending(s uint64) bool {

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -272,9 +273,84 @@ func TestInboxBoundedMemory(t *testing.T) {
 	if l.Streams() != 1 {
 		t.Fatalf("Streams() = %d, want 1", l.Streams())
 	}
+	// A stream of another run, idle long enough, is forgotten; one of
+	// our own run is kept, since forgetting it would book its earlier
+	// messages as lost when it comes back.
+	at := start.Add(time.Duration(n+1) * time.Millisecond)
+	in.Receive(body("other", "d.bob", 7, at, 0, 0), at.UnixNano())
+	if l.Streams() != 2 {
+		t.Fatalf("Streams() = %d, want 2", l.Streams())
+	}
 	in.Sweep(start.Add(2 * minEvict).UnixNano())
-	if l.Streams() != 0 || len(in.streams) != 0 {
-		t.Errorf("after idle sweep Streams() = %d, want 0", l.Streams())
+	if l.Streams() != 1 || len(in.streams) != 1 {
+		t.Errorf("after idle sweep Streams() = %d, want 1 (our own run's)", l.Streams())
+	}
+	later := start.Add(3 * minEvict)
+	in.Receive(body("run1", "d.bob", uint64(n+1), later, 0, 0), later.UnixNano())
+	in.Sweep(later.Add(time.Hour).UnixNano())
+	if got := readCounts(set, 0); got.lost != 1 {
+		t.Errorf("lost = %v after a long idle stream resumed, want still 1", got.lost)
+	}
+}
+
+// TestInboxHostileBodies feeds bodies a lying server could forge: each is
+// ignored, and none can hang the inbox, book phantom losses or grow it
+// without bound.
+func TestInboxHostileBodies(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	now := start.Add(time.Second)
+	t.Run("void span to the end of time", func(t *testing.T) {
+		set := newTestSet(t)
+		in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+		in.Receive(body("run1", "d.bob", 1, start, 0, 1<<64-1), now.UnixNano())
+		in.Receive(body("run1", "d.bob", 5, start, 1, 1<<62), now.UnixNano())
+		in.Receive(body("run1", "d.bob", 1, start, 0, 0), now.UnixNano())
+		in.Sweep(now.Add(time.Minute).UnixNano())
+		if got := readCounts(set, 0); got.delivered != 1 || got.lost != 0 || got.ignored[metrics.IgnoredMalformed] != 2 {
+			t.Errorf("counts = %+v, want 1 delivered, 2 malformed", got)
+		}
+	})
+	t.Run("intended in the future", func(t *testing.T) {
+		set := newTestSet(t)
+		in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+		in.Receive(body("run1", "d.bob", 2, now.Add(time.Hour), 0, 0), now.UnixNano())
+		if got := readCounts(set, 0); got.delivered != 0 || got.ignored[metrics.IgnoredMalformed] != 1 {
+			t.Errorf("counts = %+v, want it ignored as malformed", got)
+		}
+	})
+	t.Run("invented senders", func(t *testing.T) {
+		set := newTestSet(t)
+		l := NewLedger(set, "run1", start, testDeadline, testLostAfter)
+		in := l.NewInbox()
+		for i := range 3 * maxStreams {
+			b := AppendBody(nil, &Header{Run: []byte("x"), Sender: []byte(strconv.Itoa(i)), Stream: []byte("d.bob"), Seq: 1, Intended: start.UnixNano()}, 0)
+			in.Receive(b, now.UnixNano())
+		}
+		if l.Streams() != maxStreams {
+			t.Errorf("Streams() = %d, want the limit %d", l.Streams(), maxStreams)
+		}
+		if got := readCounts(set, 0); got.ignored[metrics.IgnoredStreamLimit] != 2*maxStreams {
+			t.Errorf("stream_limit ignored = %v, want %d", got.ignored[metrics.IgnoredStreamLimit], 2*maxStreams)
+		}
+	})
+}
+
+// TestVoidSpansOverlap is the pattern of a slow-acking server: the sender's
+// span grows as acks time out (6-6, then 6-7, then 6-8) and each version
+// reaches the receiver. Only seq 5 is really missing.
+func TestVoidSpansOverlap(t *testing.T) {
+	set := newTestSet(t)
+	start := time.Unix(1_700_000_000, 0)
+	in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	for _, a := range []struct {
+		seq, lo, hi uint64
+	}{{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {4, 0, 0}, {9, 6, 6}, {10, 6, 7}, {11, 6, 8}, {12, 7, 7}} {
+		in.Receive(body("run1", "d.bob", a.seq, at(int(a.seq)), a.lo, a.hi), at(int(a.seq)+1).UnixNano())
+	}
+	in.Sweep(at(100).Add(testLostAfter).UnixNano())
+	if got := readCounts(set, 0); got.lost != 1 || got.delivered != 8 {
+		t.Errorf("counts = %+v, want 8 delivered and exactly 1 lost", got)
 	}
 }
 
