@@ -69,8 +69,8 @@ func New(o Options) (*Population, error) {
 		return nil, fmt.Errorf("population: users %d: must be at least 1", o.Users)
 	case o.GroupSize < 2:
 		return nil, fmt.Errorf("population: group_size %d: must be at least 2", o.GroupSize)
-	case o.Deadline <= 0 || o.LostAfter < o.Deadline:
-		return nil, fmt.Errorf("population: lost_after %v must be at least deadline %v > 0", o.LostAfter, o.Deadline)
+	case o.Deadline <= 0 || o.LostAfter < 2*o.Deadline:
+		return nil, fmt.Errorf("population: lost_after %v must be at least twice deadline %v > 0", o.LostAfter, o.Deadline)
 	case o.Heartbeat <= 0 || o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
 		return nil, errors.New("population: heartbeat and backoff must be positive")
 	}
@@ -117,7 +117,10 @@ type sendStream struct {
 	kind   int
 	fanout int
 	seq    uint64
-	voids  []voidCarry
+	// voids are the spans of seqs written but never acknowledged, sorted
+	// and disjoint; voidTurn picks which one the next message carries.
+	voids    []voidCarry
+	voidTurn int
 }
 
 // flight is a message written and not yet acknowledged.
@@ -256,8 +259,9 @@ func (p *Population) provision(ctx context.Context) error {
 // backoff is exponential with full jitter: uniform in [0, min(max, min·2^n)).
 func (p *Population) backoff(attempt int) time.Duration {
 	c := p.opts.BackoffMax
-	if attempt < 30 {
-		c = min(c, p.opts.BackoffMin<<attempt)
+	// Shift only while it cannot overflow: a negative cap would panic.
+	if attempt < 62 && p.opts.BackoffMin <= c>>attempt {
+		c = p.opts.BackoffMin << attempt
 	}
 	return time.Duration(rand.Int64N(int64(c)) + 1)
 }
@@ -400,30 +404,56 @@ func (u *user) take(ref uint64) (flight, bool) {
 }
 
 // addVoid records seq as written but unacknowledged, to be carried in the
-// stream's next messages. Adjacent seqs merge into one span.
+// stream's next messages. Spans stay sorted and disjoint, and a seq that
+// touches a span extends it: an inverted or overlapping span would be
+// rejected or double-counted by receivers.
 func (st *sendStream) addVoid(seq uint64) {
-	if n := len(st.voids); n > 0 && st.voids[n-1].hi+1 == seq {
-		st.voids[n-1].hi = seq
-		st.voids[n-1].left = voidRepeats
+	i := 0
+	for i < len(st.voids) && st.voids[i].hi+1 < seq {
+		i++
+	}
+	switch {
+	case i < len(st.voids) && st.voids[i].lo <= seq+1:
+		v := &st.voids[i]
+		v.lo, v.hi, v.left = min(v.lo, seq), max(v.hi, seq), voidRepeats
+		// Extending upwards may now touch the next span.
+		if i+1 < len(st.voids) && st.voids[i+1].lo <= v.hi+1 {
+			v.hi = max(v.hi, st.voids[i+1].hi)
+			st.voids = append(st.voids[:i+1], st.voids[i+2:]...)
+		}
+		return
+	case len(st.voids) == maxVoids:
+		// Merge the two closest neighbours rather than forget one: a wider
+		// span can only hide a loss between them, never invent one.
+		j := 0
+		for k := 1; k+1 < len(st.voids); k++ {
+			if st.voids[k+1].lo-st.voids[k].hi < st.voids[j+1].lo-st.voids[j].hi {
+				j = k
+			}
+		}
+		st.voids[j].hi, st.voids[j].left = st.voids[j+1].hi, voidRepeats
+		st.voids = append(st.voids[:j+1], st.voids[j+2:]...)
+		st.addVoid(seq)
 		return
 	}
-	if len(st.voids) == maxVoids {
-		// Merge the two oldest rather than forget one: a wider span can
-		// only hide a loss, never invent one.
-		st.voids[1].lo = st.voids[0].lo
-		st.voids = st.voids[1:]
-	}
-	st.voids = append(st.voids, voidCarry{lo: seq, hi: seq, left: voidRepeats})
+	st.voids = append(st.voids, voidCarry{})
+	copy(st.voids[i+1:], st.voids[i:])
+	st.voids[i] = voidCarry{lo: seq, hi: seq, left: voidRepeats}
 }
 
+// takeVoid returns the span the next message carries. Spans take turns, so
+// each reaches receivers within len(voids) messages, well before its gap is
+// written off.
 func (st *sendStream) takeVoid() (lo, hi uint64) {
 	if len(st.voids) == 0 {
 		return 0, 0
 	}
-	v := &st.voids[0]
+	i := st.voidTurn % len(st.voids)
+	st.voidTurn++
+	v := &st.voids[i]
 	lo, hi = v.lo, v.hi
 	if v.left--; v.left == 0 {
-		st.voids = st.voids[1:]
+		st.voids = append(st.voids[:i], st.voids[i+1:]...)
 	}
 	return lo, hi
 }
@@ -534,7 +564,9 @@ func (p *Population) send(u *user, intended int64, buf []byte) []byte {
 // over the interval so that pings do not arrive at the server in a burst.
 func (p *Population) heartbeat(ctx context.Context) {
 	tick := min(p.opts.Heartbeat/10, time.Second)
-	perTick := max(1, int(int64(len(p.users))*int64(tick)/int64(p.opts.Heartbeat)))
+	// Rounded up, so that every session is pinged at least once per
+	// Heartbeat.
+	perTick := max(1, int((int64(len(p.users))*int64(tick)+int64(p.opts.Heartbeat)-1)/int64(p.opts.Heartbeat)))
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	next := 0
