@@ -37,6 +37,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// MaxFrame bounds one received frame. Default 64 KiB.
 	MaxFrame int64
+	// WriteTimeout bounds one write. Default 5s: a target that stops
+	// reading must not block the sender, which serves other users too,
+	// for longer.
+	WriteTimeout time.Duration
 }
 
 // Driver connects users to an embedded target.
@@ -50,10 +54,6 @@ type Driver struct {
 	// idempotent re-creation heals that without a provisioning pass.
 	groupsOf map[string][]probe.Group
 }
-
-// writeTimeout bounds one write: a target that stops reading must not block
-// the sender that shares this goroutine with other users for longer.
-const writeTimeout = 5 * time.Second
 
 // closeGrace is how long Close waits for the target's close reply.
 const closeGrace = time.Second
@@ -71,6 +71,9 @@ func New(o Options) (*Driver, error) {
 	}
 	if o.MaxFrame <= 0 {
 		o.MaxFrame = 64 << 10
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 5 * time.Second
 	}
 	return &Driver{
 		opts: o,
@@ -118,6 +121,9 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	if err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
+	// Shutdown must not wait for a target that stopped answering.
+	stop := context.AfterFunc(ctx, func() { s.conn.NetConn().Close() })
+	defer stop()
 	defer s.conn.Close()
 	// Keep a bounded window of requests in flight: writing thousands of
 	// groups before reading a reply would fill the target's send queue
@@ -189,20 +195,24 @@ func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group)
 	s := &session{d: d, conn: conn}
 	// Interrupt the login exchange if ctx ends; the net.Conn is closed
 	// below on every failure path.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if err := s.login(user); err != nil {
+	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
+	err = s.login(user)
+	for i := 0; err == nil && i < len(groups); i++ {
+		if err = s.writeGroup(groups[i], "g"+strconv.Itoa(i)); err != nil {
+			err = fmt.Errorf("group %s: %w", groups[i].Name, err)
+		}
+	}
+	// stop reports false if ctx ended meanwhile: the connection is closed
+	// then, even if the login got through.
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("login %s: %w", user, ctx.Err())
 		}
 		return nil, fmt.Errorf("login %s: %w", user, err)
-	}
-	for i, g := range groups {
-		if err := s.writeGroup(g, "g"+strconv.Itoa(i)); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("login %s: group %s: %w", user, g.Name, err)
-		}
 	}
 	return s, nil
 }
@@ -213,8 +223,33 @@ type session struct {
 	conn *websocket.Conn
 	// wmu serialises writers: the sender and the login path. Pings and
 	// closes use WriteControl, which gorilla allows concurrently.
-	wmu     sync.Mutex
+	wmu sync.Mutex
+	// dmu orders read-deadline changes against closing: the read loop
+	// extends the deadline per frame, and must never undo the short
+	// deadline Close sets.
+	dmu     sync.Mutex
 	closing atomic.Bool
+}
+
+// extendRead moves the read deadline to d from now, unless the session is
+// closing.
+func (s *session) extendRead(d time.Duration) error {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	if s.closing.Load() {
+		return nil
+	}
+	return s.conn.SetReadDeadline(time.Now().Add(d))
+}
+
+// fail closes the connection under a failed write, so that Serve returns
+// and the user reconnects. gorilla keeps a write error for good: a session
+// left open after one could read but never send again.
+func (s *session) fail(err error) error {
+	if err != nil {
+		s.conn.NetConn().Close()
+	}
+	return err
 }
 
 func (s *session) login(user string) error {
@@ -270,8 +305,8 @@ func (s *session) writeGroup(g probe.Group, id string) error {
 func (s *session) write(b []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	_ = s.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	return s.conn.WriteMessage(websocket.TextMessage, b)
+	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
+	return s.fail(s.conn.WriteMessage(websocket.TextMessage, b))
 }
 
 // sendPool holds encoded send frames between uses.
@@ -300,22 +335,24 @@ func (s *session) Send(m *probe.Message) error {
 
 // Ping implements probe.Session.
 func (s *session) Ping() error {
-	return s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout))
+	return s.fail(s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
 }
 
 // Close implements probe.Session: a normal-closure frame, then a bounded wait
 // for the target's reply, which Serve reads.
 func (s *session) Close() error {
+	s.dmu.Lock()
 	if s.closing.Swap(true) {
+		s.dmu.Unlock()
 		return nil
 	}
-	err := s.conn.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "imcanary shutdown"),
-		time.Now().Add(closeGrace))
 	// Serve returns once the reply comes, or at this deadline if it
 	// never does.
 	_ = s.conn.SetReadDeadline(time.Now().Add(closeGrace))
-	return err
+	s.dmu.Unlock()
+	return s.conn.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "imcanary shutdown"),
+		time.Now().Add(closeGrace))
 }
 
 // readFrame reads one whole data frame into a pooled buffer, which the caller
@@ -353,16 +390,9 @@ func (s *session) Serve(h probe.Handler) error {
 	// Two missed heartbeats and a margin: the target answers every ping,
 	// so silence that long means the connection is dead.
 	idle := 2*s.d.opts.Heartbeat + 5*time.Second
-	s.conn.SetPongHandler(func(string) error {
-		if !s.closing.Load() {
-			return s.conn.SetReadDeadline(time.Now().Add(idle))
-		}
-		return nil
-	})
+	s.conn.SetPongHandler(func(string) error { return s.extendRead(idle) })
 	for {
-		if !s.closing.Load() {
-			_ = s.conn.SetReadDeadline(time.Now().Add(idle))
-		}
+		_ = s.extendRead(idle)
 		bp, err := s.readFrame()
 		if err != nil {
 			return s.classify(err)

@@ -110,7 +110,7 @@ func measureSessions(b *testing.B, addr string, n int) (heapPer, stackPer, rssPe
 	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
 	pop, err := probe.New(probe.Options{
 		Driver: drv, Set: set, Run: "bench", Prefix: "m", Users: n, GroupSize: 5,
-		Heartbeat: time.Hour, Deadline: time.Second, LostAfter: time.Second,
+		Heartbeat: time.Hour, Deadline: time.Second, LostAfter: 2 * time.Second,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second,
 	})
 	if err != nil {

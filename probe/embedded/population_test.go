@@ -179,7 +179,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // Light enough to keep latency far under the deadline on a loaded 2-core
 // machine under -race: 20 users at 25 msg/s, group size 5, so 500 msg/s
 // and about 1,250 deliveries/s.
-var base = popConfig{users: 20, groupSize: 5, rate: 25, deadline: 2 * time.Second, lostAfter: 3 * time.Second}
+var base = popConfig{users: 20, groupSize: 5, rate: 25, deadline: time.Second, lostAfter: 2 * time.Second}
 
 const soakFor = 3 * time.Second
 

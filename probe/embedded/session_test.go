@@ -140,3 +140,47 @@ func TestConnectErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteTimeoutEndsSession: a server that stops reading makes a write
+// time out. The session must end (so the user reconnects) rather than stay
+// online, reading, with a connection that can never send again.
+func TestWriteTimeoutEndsSession(t *testing.T) {
+	url := fakeServer(t, func(c *websocket.Conn) {
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"pong"}`))
+		// Never read again; hold the connection open until the client
+		// gives up on it.
+		buf := make([]byte, 1)
+		_ = c.NetConn().SetReadDeadline(time.Now().Add(time.Hour))
+		time.Sleep(10 * time.Second)
+		_, _ = c.NetConn().Read(buf[:0])
+	})
+	drv, err := embedded.New(embedded.Options{URL: url, Heartbeat: time.Hour, WriteTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := drv.Connect(context.Background(), "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(nopHandler{}) }()
+	big := make([]byte, 60<<10)
+	for i := range big {
+		big[i] = 'x'
+	}
+	var sendErr error
+	for i := 0; i < 2000 && sendErr == nil; i++ {
+		sendErr = s.Send(&probe.Message{Ref: uint64(i), To: "u2", Body: big})
+	}
+	if sendErr == nil {
+		t.Fatal("no write timed out against a server that never reads")
+	}
+	select {
+	case err := <-done:
+		if r := probe.ReasonOf(err); r != metrics.ReasonError {
+			t.Errorf("Serve() = %v (reason %s), want reason error", err, r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("session still serving after its write failed")
+	}
+}
