@@ -50,8 +50,9 @@ type Population struct {
 	// time: a delivery after it is late. It is also the ack timeout.
 	Deadline time.Duration `koanf:"deadline"`
 	// LostAfter is how long after its intended send time a missing message
-	// is declared lost. It must be at least Deadline: a message that arrives
-	// between the two is late, not lost.
+	// is declared lost. It must be at least twice Deadline: a message that
+	// arrives between the two is late, not lost, and a message the server
+	// never acknowledged is known as such only a Deadline after its send.
 	LostAfter time.Duration `koanf:"lost_after"`
 	// Prefix starts every user and group name, so that provisioning is
 	// idempotent across restarts and never collides with other data.

@@ -282,7 +282,7 @@ func TestLoadErrors(t *testing.T) {
 			name: "invalid value from flag",
 			env:  []string{"IMCANARY_POPULATION_DEADLINE=1s"},
 			args: []string{"--population.lost_after=500ms"},
-			want: `flag --population.lost_after: population.lost_after: 500ms: must be at least population.deadline (1s)`,
+			want: `flag --population.lost_after: population.lost_after: 500ms: must be at least twice population.deadline (2s)`,
 		},
 	}
 	for _, tt := range tests {

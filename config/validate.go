@@ -132,8 +132,11 @@ func (c Config) problems() []*ValidationError {
 	if p.Deadline <= 0 {
 		fail("population.deadline", p.Deadline, "must be positive")
 	}
-	if p.LostAfter < p.Deadline {
-		fail("population.lost_after", p.LostAfter, "must be at least population.deadline (%v)", p.Deadline)
+	// Twice the deadline, because a message the server never acked is
+	// known to be void only a deadline after it was sent, and receivers
+	// must hear that before they write its gap off as lost.
+	if p.Deadline > 0 && p.LostAfter < 2*p.Deadline {
+		fail("population.lost_after", p.LostAfter, "must be at least twice population.deadline (%v)", 2*p.Deadline)
 	}
 	if !prefixRE.MatchString(p.Prefix) {
 		fail("population.prefix", p.Prefix, "must match %s", prefixRE)

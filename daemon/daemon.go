@@ -192,16 +192,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	// One budget for the whole shutdown. The population gets most of it;
+	// the embedded target needs up to a second to close what is left.
 	log.Info("shutting down")
+	end := time.Now().Add(ShutdownTimeout)
 	stopPop()
-	deadline := time.NewTimer(ShutdownTimeout)
-	defer deadline.Stop()
+	popWait := time.NewTimer(time.Until(end) - 1500*time.Millisecond)
+	defer popWait.Stop()
 	select {
 	case <-popDone:
-	case <-deadline.C:
-		log.Error("population did not stop in time", "timeout", ShutdownTimeout)
+	case <-popWait.C:
+		log.Error("population did not stop in time; closing anyway")
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	sctx, cancel := context.WithDeadline(context.Background(), end.Add(-time.Second))
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	stopTarget()

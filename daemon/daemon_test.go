@@ -38,7 +38,7 @@ func testConfig() config.Config {
 	cfg.Population.Ramp = 200 * time.Millisecond
 	cfg.Population.Rate = 5
 	cfg.Population.Deadline = 2 * time.Second
-	cfg.Population.LostAfter = 3 * time.Second
+	cfg.Population.LostAfter = 4 * time.Second
 	return cfg
 }
 

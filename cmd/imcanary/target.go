@@ -59,6 +59,10 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return badConfig(fmt.Errorf("--secret-file: %w", err))
 		}
 		secret = []byte(strings.TrimSpace(string(b)))
+		if len(secret) == 0 {
+			// An empty secret would silently open the target to anyone.
+			return badConfig(fmt.Errorf("--secret-file: %s is empty", *secretFile))
+		}
 	case os.Getenv(config.SecretEnv) != "":
 		secret = []byte(os.Getenv(config.SecretEnv))
 	}
