@@ -10,6 +10,12 @@ type Config struct {
 	HTTP       HTTP       `koanf:"http"`
 	Target     Target     `koanf:"target"`
 	Population Population `koanf:"population"`
+	// DataDir is the directory that keeps the run history: soak reports
+	// and canary rounds.
+	DataDir string  `koanf:"data_dir"`
+	History History `koanf:"history"`
+	Canary  Canary  `koanf:"canary"`
+	Soak    Soak    `koanf:"soak"`
 }
 
 // HTTP configures the daemon's own HTTP server (/metrics, /healthz, /readyz).
@@ -71,6 +77,145 @@ type Backoff struct {
 	Max time.Duration `koanf:"max"`
 }
 
+// History bounds the run history under DataDir. Whichever limit is reached
+// first prunes the oldest entries, so the directory cannot grow without end
+// on a daemon that runs for months.
+type History struct {
+	// MaxRuns is how many soak run reports are kept.
+	MaxRuns int `koanf:"max_runs"`
+	// MaxAge is how long a soak report or canary round is kept.
+	MaxAge time.Duration `koanf:"max_age"`
+	// MaxCanaryRounds is how many canary rounds are kept. Rounds are small
+	// and frequent (one every 30s by default is 2,880 a day), hence a
+	// separate, larger limit.
+	MaxCanaryRounds int `koanf:"max_canary_rounds"`
+}
+
+// Canary is the scheduled canary round: a few fully tracked users who
+// exchange messages on top of the background population and are measured
+// precisely (OpenIM's "sampled users"). It is small so that it can run often.
+type Canary struct {
+	// Schedule is a cron spec (robfig/cron v3 standard syntax: five fields
+	// or a descriptor such as "@every 30s" or "@hourly"); "" disables the
+	// canary.
+	Schedule string `koanf:"schedule"`
+	// Deadline is how long a round waits for each expected delivery,
+	// measured from the message's send time.
+	Deadline time.Duration `koanf:"deadline"`
+	// Users is how many users take part in each round.
+	Users int `koanf:"users"`
+	// Messages is how many messages each user sends per round.
+	Messages int `koanf:"messages"`
+	// Jitter delays each round's start by a random duration up to this, so
+	// that several canaries on one schedule do not hit the target at the
+	// same instant.
+	Jitter time.Duration `koanf:"jitter"`
+}
+
+// Soak holds the soak profiles: named load tests run on demand or on their
+// own schedule. The list can only be given in the configuration file, never
+// through the environment or flags, which hold one scalar value each.
+type Soak struct {
+	// Profiles are the soak profiles in the order the file gives them;
+	// their names are unique.
+	Profiles []Profile `koanf:"profiles"`
+}
+
+// Profile is one soak test: a cohort of users ramped in on top of the
+// background population, open-loop traffic for Duration, a Drain in which
+// late deliveries can still arrive, and a verdict against Thresholds.
+//
+// Keys a profile leaves out in the file take the values of the unexported
+// profileDefaults; Deadline and LostAfter are derived after loading instead,
+// as they follow population.deadline.
+type Profile struct {
+	// Name identifies the profile in commands, reports and metrics: 1 to 32
+	// characters of a-z, 0-9 and "-", unique among the profiles.
+	Name string `koanf:"name"`
+	// Schedule is a cron spec like canary.schedule; "" runs the profile
+	// only when asked to.
+	Schedule string `koanf:"schedule"`
+	// Users is the size of the cohort.
+	Users int `koanf:"users"`
+	// GroupSize is the size of each chat group; users are grouped in order.
+	GroupSize int `koanf:"group_size"`
+	// Rate is messages per second per user, alternating direct and group.
+	Rate float64 `koanf:"rate"`
+	// Ramp spreads the cohort's logins evenly over this duration.
+	Ramp time.Duration `koanf:"ramp"`
+	// Duration is how long the cohort sends, after the ramp.
+	Duration time.Duration `koanf:"duration"`
+	// Drain is how long the run keeps listening after the last send, so
+	// that late deliveries are counted as late rather than lost.
+	Drain time.Duration `koanf:"drain"`
+	// Deadline is the delivery deadline as in population.deadline. 0 (or
+	// left out) means population.deadline; Load fills it in.
+	Deadline time.Duration `koanf:"deadline"`
+	// LostAfter is as in population.lost_after, at least twice Deadline.
+	// 0 (or left out) means twice Deadline; Load fills it in.
+	LostAfter time.Duration `koanf:"lost_after"`
+	// LateLogins is the fraction of users, 0 to below 1, who log in only
+	// LateAfter after the run starts, so that messages sent to them
+	// meanwhile test offline delivery.
+	LateLogins float64 `koanf:"late_logins"`
+	// LateAfter is how long after the start of the run the late users log
+	// in; it must fall within Duration when LateLogins is above 0.
+	LateAfter time.Duration `koanf:"late_after"`
+	// Thresholds are the limits the run must stay within to pass.
+	Thresholds Thresholds `koanf:"thresholds"`
+}
+
+// Thresholds are the pass/fail limits of a soak run. Ratios are fractions
+// (0.001 is 0.1%), not percentages.
+type Thresholds struct {
+	// MaxLoss is the highest ratio of lost to expected deliveries; a group
+	// message to n others is n expected deliveries.
+	MaxLoss float64 `koanf:"max_loss"`
+	// MaxLate is the highest ratio of late deliveries to deliveries.
+	MaxLate float64 `koanf:"max_late"`
+	// P99Ack is the highest 99th percentile of the server's ack latency.
+	P99Ack time.Duration `koanf:"p99_ack"`
+	// P99Delivery is the highest 99th percentile of delivery latency, from
+	// the intended send time to receipt.
+	P99Delivery time.Duration `koanf:"p99_delivery"`
+	// MinOnlineRatio is the lowest acceptable ratio of online users to the
+	// users meant to be online.
+	MinOnlineRatio float64 `koanf:"min_online_ratio"`
+	// MaxDisconnects is the most disconnects the server may cause (our own
+	// shutdown at the end of the run is not counted).
+	MaxDisconnects int64 `koanf:"max_disconnects"`
+}
+
+// Profile returns the soak profile named name, and whether there is one.
+func (c Config) Profile(name string) (Profile, bool) {
+	for _, p := range c.Soak.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}
+
+// profileDefaults holds the value of every key a profile leaves out, except
+// name and users, which it must give, and deadline and lost_after, which
+// follow population.deadline (see Profile). Load merges these into each
+// profile's map before decoding, so an explicit 0 (max_loss: 0) stays 0.
+var profileDefaults = Profile{
+	GroupSize: 5,
+	Rate:      1,
+	Ramp:      10 * time.Second,
+	Duration:  time.Minute,
+	Drain:     30 * time.Second,
+	Thresholds: Thresholds{
+		MaxLoss:        0.001,
+		MaxLate:        0.01,
+		P99Ack:         time.Second,
+		P99Delivery:    2 * time.Second,
+		MinOnlineRatio: 1.0,
+		MaxDisconnects: 0,
+	},
+}
+
 // Default returns the configuration used for every key a source leaves unset.
 func Default() Config {
 	return Config{
@@ -91,5 +236,20 @@ func Default() Config {
 			MessageSize: 0,
 			Backoff:     Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second},
 		},
+		DataDir: "./imcanary-data",
+		History: History{
+			MaxRuns:         200,
+			MaxAge:          720 * time.Hour, // 30 days
+			MaxCanaryRounds: 2000,
+		},
+		Canary: Canary{
+			Schedule: "@every 30s",
+			Deadline: 5 * time.Second,
+			Users:    4,
+			Messages: 1,
+			Jitter:   5 * time.Second,
+		},
+		// No profiles: soak tests are opt-in, as they load the target.
+		Soak: Soak{},
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -26,20 +27,53 @@ type leaf struct {
 	index []int  // field index path for reflect.Value.FieldByIndex
 }
 
+// schema is the key set of one struct type: Config itself, or the element of
+// a list such as soak.profiles, whose keys are relative to one element.
+type schema struct {
+	leaves   []leaf
+	byKey    map[string]leaf
+	sections map[string]bool // paths that must hold a mapping
+	// lists maps a key holding a list of sections to the schema of one
+	// element. Lists are file-only: an environment variable or a flag
+	// holds one scalar, so they have no env name and no flag.
+	lists map[string]*schema
+}
+
 // The key set is derived from Config's koanf tags so that flags, environment
 // names and the unknown-key check can never drift from the struct.
 var (
-	leaves   = collectLeaves(reflect.TypeFor[Config](), nil, nil)
-	byKey    = indexLeaves(func(l leaf) string { return l.key })
+	root     = newSchema(reflect.TypeFor[Config]())
+	leaves   = root.leaves
+	byKey    = root.byKey
 	byEnv    = indexLeaves(func(l leaf) string { return l.env })
-	sections = collectSections()
+	sections = root.sections
 )
 
-// collectLeaves walks t depth-first in field order. A field without a koanf
-// tag is a programming error in this package, so it panics at init rather
-// than silently becoming a key nobody can spell.
-func collectLeaves(t reflect.Type, path []string, index []int) []leaf {
-	var out []leaf
+func newSchema(t reflect.Type) *schema {
+	s := &schema{
+		byKey:    make(map[string]leaf),
+		sections: make(map[string]bool),
+		lists:    make(map[string]*schema),
+	}
+	s.collect(t, nil, nil)
+	for _, l := range s.leaves {
+		s.byKey[l.key] = l
+	}
+	// Every proper prefix of a key ("population", "population.backoff")
+	// is a section, and so is every prefix of a list ("soak").
+	for _, key := range slices.Concat(slices.Collect(maps.Keys(s.byKey)), slices.Collect(maps.Keys(s.lists))) {
+		parts := strings.Split(key, ".")
+		for i := 1; i < len(parts); i++ {
+			s.sections[strings.Join(parts[:i], ".")] = true
+		}
+	}
+	return s
+}
+
+// collect walks t depth-first in field order. A field without a koanf tag
+// is a programming error in this package, so it panics at init rather than
+// silently becoming a key nobody can spell.
+func (s *schema) collect(t reflect.Type, path []string, index []int) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, _, _ := strings.Cut(f.Tag.Get("koanf"), ",")
@@ -48,18 +82,25 @@ func collectLeaves(t reflect.Type, path []string, index []int) []leaf {
 		}
 		p := append(slices.Clip(path), tag)
 		idx := append(slices.Clip(index), i)
-		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
-			out = append(out, collectLeaves(f.Type, p, idx)...)
-			continue
-		}
 		key := strings.Join(p, ".")
-		out = append(out, leaf{
-			key:   key,
-			env:   EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
-			index: idx,
-		})
+		switch {
+		case isSection(f.Type):
+			s.collect(f.Type, p, idx)
+		case f.Type.Kind() == reflect.Slice && isSection(f.Type.Elem()):
+			s.lists[key] = newSchema(f.Type.Elem())
+		default:
+			s.leaves = append(s.leaves, leaf{
+				key:   key,
+				env:   EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
+				index: idx,
+			})
+		}
 	}
-	return out
+}
+
+// isSection reports whether a field of type t holds nested keys.
+func isSection(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && t != reflect.TypeFor[time.Duration]()
 }
 
 func indexLeaves(name func(leaf) string) map[string]leaf {
@@ -70,21 +111,9 @@ func indexLeaves(name func(leaf) string) map[string]leaf {
 	return m
 }
 
-// collectSections returns every proper prefix of a key ("population",
-// "population.backoff"): the paths that must hold a mapping.
-func collectSections() map[string]bool {
-	m := make(map[string]bool)
-	for _, l := range leaves {
-		parts := strings.Split(l.key, ".")
-		for i := 1; i < len(parts); i++ {
-			m[strings.Join(parts[:i], ".")] = true
-		}
-	}
-	return m
-}
-
-// Keys returns every configuration key, sorted, in the dotted form used by
-// flags and error messages ("population.group_size").
+// Keys returns every configuration key that holds a single value, sorted, in
+// the dotted form used by flags and error messages ("population.group_size").
+// The list soak.profiles is not among them: only the file can set it.
 func Keys() []string {
 	keys := make([]string, 0, len(leaves))
 	for _, l := range leaves {
@@ -131,6 +160,15 @@ var help = map[string]string{
 	"population.message_size":    "minimum size of probe message bodies in bytes",
 	"population.backoff.initial": "cap of the first reconnect delay",
 	"population.backoff.max":     "cap of every reconnect delay",
+	"data_dir":                   "directory of the run history (soak reports, canary rounds)",
+	"history.max_runs":           "number of soak run reports kept",
+	"history.max_age":            "age after which soak reports and canary rounds are pruned",
+	"history.max_canary_rounds":  "number of canary rounds kept",
+	"canary.schedule":            `cron spec of the canary rounds, such as "@every 30s" or "*/5 * * * *"; empty disables them`,
+	"canary.deadline":            "time a canary round waits for each delivery",
+	"canary.users":               "number of users in each canary round",
+	"canary.messages":            "number of messages each canary user sends per round",
+	"canary.jitter":              "maximum random delay of each canary round's start",
 }
 
 // RegisterFlags defines one string flag per key on fs, named exactly as the

@@ -81,6 +81,7 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 		// Every layer decoded on its own, so this is a bug, not bad input.
 		return Config{}, fmt.Errorf("decode configuration: %w", err)
 	}
+	c.deriveProfiles()
 
 	var errs []error
 	for _, p := range c.problems() {
@@ -90,6 +91,24 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// deriveProfiles fills in the keys of each soak profile whose default
+// follows other keys, and drops an empty list so that "profiles: []" loads
+// to the same Config as no profiles at all.
+func (c *Config) deriveProfiles() {
+	if len(c.Soak.Profiles) == 0 {
+		c.Soak.Profiles = nil
+	}
+	for i := range c.Soak.Profiles {
+		p := &c.Soak.Profiles[i]
+		if p.Deadline == 0 {
+			p.Deadline = c.Population.Deadline
+		}
+		if p.LostAfter == 0 {
+			p.LostAfter = 2 * p.Deadline
+		}
+	}
 }
 
 func fileLayer(path string) (layer, error) {
@@ -114,6 +133,10 @@ func envLayer(environ []string) (layer, error) {
 		if !ok || !strings.HasPrefix(name, EnvPrefix) || name == SecretEnv {
 			// Dropped here, before any provider sees it, so the secret's
 			// value cannot reach a map, an error or a log line.
+			continue
+		}
+		if key := listEnv[name]; key != "" {
+			unknown = append(unknown, fmt.Errorf("unknown environment variable %q: %s is a list, which only the configuration file can set", name, key))
 			continue
 		}
 		if _, ok := byEnv[name]; !ok {
@@ -163,10 +186,11 @@ func flagLayer(flags *pflag.FlagSet) (layer, error) {
 
 // check rejects unknown keys and values that do not decode, then drops null
 // values so that "users:" with nothing after it means "not set here" instead
-// of erasing the default.
+// of erasing the default, and gives each soak profile the defaults of the
+// keys it leaves out.
 func (l layer) check() error {
 	var errs []error
-	for _, ke := range unknownKeys(l.ko.Raw(), "") {
+	for _, ke := range unknownKeys(root, l.ko.Raw(), "", "") {
 		errs = append(errs, fmt.Errorf("%s: %w", l.origin(ke.key), ke))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -178,6 +202,9 @@ func (l layer) check() error {
 			l.ko.Delete(key)
 		}
 	}
+	if err := l.defaultProfiles(); err != nil {
+		return err
+	}
 
 	if err := unmarshal(l.ko, &Config{}); err != nil {
 		des := decodeErrors(err)
@@ -186,7 +213,7 @@ func (l layer) check() error {
 		}
 		for _, de := range des {
 			errs = append(errs, fmt.Errorf("%s: %w", l.origin(de.Name()),
-				&ValidationError{Key: de.Name(), Value: l.ko.Get(de.Name()), Err: de.Unwrap()}))
+				&ValidationError{Key: de.Name(), Value: l.value(de.Name()), Err: de.Unwrap()}))
 		}
 		return errors.Join(errs...)
 	}
@@ -206,33 +233,159 @@ func (e keyError) Error() string {
 	return fmt.Sprintf("unknown key %q", e.key)
 }
 
-// unknownKeys walks the nested map m (at path prefix) and returns the keys
-// that are neither a key nor a section of Config, sorted. It walks the map
-// itself rather than using koanf's flattened keys, which would read a single
-// YAML key "population.users" as the nested key and so let it through to a
-// less helpful error from mapstructure.
-func unknownKeys(m map[string]any, prefix string) []keyError {
+// unknownKeys walks the nested map m and returns the keys that are neither a
+// key, a section nor a list of s, sorted. rel is m's path within s, for
+// looking keys up; at is its path as errors show it, which differs inside a
+// list ("soak.profiles[2]" against ""). It walks the map itself rather than
+// using koanf's flattened keys, which would read a single YAML key
+// "population.users" as the nested key and so let it through to a less
+// helpful error from mapstructure.
+func unknownKeys(s *schema, m map[string]any, at, rel string) []keyError {
 	var out []keyError
 	for _, name := range slices.Sorted(maps.Keys(m)) {
-		key := name
-		if prefix != "" {
-			key = prefix + "." + name
-		}
+		key, r := join(at, name), join(rel, name)
 		switch {
 		case strings.Contains(name, "."):
 			out = append(out, keyError{key: key, dotted: true})
-		case byKey[key].key != "":
-		case sections[key]:
+		case s.byKey[r].key != "":
+		case s.sections[r]:
 			// A section holding a scalar is left to the decoder, which
 			// reports it as a type error on the section.
 			if sub, ok := m[name].(map[string]any); ok {
-				out = append(out, unknownKeys(sub, key)...)
+				out = append(out, unknownKeys(s, sub, key, r)...)
+			}
+		case s.lists[r] != nil:
+			// Likewise a list that is not one, or an element that is
+			// not a mapping.
+			list, _ := m[name].([]any)
+			for i, e := range list {
+				if sub, ok := e.(map[string]any); ok {
+					out = append(out, unknownKeys(s.lists[r], sub, fmt.Sprintf("%s[%d]", key, i), "")...)
+				}
 			}
 		default:
 			out = append(out, keyError{key: key})
 		}
 	}
 	return out
+}
+
+func join(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
+// listEnv maps the environment variable that a list key would have to the
+// key, so that setting it gets a better error than "unknown".
+var listEnv = func() map[string]string {
+	m := make(map[string]string)
+	for key := range root.lists {
+		m[EnvPrefix+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
+	}
+	return m
+}()
+
+// defaultProfiles merges profileDefaults into every profile of the layer,
+// key by key, before anything is decoded: that way a key the file leaves out
+// (or leaves empty) gets its default while an explicit zero stays zero, which
+// a check for zero values after decoding could not tell apart. Anything that
+// is not a list of mappings is left as it is for the decoder to reject.
+// Null elements become empty profiles.
+func (l layer) defaultProfiles() error {
+	const key = "soak.profiles"
+	list, ok := l.ko.Get(key).([]any) // a deep copy, so ours to change
+	if !ok {
+		return nil
+	}
+	defaults := toMap(reflect.ValueOf(profileDefaults), "name", "users")
+	for i, e := range list {
+		if e == nil {
+			// "- " with nothing after it: a profile with no keys, so
+			// that the errors name the two it lacks.
+			e = map[string]any{}
+			list[i] = e
+		}
+		if m, ok := e.(map[string]any); ok {
+			mergeMissing(m, defaults)
+		}
+	}
+	if err := l.ko.Set(key, list); err != nil {
+		return fmt.Errorf("%s: set profile defaults: %w", l.origin(key), err)
+	}
+	return nil
+}
+
+// toMap turns the struct v into a nested map keyed by koanf tags, leaving
+// out the top-level keys in skip.
+func toMap(v reflect.Value, skip ...string) map[string]any {
+	m := make(map[string]any)
+	for i := range v.NumField() {
+		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("koanf"), ",")
+		switch f := v.Field(i); {
+		case slices.Contains(skip, tag):
+		case isSection(f.Type()):
+			m[tag] = toMap(f)
+		default:
+			m[tag] = f.Interface()
+		}
+	}
+	return m
+}
+
+// mergeMissing copies into m every key of defaults that m lacks or holds as
+// null, descending into sections that both hold as mappings.
+func mergeMissing(m, defaults map[string]any) {
+	for k, d := range defaults {
+		switch v := m[k].(type) {
+		case nil:
+			if dm, ok := d.(map[string]any); ok {
+				d = maps.Clone(dm) // each profile gets its own
+			}
+			m[k] = d
+		case map[string]any:
+			if dm, ok := d.(map[string]any); ok {
+				mergeMissing(v, dm)
+			}
+		}
+	}
+}
+
+// value returns the value of key in the layer as it was given. Keys inside a
+// list ("soak.profiles[2].users") are looked up in the raw tree, as koanf's
+// own keys stop at the list.
+func (l layer) value(key string) any {
+	if !strings.Contains(key, "[") {
+		return l.ko.Get(key)
+	}
+	var v any = l.ko.Raw()
+	for key != "" {
+		if key[0] == '[' {
+			end := strings.IndexByte(key, ']')
+			list, ok := v.([]any)
+			if end < 0 || !ok {
+				return nil
+			}
+			i, err := strconv.Atoi(key[1:end])
+			if err != nil || i < 0 || i >= len(list) {
+				return nil
+			}
+			v, key = list[i], key[end+1:]
+			continue
+		}
+		key = strings.TrimPrefix(key, ".")
+		end := strings.IndexAny(key, ".[")
+		if end < 0 {
+			end = len(key)
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v, key = m[key[:end]], key[end:]
+	}
+	return v
 }
 
 // decodeErrors returns the innermost mapstructure errors in err, each naming
@@ -259,8 +412,11 @@ func decodeErrors(err error) []*mapstructure.DecodeError {
 // attribute prefixes a validation problem with the source that set its key:
 // the last layer holding the key, as that is the one that won.
 func attribute(layers []layer, p *ValidationError) error {
+	// Only the file sets lists, so a key inside one belongs to the layer
+	// holding the list.
+	key, _, _ := strings.Cut(p.Key, "[")
 	for _, l := range slices.Backward(layers) {
-		if l.ko.Exists(p.Key) {
+		if l.ko.Exists(key) {
 			return fmt.Errorf("%s: %w", l.origin(p.Key), p)
 		}
 	}
@@ -274,6 +430,7 @@ func unmarshal(k *koanf.Koanf, out *Config) error {
 			WeaklyTypedInput: true,
 			DecodeHook: mapstructure.ComposeDecodeHookFunc(
 				sectionHook,
+				listHook,
 				durationHook,
 				intHook,
 				floatHook,
@@ -293,6 +450,7 @@ var (
 	errNumber    = errors.New("must be a number")
 	errString    = errors.New("must be a single value, not a list or mapping")
 	errSection   = errors.New("must be a mapping of keys")
+	errList      = errors.New("must be a list")
 	errTimestamp = errors.New("is read as a timestamp; quote it to use it as text")
 )
 
@@ -312,6 +470,15 @@ func sectionHook(_, to reflect.Type, data any) (any, error) {
 		return nil, errSection
 	}
 	return data, nil
+}
+
+// listHook rejects anything but a list where a list belongs: weak typing
+// would otherwise read a single mapping as a list of one.
+func listHook(_, to reflect.Type, data any) (any, error) {
+	if to.Kind() != reflect.Slice || reflect.ValueOf(data).Kind() == reflect.Slice {
+		return data, nil
+	}
+	return nil, errList
 }
 
 // durationHook accepts strings that time.ParseDuration reads, and a bare

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
 )
 
 // Protocols lists the values target.protocol accepts. The package that wires
@@ -48,9 +50,38 @@ const (
 	maxRate        = 1000 // messages per second per user
 	minHeartbeat   = 100 * time.Millisecond
 	maxMessageSize = 64 << 10 // bytes
+	// A canary round is a handful of users measured precisely; more is a
+	// soak profile's job.
+	maxCanaryUsers    = 100
+	maxCanaryMessages = 100
+	// A soak profile needs a sender and a receiver.
+	minProfileUsers = 2
 )
 
-var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+var (
+	prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	// Profile names are typed in commands and end up in reports and
+	// the history, hence the same safe alphabet as the prefix.
+	profileNameRE = prefixRE
+)
+
+// checkSchedule returns nil if spec is a schedule that robfig/cron v3's
+// standard parser accepts, or the parser's reason.
+func checkSchedule(spec string) (err error) {
+	// cron v3.0.1 panics on a time zone prefix without a space after it
+	// ("TZ=UTC"); a configuration file must not crash the daemon.
+	if (strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=")) && !strings.Contains(spec, " ") {
+		return errors.New("time zone prefix must be followed by a space and the schedule")
+	}
+	// And in case the parser has another such bug.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot be parsed: %v", r)
+		}
+	}()
+	_, err = cron.ParseStandard(spec)
+	return err
+}
 
 // Validate checks every value and every rule between values. It returns nil
 // or an errors.Join of *ValidationError, one per problem, in key order of the
@@ -152,6 +183,143 @@ func (c Config) problems() []*ValidationError {
 	}
 	if b.Max < b.Initial {
 		fail("population.backoff.max", b.Max, "must be at least population.backoff.initial (%v)", b.Initial)
+	}
+
+	if c.DataDir == "" {
+		fail("data_dir", c.DataDir, "must not be empty")
+	}
+
+	h := c.History
+	if h.MaxRuns < 1 {
+		fail("history.max_runs", h.MaxRuns, "must be at least 1")
+	}
+	if h.MaxAge <= 0 {
+		fail("history.max_age", h.MaxAge, "must be positive")
+	}
+	if h.MaxCanaryRounds < 1 {
+		fail("history.max_canary_rounds", h.MaxCanaryRounds, "must be at least 1")
+	}
+
+	cn := c.Canary
+	if cn.Schedule != "" {
+		if err := checkSchedule(cn.Schedule); err != nil {
+			fail("canary.schedule", cn.Schedule, "must be a cron schedule or empty: %w", err)
+		}
+	}
+	if cn.Deadline <= 0 {
+		fail("canary.deadline", cn.Deadline, "must be positive")
+	}
+	if cn.Users < 2 {
+		fail("canary.users", cn.Users, "must be at least 2")
+	} else if cn.Users > maxCanaryUsers {
+		fail("canary.users", cn.Users, "must be at most %d", maxCanaryUsers)
+	}
+	if cn.Messages < 1 {
+		fail("canary.messages", cn.Messages, "must be at least 1")
+	} else if cn.Messages > maxCanaryMessages {
+		fail("canary.messages", cn.Messages, "must be at most %d", maxCanaryMessages)
+	}
+	if cn.Jitter < 0 {
+		fail("canary.jitter", cn.Jitter, "must not be negative")
+	}
+
+	first := make(map[string]int) // profile name → index of its first use
+	for i, p := range c.Soak.Profiles {
+		at := fmt.Sprintf("soak.profiles[%d]", i)
+		// A name that is also invalid gets only that error, from problems.
+		if j, dup := first[p.Name]; dup && profileNameRE.MatchString(p.Name) {
+			fail(at+".name", p.Name, "must be unique: soak.profiles[%d] has the same name", j)
+		} else if !dup {
+			first[p.Name] = i
+		}
+		out = append(out, p.problems(at)...)
+	}
+	return out
+}
+
+// problems checks one soak profile whose keys start with at
+// ("soak.profiles[2]"), so that each error points into the list.
+func (p Profile) problems(at string) []*ValidationError {
+	var out []*ValidationError
+	fail := func(key string, value any, format string, args ...any) {
+		out = append(out, &ValidationError{Key: at + "." + key, Value: value, Err: fmt.Errorf(format, args...)})
+	}
+	// ratio checks a fraction; written so that NaN fails too.
+	ratio := func(key string, v float64) {
+		if !(v >= 0 && v <= 1) {
+			fail(key, v, "must be between 0 and 1")
+		}
+	}
+
+	if !profileNameRE.MatchString(p.Name) {
+		fail("name", p.Name, "must match %s", profileNameRE)
+	}
+	if p.Schedule != "" {
+		if err := checkSchedule(p.Schedule); err != nil {
+			fail("schedule", p.Schedule, "must be a cron schedule or empty: %w", err)
+		}
+	}
+	if p.Users < minProfileUsers {
+		fail("users", p.Users, "must be at least %d", minProfileUsers)
+	} else if p.Users > maxUsers {
+		fail("users", p.Users, "must be at most %d", maxUsers)
+	}
+	if p.GroupSize < 2 {
+		fail("group_size", p.GroupSize, "must be at least 2")
+	}
+	switch {
+	case math.IsNaN(p.Rate):
+		fail("rate", p.Rate, "must be a number")
+	case p.Rate <= 0:
+		// Unlike population.rate: a soak run that sends nothing has
+		// nothing to measure.
+		fail("rate", p.Rate, "must be positive")
+	case p.Rate > maxRate:
+		fail("rate", p.Rate, "must be at most %d", maxRate)
+	}
+	if p.Ramp < 0 {
+		fail("ramp", p.Ramp, "must not be negative")
+	}
+	if p.Duration <= 0 {
+		fail("duration", p.Duration, "must be positive")
+	}
+	if p.Drain < 0 {
+		fail("drain", p.Drain, "must not be negative")
+	}
+	if p.Deadline <= 0 {
+		fail("deadline", p.Deadline, "must be positive")
+	}
+	// The same rule as population.lost_after, for the same reason.
+	if p.Deadline > 0 && p.LostAfter < 2*p.Deadline {
+		fail("lost_after", p.LostAfter, "must be at least twice %s.deadline (%v)", at, 2*p.Deadline)
+	}
+	// Below 1: with every user late there is nobody online to send.
+	if !(p.LateLogins >= 0 && p.LateLogins < 1) {
+		fail("late_logins", p.LateLogins, "must be at least 0 and less than 1")
+	}
+	switch {
+	case p.LateAfter < 0:
+		fail("late_after", p.LateAfter, "must not be negative")
+	case p.LateLogins > 0 && p.LateAfter == 0:
+		fail("late_after", p.LateAfter, "must be positive when %s.late_logins (%v) is above 0", at, p.LateLogins)
+	case p.LateLogins > 0 && p.Duration > 0 && p.LateAfter >= p.Duration:
+		// Late users must come online while messages are still sent,
+		// or the run measures nothing about them.
+		fail("late_after", p.LateAfter, "must be less than %s.duration (%v) when %s.late_logins is above 0", at, p.Duration, at)
+	}
+
+	t := p.Thresholds
+	ratio("thresholds.max_loss", t.MaxLoss)
+	ratio("thresholds.max_late", t.MaxLate)
+	if t.P99Ack <= 0 {
+		fail("thresholds.p99_ack", t.P99Ack, "must be positive")
+	}
+	if t.P99Delivery <= 0 {
+		fail("thresholds.p99_delivery", t.P99Delivery, "must be positive")
+	}
+	ratio("thresholds.min_online_ratio", t.MinOnlineRatio)
+	if t.MaxDisconnects < 0 {
+		fail("thresholds.max_disconnects", t.MaxDisconnects, "must not be negative")
 	}
 	return out
 }
