@@ -6,6 +6,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Label values. Sources and kinds are closed sets so that every series can be
@@ -96,7 +97,38 @@ type Metrics struct {
 
 	StreamsTracked *prometheus.GaugeVec
 	Ready          *prometheus.GaugeVec
+
+	CanaryRounds        *prometheus.CounterVec
+	CanaryFailures      *prometheus.CounterVec
+	CanarySkipped       *prometheus.CounterVec
+	CanaryLastTimestamp *prometheus.GaugeVec
+	CanaryLastSuccess   *prometheus.GaugeVec
+
+	SoakRuns        *prometheus.CounterVec
+	SoakSkipped     *prometheus.CounterVec
+	SoakLastSuccess *prometheus.GaugeVec
+	SoakRunning     *prometheus.GaugeVec
 }
+
+// Canary failure reasons.
+const (
+	CanarySessionDown  = "session_down"
+	CanaryNoAck        = "no_ack"
+	CanaryNotDelivered = "not_delivered"
+	CanaryLate         = "late"
+	CanaryDuplicated   = "duplicated"
+)
+
+// CanaryReasons lists every value of the reason label of
+// imcanary_canary_failures_total.
+var CanaryReasons = []string{CanarySessionDown, CanaryNoAck, CanaryNotDelivered, CanaryLate, CanaryDuplicated}
+
+// Results of a canary round or a soak run.
+const (
+	ResultPass    = "pass"
+	ResultFail    = "fail"
+	ResultAborted = "aborted"
+)
 
 // New creates the series and registers them on reg. Tests pass a pedantic
 // registry; main passes one that also carries the Go and process collectors.
@@ -173,8 +205,59 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "imcanary_population_ready",
 			Help: "1 once the population has been fully online, else 0.",
 		}, []string{"target", "source"}),
+		CanaryRounds: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_canary_rounds_total",
+			Help: "Canary rounds by message kind and result (pass or fail): the canary SLI's events.",
+		}, []string{"target", "kind", "result"}),
+		CanaryFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_canary_failures_total",
+			Help: "Reasons canary rounds failed, by kind; a failed round may have several.",
+		}, []string{"target", "kind", "reason"}),
+		CanarySkipped: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_canary_rounds_skipped_total",
+			Help: "Scheduled canary rounds skipped because the previous one was still running.",
+		}, []string{"target"}),
+		CanaryLastTimestamp: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_canary_last_round_timestamp_seconds",
+			Help: "Unix time the last canary round ended.",
+		}, []string{"target"}),
+		CanaryLastSuccess: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_canary_last_round_success",
+			Help: "1 if the last canary round passed, else 0.",
+		}, []string{"target"}),
+		SoakRuns: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_soak_runs_total",
+			Help: "Soak runs by profile and result (pass, fail, aborted).",
+		}, []string{"target", "profile", "result"}),
+		SoakSkipped: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_soak_runs_skipped_total",
+			Help: "Scheduled soak runs skipped because another soak was running on the target.",
+		}, []string{"target", "profile"}),
+		SoakLastSuccess: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_soak_last_run_success",
+			Help: "1 if the profile's last soak run passed, else 0.",
+		}, []string{"target", "profile"}),
+		SoakRunning: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_soak_running",
+			Help: "1 while a soak run of the profile is in progress.",
+		}, []string{"target", "profile"}),
 	}
 	return m
+}
+
+// Value returns the current value of a counter or gauge.
+func Value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		return 0
+	}
+	switch {
+	case d.Counter != nil:
+		return d.Counter.GetValue()
+	case d.Gauge != nil:
+		return d.Gauge.GetValue()
+	}
+	return 0
 }
 
 // Set is the series of one (target, source) pair with every label resolved,
@@ -240,4 +323,24 @@ func (m *Metrics) For(target, source string) *Set {
 		}
 	}
 	return s
+}
+
+// Below returns how many observations of a histogram were at most le, and
+// how many there were in all. le must be a bucket boundary to be exact; the
+// buckets include 1 s for the latency SLI.
+func Below(o prometheus.Observer, le float64) (below, count float64) {
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		return 0, 0
+	}
+	var d dto.Metric
+	if err := m.Write(&d); err != nil || d.Histogram == nil {
+		return 0, 0
+	}
+	for _, b := range d.Histogram.Bucket {
+		if b.GetUpperBound() == le {
+			below = float64(b.GetCumulativeCount())
+		}
+	}
+	return below, float64(d.Histogram.GetSampleCount())
 }

@@ -50,6 +50,8 @@ type Ledger struct {
 	lostAfter int64
 	evict     int64
 	streams   atomic.Int64
+	// obs, if set, sees every received message; nil for the background.
+	obs Observer
 }
 
 // NewLedger returns a ledger that records into set. run is this process's
@@ -73,7 +75,8 @@ func (l *Ledger) Streams() int64 { return l.streams.Load() }
 // sessions, so a reconnect neither forgets what is missing nor counts it
 // twice.
 type Inbox struct {
-	l *Ledger
+	l    *Ledger
+	user int // the receiving user's index, for the observer
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.
 	mu      sync.Mutex
@@ -118,12 +121,14 @@ func (in *Inbox) Receive(body []byte, now int64) {
 	}
 	if h.Intended < l.start {
 		l.set.Ignored[metrics.IgnoredStale].Inc()
+		in.observe(&h, now, Ignored)
 		return
 	}
 	// A sender can only write off messages it sent before this one; a
 	// message from the future would hold its stream's gaps open for ever.
 	if h.VoidHi >= h.Seq || h.VoidHi-h.VoidLo > maxGap || h.Intended > now+int64(maxSkew) {
 		l.set.Ignored[metrics.IgnoredMalformed].Inc()
+		in.observe(&h, now, Ignored)
 		return
 	}
 	// The key is the body's "RUN SENDER STREAM" prefix, which ParseBody
@@ -136,6 +141,7 @@ func (in *Inbox) Receive(body []byte, now int64) {
 	if st == nil {
 		if len(in.streams) >= maxStreams {
 			l.set.Ignored[metrics.IgnoredStreamLimit].Inc()
+			in.observe(&h, now, Ignored)
 			return
 		}
 		st = &stream{kind: metrics.KindIndex(h.Stream[0] == 'g'), base: h.Seq}
@@ -151,21 +157,27 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		st.addVoid(h.VoidLo, h.VoidHi)
 	}
 	s := h.Seq
+	outcome := Delivered
 	switch {
 	case s < st.base:
 		switch {
 		case st.base-s > histBits:
 			l.set.Ignored[metrics.IgnoredTooOld].Inc()
+			outcome = Ignored
 		case st.received(s):
 			ks.Duplicate.Inc()
+			outcome = Duplicate
 		default:
 			l.set.Ignored[metrics.IgnoredAfterLost].Inc()
+			outcome = Ignored
 		}
 	case s-st.base > maxGap:
 		l.set.Ignored[metrics.IgnoredMalformed].Inc()
+		in.observe(&h, now, Ignored)
 		return
 	case st.isPending(s):
 		ks.Duplicate.Inc()
+		outcome = Duplicate
 	default:
 		lat := now - h.Intended
 		ks.Delivered.Inc()
@@ -190,6 +202,13 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		}
 	}
 	st.advance()
+	in.observe(&h, now, outcome)
+}
+
+func (in *Inbox) observe(h *Header, now int64, o Outcome) {
+	if in.l.obs != nil {
+		in.l.obs.Received(in.user, h, time.Duration(now-h.Intended), o)
+	}
 }
 
 // Sweep declares lost every message still missing lostAfter past its

@@ -34,6 +34,16 @@ type Options struct {
 	MessageSize int
 	BackoffMin  time.Duration
 	BackoffMax  time.Duration
+	// Observer, if set, sees individual events (canary, soak).
+	Observer Observer
+	// StartPaused starts the population with sending paused: a soak run
+	// ramps its users in before it sends.
+	StartPaused bool
+	// LateFraction of the users, spread evenly, log in only LateAfter
+	// after the start: messages sent to them meanwhile test the server's
+	// offline delivery.
+	LateFraction float64
+	LateAfter    time.Duration
 }
 
 // Population keeps Users sessions online, sends open-loop traffic between
@@ -83,6 +93,8 @@ func New(o Options) (*Population, error) {
 		ledger: NewLedger(o.Set, o.Run, time.Now(), o.Deadline, o.LostAfter),
 		run:    []byte(o.Run),
 	}
+	p.ledger.obs = o.Observer
+	p.paused.Store(o.StartPaused)
 	p.layout()
 	return p, nil
 }
@@ -95,6 +107,10 @@ type user struct {
 	name  string
 	nameB []byte
 	inbox *Inbox
+	// late users log in only LateAfter after the start.
+	late bool
+	// everOnline is set at the user's first login.
+	everOnline atomic.Bool
 
 	// mu guards the fields below: the sender, the read loop (acks) and the
 	// sweeper (ack timeouts) all touch them.
@@ -112,6 +128,7 @@ type user struct {
 // sendStream is one of a user's outgoing sequences.
 type sendStream struct {
 	name   []byte // "d.PEER" or "g.GROUP"
+	nameS  string // name, for Sent without an allocation per send
 	to     string
 	group  string
 	kind   int
@@ -151,6 +168,11 @@ func (p *Population) layout() {
 	for i := range p.users {
 		name := fmt.Sprintf("%s-u%d", o.Prefix, i)
 		p.users[i] = &user{p: p, idx: i, name: name, nameB: []byte(name), inbox: p.ledger.NewInbox()}
+		p.users[i].inbox.user = i
+		// Spread late users evenly: user i is late when the running
+		// count of late users steps up at i.
+		f := o.LateFraction
+		p.users[i].late = f > 0 && int(float64(i+1)*f) > int(float64(i)*f)
 	}
 	n := o.Users
 	for i, u := range p.users {
@@ -160,7 +182,7 @@ func (p *Population) layout() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), to: pn, kind: 0, fanout: 1}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: 0, fanout: 1}
 		}
 	}
 	// Groups of GroupSize in order; a last group of one joins the one
@@ -178,7 +200,7 @@ func (p *Population) layout() {
 			grp.Members = append(grp.Members, u.name)
 		}
 		for _, u := range p.users[start:end] {
-			u.group = &sendStream{name: []byte("g." + grp.Name), group: grp.Name, kind: 1, fanout: len(grp.Members) - 1}
+			u.group = &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: 1, fanout: len(grp.Members) - 1}
 		}
 		p.groups = append(p.groups, grp)
 		start = end
@@ -192,6 +214,34 @@ func (p *Population) Plan() Plan {
 		users[i] = u.name
 	}
 	return Plan{Users: users, Groups: p.groups}
+}
+
+// Users returns the number of users.
+func (p *Population) Users() int { return len(p.users) }
+
+// Late reports whether user i logs in late.
+func (p *Population) Late(i int) bool { return p.users[i].late }
+
+// LoggedIn returns how many distinct users have logged in at least once.
+func (p *Population) LoggedIn() int {
+	n := 0
+	for _, u := range p.users {
+		if u.everOnline.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Inflight returns how many messages await their ack.
+func (p *Population) Inflight() int {
+	n := 0
+	for _, u := range p.users {
+		u.mu.Lock()
+		n += len(u.inflight)
+		u.mu.Unlock()
+	}
+	return n
 }
 
 // Online returns the number of sessions online.
@@ -268,14 +318,23 @@ func (p *Population) backoff(attempt int) time.Duration {
 
 func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 	o := p.opts
+	var at time.Time
 	if o.Users > 1 && o.Ramp > 0 {
-		at := start.Add(time.Duration(int64(o.Ramp) * int64(u.idx) / int64(o.Users)))
-		if !sleep(ctx, time.Until(at)) {
-			return
-		}
+		at = start.Add(time.Duration(int64(o.Ramp) * int64(u.idx) / int64(o.Users)))
 	}
+	if u.late && start.Add(o.LateAfter).After(at) {
+		at = start.Add(o.LateAfter)
+	}
+	if !sleep(ctx, time.Until(at)) {
+		return
+	}
+	obs := o.Observer
 	for attempt := 0; ctx.Err() == nil; attempt++ {
+		t0 := time.Now()
 		sess, err := p.connect(ctx, u.name)
+		if obs != nil && ctx.Err() == nil {
+			obs.Login(u.idx, time.Since(t0), err)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -292,6 +351,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		u.mu.Lock()
 		u.sess = sess
 		u.mu.Unlock()
+		u.everOnline.Store(true)
 		o.Set.Online.Inc()
 		if p.online.Add(1) == int64(o.Users) && !p.ready.Swap(true) {
 			o.Set.Ready.Set(1)
@@ -305,6 +365,9 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		p.online.Add(-1)
 		reason := ReasonOf(err)
 		o.Set.Disconnects[reason].Inc()
+		if obs != nil {
+			obs.Disconnect(u.idx, reason, err)
+		}
 		u.endSession()
 		if ctx.Err() != nil {
 			return
@@ -350,6 +413,7 @@ func (u *user) endSession() {
 	u.sess = nil
 	for _, f := range u.inflight {
 		f.st.addVoid(f.seq)
+		u.unacked(f.ref, metrics.SendDisconnected, "")
 	}
 	if n := len(u.inflight); n > 0 {
 		set.SendErrors[metrics.SendDisconnected].Add(float64(n))
@@ -370,6 +434,16 @@ func (u *user) OnAck(ref uint64, _ Ack) {
 	ks := &u.p.opts.Set.Kind[f.st.kind]
 	ks.AckLatency.Observe(float64(now-f.sentAt) / 1e9)
 	ks.Expected.Add(float64(f.st.fanout))
+	if obs := u.p.opts.Observer; obs != nil {
+		obs.Ack(ref, f.st.kind == 1, time.Duration(now-f.sentAt))
+	}
+}
+
+// unacked tells the observer, if any, that ref was written off.
+func (u *user) unacked(ref uint64, reason, code string) {
+	if obs := u.p.opts.Observer; obs != nil {
+		obs.Unacked(ref, reason, code)
+	}
 }
 
 // OnReject implements Handler.
@@ -378,6 +452,7 @@ func (u *user) OnReject(ref uint64, reason string) {
 	f, ok := u.take(ref)
 	if ok {
 		f.st.addVoid(f.seq)
+		u.unacked(ref, metrics.SendRejected, reason)
 	}
 	u.mu.Unlock()
 	if ok {
@@ -519,18 +594,47 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 // send writes one message of u with the given intended time, alternating
 // direct and group. buf is scratch space, returned for reuse.
 func (p *Population) send(u *user, intended int64, buf []byte) []byte {
-	set := p.opts.Set
 	u.mu.Lock()
 	st := u.direct
 	if u.group != nil && (u.toggle || st == nil) {
 		st = u.group
 	}
 	u.toggle = !u.toggle
+	buf, _, _ = p.sendOn(u, st, intended, buf)
+	return buf
+}
+
+// errOffline is SendNow's error for a user without a session.
+var errOffline = errors.New("sender offline")
+
+// SendNow sends one message from user i at once, direct or to its group,
+// and returns what identifies it. A canary round sends this way.
+func (p *Population) SendNow(i int, group bool) (Sent, error) {
+	u := p.users[i]
+	st := u.direct
+	if group {
+		st = u.group
+	}
+	if st == nil {
+		return Sent{}, fmt.Errorf("user %s has no %s peer", u.name, map[bool]string{false: "direct", true: "group"}[group])
+	}
+	now := time.Now()
+	u.mu.Lock()
+	_, s, err := p.sendOn(u, st, now.UnixNano(), nil)
+	s.Intended = now
+	return s, err
+}
+
+// sendOn writes one message of u on st with the given intended time. It is
+// called with u.mu held and releases it. buf is scratch space, returned for
+// reuse.
+func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte) ([]byte, Sent, error) {
+	set := p.opts.Set
 	sess := u.sess
 	if sess == nil {
 		u.mu.Unlock()
 		set.SendErrors[metrics.SendOffline].Inc()
-		return buf
+		return buf, Sent{}, errOffline
 	}
 	st.seq++
 	h := Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended}
@@ -541,10 +645,12 @@ func (p *Population) send(u *user, intended int64, buf []byte) []byte {
 		u.inflight = u.inflight[1:]
 		old.st.addVoid(old.seq)
 		set.SendErrors[metrics.SendAckTimeout].Inc()
+		u.unacked(old.ref, metrics.SendAckTimeout, "")
 	}
 	u.inflight = append(u.inflight, flight{ref: ref, st: st, seq: st.seq, sentAt: time.Now().UnixNano()})
 	u.mu.Unlock()
 
+	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == 1, Fanout: st.fanout}
 	buf = AppendBody(buf[:0], &h, p.opts.MessageSize)
 	m := Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
 	if err := sess.Send(&m); err != nil {
@@ -552,12 +658,13 @@ func (p *Population) send(u *user, intended int64, buf []byte) []byte {
 		if f, ok := u.take(ref); ok {
 			f.st.addVoid(f.seq)
 			set.SendErrors[metrics.SendWrite].Inc()
+			u.unacked(ref, metrics.SendWrite, "")
 		}
 		u.mu.Unlock()
-		return buf
+		return buf, sent, err
 	}
 	set.Kind[st.kind].Sent.Inc()
-	return buf
+	return buf, sent, nil
 }
 
 // heartbeat pings every online session once per Heartbeat, spread evenly
@@ -619,6 +726,7 @@ func (p *Population) Sweep(now time.Time) {
 			if ns-f.sentAt > deadline {
 				f.st.addVoid(f.seq)
 				set.SendErrors[metrics.SendAckTimeout].Inc()
+				u.unacked(f.ref, metrics.SendAckTimeout, "")
 				continue
 			}
 			u.inflight[n] = f

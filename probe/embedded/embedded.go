@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -102,6 +103,9 @@ var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b
 // short-lived session of a provisioning user, and again at each member's
 // login.
 func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
+	// Several populations (background, canary, soak) share the driver,
+	// each with users of its own prefix: a plan replaces only its own
+	// users' groups.
 	groupsOf := make(map[string][]probe.Group)
 	for _, g := range plan.Groups {
 		for _, m := range g.Members {
@@ -109,7 +113,10 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		}
 	}
 	d.mu.Lock()
-	d.groupsOf = groupsOf
+	for _, u := range plan.Users {
+		delete(d.groupsOf, u)
+	}
+	maps.Copy(d.groupsOf, groupsOf)
 	d.mu.Unlock()
 	if len(plan.Groups) == 0 {
 		return nil
