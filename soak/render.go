@@ -1,0 +1,282 @@
+package soak
+
+// This file holds the JSON form of a report and the number formatting that
+// the text and HTML renderers share, so that a terminal and a browser show
+// the same figures for the same run.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteJSON writes r as indented JSON. Field names are the struct tags and
+// durations are integer nanoseconds (the _ns fields), the stable interface
+// that pipelines read.
+func WriteJSON(w io.Writer, r *Report) error {
+	if r == nil {
+		return errors.New("soak: write json: nil report")
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	// Error messages and targets keep their < > & as written: the file is
+	// read by programs and people, not embedded in a page.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("soak: write json: %w", err)
+	}
+	return nil
+}
+
+// ReadJSON reads a report that WriteJSON wrote. Unknown fields are ignored,
+// so an older reader accepts a newer report; trailing data is an error.
+func ReadJSON(rd io.Reader) (*Report, error) {
+	dec := json.NewDecoder(rd)
+	var r Report
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("soak: read json: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("soak: read json: trailing data after the report")
+	}
+	return &r, nil
+}
+
+// renderVerdict is the word a person reads first: PASS, FAIL or ABORTED.
+// Anything but "pass" is a failure to the reader, so an unknown result is
+// shown upper-cased rather than hidden.
+func renderVerdict(result string) string {
+	switch result {
+	case "pass":
+		return "PASS"
+	case "fail":
+		return "FAIL"
+	case "aborted":
+		return "ABORTED"
+	case "":
+		return "UNKNOWN"
+	}
+	return strings.ToUpper(result)
+}
+
+// renderRunLength is how long the run took, or "" when End is unset (a
+// run that was killed before it could write its end).
+func renderRunLength(r *Report) string {
+	if r.Start.IsZero() || r.End.IsZero() || r.End.Before(r.Start) {
+		return ""
+	}
+	return renderSpan(r.End.Sub(r.Start))
+}
+
+// renderTime prints an instant in UTC to the second: reports from several
+// hosts are compared side by side, so one zone for all of them.
+func renderTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// renderSpan prints a configured or elapsed span to the second, without
+// the zero tails that time.Duration.String adds ("5m", not "5m0s").
+func renderSpan(d time.Duration) string {
+	if d < 0 {
+		return "-" + renderSpan(-d)
+	}
+	if d < time.Second {
+		return renderLatency(d)
+	}
+	rd := d.Round(time.Second)
+	if rd%time.Second != 0 { // Round saturates near MaxInt64
+		rd = d.Truncate(time.Second)
+	}
+	s := rd.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// renderLatency prints a latency with two or three significant digits in
+// the largest unit that keeps it at or above one: 850µs, 1.2ms, 350ms,
+// 2.1s, 1m35s. Percentiles are estimates, so more digits would be noise.
+func renderLatency(d time.Duration) string {
+	if d < 0 {
+		if d == math.MinInt64 {
+			d++ // -MinInt64 overflows; a nanosecond is far below what is shown
+		}
+		return "-" + renderLatency(-d)
+	}
+	switch {
+	case d < time.Microsecond:
+		return strconv.FormatInt(int64(d), 10) + "ns"
+	case d < time.Millisecond:
+		if s, ok := renderScaled(d, time.Microsecond, "µs"); ok {
+			return s
+		}
+		return "1ms"
+	case d < time.Second:
+		if s, ok := renderScaled(d, time.Millisecond, "ms"); ok {
+			return s
+		}
+		return "1s"
+	case d < time.Minute-time.Second/2:
+		v := float64(d) / float64(time.Second)
+		if v < 9.95 {
+			return trimZeroDecimal(strconv.FormatFloat(v, 'f', 1, 64)) + "s"
+		}
+		return strconv.FormatFloat(v, 'f', 0, 64) + "s"
+	}
+	return renderSpan(d)
+}
+
+// renderScaled prints d in unit with one decimal below ten and none from
+// ten on; ok is false when rounding reaches 1000 units, where the caller
+// switches to the next unit.
+func renderScaled(d, unit time.Duration, name string) (string, bool) {
+	v := float64(d) / float64(unit)
+	switch {
+	case v < 9.95:
+		return trimZeroDecimal(strconv.FormatFloat(v, 'f', 1, 64)) + name, true
+	case v < 999.5:
+		return strconv.FormatFloat(v, 'f', 0, 64) + name, true
+	}
+	return "", false
+}
+
+func trimZeroDecimal(s string) string {
+	return strings.TrimSuffix(s, ".0")
+}
+
+// renderPercent prints a ratio as a percentage with enough decimals that a
+// loss of a few messages in a million is not shown as 0%.
+func renderPercent(ratio float64) string {
+	if math.IsNaN(ratio) || math.IsInf(ratio, 0) {
+		return "-"
+	}
+	p := ratio * 100
+	switch a := math.Abs(p); {
+	case a == 0:
+		return "0%"
+	case a >= 10:
+		return strconv.FormatFloat(p, 'f', 1, 64) + "%"
+	case a >= 0.1:
+		return strconv.FormatFloat(p, 'f', 2, 64) + "%"
+	case a >= 0.001:
+		return strconv.FormatFloat(p, 'f', 3, 64) + "%"
+	}
+	return "<0.001%"
+}
+
+// renderRate prints a per-second rate with one decimal.
+func renderRate(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// renderKeyOrder returns the keys of a map with the known ones first, in
+// the order given, and any others after them sorted, so that tables read
+// the same from run to run.
+func renderKeyOrder[V any](m map[string]V, known ...string) []string {
+	keys := make([]string, 0, len(m))
+	for _, k := range known {
+		if _, ok := m[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	var rest []string
+	for k := range m {
+		isKnown := false
+		for _, kk := range known {
+			if k == kk {
+				isKnown = true
+				break
+			}
+		}
+		if !isKnown {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	return append(keys, rest...)
+}
+
+// renderDeliveryKinds and renderLatencyKinds are the rows that reports
+// carry, in reading order.
+var (
+	renderDeliveryKinds = []string{"direct", "group", "all"}
+	renderLatencyKinds  = []string{"login", "ack", "delivery_direct", "delivery_group"}
+)
+
+// renderCounts prints a count map as "a 1, b 2" sorted by key, or "none".
+func renderCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range renderKeyOrder(m) {
+		parts = append(parts, k+" "+renderCount(m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// renderTotal adds up a count map.
+func renderTotal(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// renderPhases prints the phases with their lengths, "ramp 1m, send 5m,
+// drain 1m30s", measured from each start to the next and from the last one
+// to the end of the run.
+func renderPhases(r *Report) string {
+	parts := make([]string, 0, len(r.Phases))
+	for i, p := range r.Phases {
+		end := r.End
+		if i+1 < len(r.Phases) {
+			end = r.Phases[i+1].Start
+		}
+		if end.IsZero() || p.Start.IsZero() || end.Before(p.Start) {
+			parts = append(parts, p.Name)
+			continue
+		}
+		parts = append(parts, p.Name+" "+renderSpan(end.Sub(p.Start)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// renderFailedThresholds lists the names of the thresholds that failed.
+func renderFailedThresholds(r *Report) []string {
+	var names []string
+	for _, t := range r.Thresholds {
+		if !t.Pass {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// renderTruncate shortens s to at most n runes, marking the cut, so that
+// one long error message does not push a table off the screen.
+func renderTruncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

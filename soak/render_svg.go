@@ -1,0 +1,613 @@
+package soak
+
+// Charts for the HTML report, drawn as inline SVG so that the page needs
+// nothing but itself. This file only computes geometry: every coordinate
+// and label becomes a string here, and html/template writes (and escapes)
+// the elements, so no value from a report reaches the page unescaped and
+// no NaN or Inf reaches an attribute.
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Chart size in SVG user units. The page shows two charts side by side at
+// about this size in pixels, so 11px labels stay 11px on a laptop screen.
+const (
+	renderChartW      = 560
+	renderChartH      = 300
+	renderPlotLeft    = 64
+	renderPlotRight   = 16
+	renderPlotTop     = 36
+	renderPlotBottom  = 44
+	renderCharWidth   = 6.6 // average glyph advance of the 12px legend font
+	renderMaxXTicks   = 8   // labels such as "1m30s" need ~60 units each
+	renderMaxYTicks   = 6
+	renderMaxSegments = 10000 // a guard: one sample interval is seconds, runs are hours
+)
+
+// renderChart is one chart, ready for the template.
+type renderChart struct {
+	ID, Title, Desc string
+	W, H            int
+	// Plot area edges, as text for attributes.
+	Left, Top, Right, Bottom, PlotW, PlotH string
+	XTicks, YTicks                         []renderTick
+	XLabel, YLabel                         string
+	YLabelX, YLabelY                       string
+	Phases                                 []renderMark
+	Refs                                   []renderRef
+	Lines                                  []renderLine
+	Dots                                   []renderDot
+	Legend                                 []renderLegendItem
+	// Empty is the message shown instead of data when there is none.
+	Empty          string
+	EmptyX, EmptyY string
+}
+
+type renderTick struct{ Pos, Label string }
+
+// renderMark is a phase boundary: a vertical dashed line and its label.
+type renderMark struct{ X, LabelX, LabelY, Label string }
+
+// renderRef is a horizontal reference line (a limit, the configured user
+// count) with its label at the right end.
+type renderRef struct{ Y, LabelX, LabelY, Label, Color string }
+
+type renderLine struct{ Name, Color, Dash, Points string }
+
+type renderDot struct{ X, Y, Color string }
+
+type renderLegendItem struct {
+	X1, X2, Y, TextX, TextY string
+	Name, Color, Dash       string
+}
+
+// renderSeries is one line: a value per sample, NaN where there is none.
+type renderSeries struct {
+	Name, Color, Dash string
+	Values            []float64
+}
+
+// renderChartSpec says what to draw; renderBuildChart says where.
+type renderChartSpec struct {
+	ID, Title, Desc string
+	YLabel          string
+	// Log draws the y axis in decades; values at or below zero are gaps.
+	Log bool
+	// AutoLog switches to Log when the series differ in size so much
+	// that the smallest would lie flat on a linear axis (five
+	// disconnects next to thousands of late deliveries).
+	AutoLog bool
+	// Final adds each series' last value to its legend entry.
+	Final bool
+	// Integer keeps the y ticks on whole numbers (counts).
+	Integer bool
+	// YFormat labels a y tick.
+	YFormat func(float64) string
+	Series  []renderSeries
+	Refs    []renderRefSpec
+}
+
+type renderRefSpec struct {
+	Label, Color string
+	Value        float64
+}
+
+// renderTimeline is the x axis shared by every chart of a report: seconds
+// since the start of the run for each sample and for each phase start.
+type renderTimeline struct {
+	X          []float64
+	Min, Max   float64
+	PhaseNames []string
+	PhaseX     []float64
+}
+
+func renderNewTimeline(r *Report) renderTimeline {
+	var tl renderTimeline
+	origin := r.Start
+	if origin.IsZero() && len(r.Samples) > 0 {
+		origin = r.Samples[0].T
+	}
+	since := func(t time.Time) float64 {
+		if t.IsZero() || origin.IsZero() {
+			return 0
+		}
+		return renderFinite(t.Sub(origin).Seconds())
+	}
+	tl.X = make([]float64, len(r.Samples))
+	for i, s := range r.Samples {
+		tl.X[i] = since(s.T)
+		tl.Min = min(tl.Min, tl.X[i])
+		tl.Max = max(tl.Max, tl.X[i])
+	}
+	for _, p := range r.Phases {
+		if p.Start.IsZero() {
+			continue
+		}
+		x := since(p.Start)
+		tl.PhaseNames = append(tl.PhaseNames, p.Name)
+		tl.PhaseX = append(tl.PhaseX, x)
+		tl.Min = min(tl.Min, x)
+		tl.Max = max(tl.Max, x)
+	}
+	if !r.End.IsZero() && r.End.After(origin) {
+		tl.Max = max(tl.Max, since(r.End))
+	}
+	// A run of one sample at its start still gets an axis a second wide.
+	if tl.Max-tl.Min < 1 {
+		tl.Max = tl.Min + 1
+	}
+	return tl
+}
+
+// renderBuildChart lays out one chart on the timeline.
+func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
+	left, top := float64(renderPlotLeft), float64(renderPlotTop)
+	right := float64(renderChartW - renderPlotRight)
+	bottom := float64(renderChartH - renderPlotBottom)
+	c := renderChart{
+		ID: spec.ID, Title: spec.Title, Desc: spec.Desc,
+		W: renderChartW, H: renderChartH,
+		Left: renderCoord(left), Top: renderCoord(top),
+		Right: renderCoord(right), Bottom: renderCoord(bottom),
+		PlotW: renderCoord(right - left), PlotH: renderCoord(bottom - top),
+		XLabel: "time since start", YLabel: spec.YLabel,
+		YLabelX: renderCoord(16), YLabelY: renderCoord((top + bottom) / 2),
+	}
+
+	xScale := func(x float64) float64 {
+		return left + (x-tl.Min)/(tl.Max-tl.Min)*(right-left)
+	}
+	for _, t := range renderTimeTicks(tl.Min, tl.Max) {
+		c.XTicks = append(c.XTicks, renderTick{Pos: renderCoord(xScale(t)), Label: renderTickSpan(t)})
+	}
+	for i, x := range tl.PhaseX {
+		px := xScale(x)
+		c.Phases = append(c.Phases, renderMark{
+			X: renderCoord(px), LabelX: renderCoord(px + 4), LabelY: renderCoord(top + 12),
+			Label: tl.PhaseNames[i],
+		})
+	}
+
+	if spec.AutoLog && !spec.Log && renderSpread(spec.Series, len(tl.X)) >= renderAutoLogSpread {
+		spec.Log = true
+		c.YLabel += " (log)"
+	}
+
+	// The y domain covers every value and reference line.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	seen := false
+	consider := func(v float64) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || (spec.Log && v <= 0) {
+			return
+		}
+		lo, hi, seen = min(lo, v), max(hi, v), true
+	}
+	for _, s := range spec.Series {
+		for i, v := range s.Values {
+			if i < len(tl.X) {
+				consider(v)
+			}
+		}
+	}
+	hasData := seen
+	for _, ref := range spec.Refs {
+		consider(ref.Value)
+	}
+
+	var yTicks []float64
+	var yScale func(float64) float64
+	if spec.Log {
+		var dlo, dhi float64 // decades
+		if seen {
+			dlo, dhi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		} else {
+			dlo, dhi = -3, 0 // 1ms to 1s: where delivery latencies live
+		}
+		if dhi <= dlo {
+			dhi = dlo + 1
+		}
+		yTicks = renderLogTicks(dlo, dhi)
+		yScale = func(v float64) float64 {
+			return bottom - (math.Log10(v)-dlo)/(dhi-dlo)*(bottom-top)
+		}
+	} else {
+		if !seen {
+			lo, hi = 0, 1
+		}
+		lo = min(lo, 0)
+		if hi <= lo {
+			hi = lo + 1
+		}
+		var step float64
+		yTicks, step = renderLinearTicks(lo, hi, spec.Integer)
+		if n := len(yTicks); n > 0 && step > 0 {
+			hi = max(hi, yTicks[n-1])
+			lo = min(lo, yTicks[0])
+		}
+		if !(hi > lo) || math.IsInf(hi-lo, 0) {
+			hi, lo = 1, 0
+		}
+		yScale = func(v float64) float64 {
+			return bottom - (v-lo)/(hi-lo)*(bottom-top)
+		}
+	}
+	format := spec.YFormat
+	if format == nil {
+		format = renderSI
+	}
+	for _, v := range yTicks {
+		c.YTicks = append(c.YTicks, renderTick{Pos: renderCoord(yScale(v)), Label: format(v)})
+	}
+	for _, ref := range spec.Refs {
+		if math.IsNaN(ref.Value) || math.IsInf(ref.Value, 0) || (spec.Log && ref.Value <= 0) {
+			continue
+		}
+		y := renderClamp(yScale(ref.Value), top, bottom)
+		c.Refs = append(c.Refs, renderRef{
+			Y: renderCoord(y), LabelX: renderCoord(right - 4), LabelY: renderCoord(y - 4),
+			Label: ref.Label, Color: ref.Color,
+		})
+	}
+
+	if !hasData {
+		c.Empty = "no samples"
+		if len(tl.X) > 0 {
+			c.Empty = "no data"
+		}
+		c.EmptyX, c.EmptyY = renderCoord((left+right)/2), renderCoord((top+bottom)/2)
+	}
+
+	for _, s := range spec.Series {
+		var seg []string
+		var segX, segY float64
+		flush := func() {
+			switch {
+			case len(seg) == 1:
+				c.Dots = append(c.Dots, renderDot{X: renderCoord(segX), Y: renderCoord(segY), Color: s.Color})
+			case len(seg) > 1 && len(c.Lines) < renderMaxSegments:
+				c.Lines = append(c.Lines, renderLine{Name: s.Name, Color: s.Color, Dash: s.Dash, Points: strings.Join(seg, " ")})
+			}
+			seg = seg[:0]
+		}
+		for i, v := range s.Values {
+			if i >= len(tl.X) {
+				break
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) || (spec.Log && v <= 0) {
+				flush()
+				continue
+			}
+			segX = renderClamp(xScale(tl.X[i]), left, right)
+			segY = renderClamp(yScale(v), top, bottom)
+			seg = append(seg, renderCoord(segX)+","+renderCoord(segY))
+		}
+		flush()
+	}
+
+	// The legend runs along the top, above the plot.
+	x := left
+	for _, s := range spec.Series {
+		name := s.Name
+		if spec.Final {
+			if v, ok := renderLast(s.Values, len(tl.X)); ok {
+				name += " " + format(v)
+				if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+					name = s.Name + " " + renderCount(int64(v))
+				}
+			}
+		}
+		c.Legend = append(c.Legend, renderLegendItem{
+			X1: renderCoord(x), X2: renderCoord(x + 18), Y: renderCoord(16),
+			TextX: renderCoord(x + 23), TextY: renderCoord(20),
+			Name: name, Color: s.Color, Dash: s.Dash,
+		})
+		x += 23 + float64(len([]rune(name)))*renderCharWidth + 16
+	}
+	return c
+}
+
+// renderAutoLogSpread is the ratio of the largest series' peak to the
+// smallest one's above which AutoLog picks a log axis: at 20 the smaller
+// line would use a twentieth of the plot's height, about 10 pixels.
+const renderAutoLogSpread = 20
+
+// renderSpread is the ratio of the highest series peak to the lowest
+// positive one, or 0 when fewer than two series have a positive value.
+func renderSpread(series []renderSeries, n int) float64 {
+	lo, hi, count := math.Inf(1), 0.0, 0
+	for _, s := range series {
+		peak := 0.0
+		for i, v := range s.Values {
+			if i < n && v > peak && !math.IsInf(v, 0) {
+				peak = v
+			}
+		}
+		if peak > 0 {
+			lo, hi, count = min(lo, peak), max(hi, peak), count+1
+		}
+	}
+	if count < 2 {
+		return 0
+	}
+	return hi / lo
+}
+
+// renderLast is the last finite value of the first n of values.
+func renderLast(values []float64, n int) (float64, bool) {
+	for i := min(n, len(values)) - 1; i >= 0; i-- {
+		if v := values[i]; !math.IsNaN(v) && !math.IsInf(v, 0) {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// renderTimeSteps are the x tick spacings a person counts in, seconds.
+var renderTimeSteps = []float64{
+	1, 2, 5, 10, 15, 30,
+	60, 2 * 60, 5 * 60, 10 * 60, 15 * 60, 30 * 60,
+	3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600,
+}
+
+// renderTimeTicks returns tick positions in seconds between lo and hi.
+func renderTimeTicks(lo, hi float64) []float64 {
+	span := hi - lo
+	if !(span > 0) || math.IsInf(span, 0) {
+		return nil
+	}
+	step := 0.0
+	for _, s := range renderTimeSteps {
+		if span/s <= renderMaxXTicks {
+			step = s
+			break
+		}
+	}
+	if step == 0 { // longer than a week: whole days, 1-2-5 of them
+		step = renderNiceStep(span/renderMaxXTicks, 86400)
+	}
+	var ticks []float64
+	for t := math.Ceil(lo/step) * step; t <= hi+step*1e-9 && len(ticks) <= 4*renderMaxXTicks; t += step {
+		if t == 0 {
+			t = 0 // not -0, when the axis starts before the run
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
+}
+
+// renderTickSpan labels an x tick: 0s, 30s, 1m, 1m30s, 2h.
+func renderTickSpan(sec float64) string {
+	if sec == 0 {
+		return "0s"
+	}
+	if math.Abs(sec) > float64(math.MaxInt64)/float64(time.Second) {
+		return renderSI(sec) + "s"
+	}
+	return renderSpan(time.Duration(math.Round(sec)) * time.Second)
+}
+
+// renderLinearTicks returns ticks from lo (or 0) past hi on a 1-2-5 step.
+func renderLinearTicks(lo, hi float64, integer bool) ([]float64, float64) {
+	step := renderNiceStep((hi-lo)/(renderMaxYTicks-1), 1)
+	if integer && step < 1 {
+		step = 1
+	}
+	if !(step > 0) || math.IsInf(step, 0) {
+		return nil, 0
+	}
+	var ticks []float64
+	start := math.Floor(lo/step) * step
+	for i := 0; i <= 2*renderMaxYTicks; i++ {
+		t := start + float64(i)*step
+		if math.IsInf(t, 0) {
+			break
+		}
+		ticks = append(ticks, t)
+		if t >= hi {
+			break
+		}
+	}
+	return ticks, step
+}
+
+// renderNiceStep rounds raw up to 1, 2 or 5 times a power of ten, in units
+// of unit.
+func renderNiceStep(raw, unit float64) float64 {
+	raw /= unit
+	if !(raw > 0) || math.IsInf(raw, 0) {
+		return unit
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if raw <= m*mag*(1+1e-9) {
+			return m * mag * unit
+		}
+	}
+	return 10 * mag * unit
+}
+
+// renderLogTicks returns tick values for decades dlo..dhi: every decade,
+// with 2 and 5 between them when the axis spans only one or two, and every
+// other decade or fewer when it spans many.
+func renderLogTicks(dlo, dhi float64) []float64 {
+	var ticks []float64
+	span := dhi - dlo
+	every := math.Max(1, math.Ceil(span/(renderMaxYTicks-1)))
+	for d := dlo; d <= dhi && len(ticks) < 64; d += every {
+		v := math.Pow(10, d)
+		ticks = append(ticks, v)
+		if span <= 2 && d < dhi {
+			ticks = append(ticks, 2*v, 5*v)
+		}
+	}
+	return ticks
+}
+
+// renderTickLatency labels a latency tick given in seconds. Ticks are
+// decades, so one unit each is enough: 1ms, 100ms, 10s, 17m, 3h, 12d, 292y.
+func renderTickLatency(sec float64) string {
+	switch {
+	case math.IsNaN(sec) || math.IsInf(sec, 0):
+		return "-"
+	case sec < 60:
+		return renderLatency(time.Duration(sec * float64(time.Second)))
+	case sec < 3600:
+		return renderSig3(math.Round(sec/60)) + "m"
+	case sec < 2*86400:
+		return renderSig3(math.Round(sec/3600)) + "h"
+	case sec < 365*86400:
+		return renderSig3(math.Round(sec/86400)) + "d"
+	}
+	return renderSI(sec/(365.25*86400)) + "y"
+}
+
+// renderSI labels a count or rate with three significant digits: 0, 0.5,
+// 12, 250, 1.5k, 2M.
+func renderSI(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	a := math.Abs(v)
+	if a >= 1e15 {
+		return strings.Replace(strconv.FormatFloat(v, 'g', 3, 64), "e+", "e", 1)
+	}
+	for _, u := range []struct {
+		div  float64
+		name string
+	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if a >= u.div {
+			return renderSig3(v/u.div) + u.name
+		}
+	}
+	return renderSig3(v)
+}
+
+// renderSig3 prints v with at most three significant digits and never in
+// exponent form (999.9 rounds to 1000, not 1e+03).
+func renderSig3(v float64) string {
+	s := strconv.FormatFloat(v, 'g', 3, 64)
+	if strings.ContainsAny(s, "eE") {
+		s = strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return s
+}
+
+// renderCoord formats an SVG coordinate. Non-finite values, which no
+// caller should produce, become 0 rather than NaN in an attribute.
+func renderCoord(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	v = renderClamp(v, -1e6, 1e6)
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+}
+
+func renderClamp(v, lo, hi float64) float64 {
+	if math.IsNaN(v) {
+		return lo
+	}
+	return math.Min(math.Max(v, lo), hi)
+}
+
+func renderFinite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}
+
+// renderCharts builds the four charts of a report from its samples.
+func renderCharts(r *Report) []renderChart {
+	tl := renderNewTimeline(r)
+	n := len(r.Samples)
+	series := func(f func(Sample) float64) []float64 {
+		v := make([]float64, n)
+		for i, s := range r.Samples {
+			v[i] = f(s)
+		}
+		return v
+	}
+	// A latency of zero means nothing arrived in the interval: a gap,
+	// not a point at the bottom of a log axis.
+	latency := func(f func(Sample) time.Duration) []float64 {
+		return series(func(s Sample) float64 {
+			d := f(s)
+			if d <= 0 {
+				return math.NaN()
+			}
+			return d.Seconds()
+		})
+	}
+	seconds := renderTickLatency
+
+	var latencyRefs []renderRefSpec
+	if d := r.Profile.Thresholds.P99Delivery; d > 0 {
+		latencyRefs = append(latencyRefs, renderRefSpec{Label: "p99 limit " + renderLatency(d), Color: renderColorFail, Value: d.Seconds()})
+	}
+	users := r.Users.Configured
+	if users == 0 {
+		users = r.Profile.Users
+	}
+	var onlineRefs []renderRefSpec
+	if users > 0 {
+		onlineRefs = append(onlineRefs, renderRefSpec{Label: "configured " + renderCount(int64(users)), Color: renderColorMuted, Value: float64(users)})
+	}
+
+	return []renderChart{
+		renderBuildChart(renderChartSpec{
+			ID: "chart-latency", Title: "Delivery latency over time",
+			Desc:   "Delivery latency per sample interval, p50, p99 and max, on a logarithmic axis.",
+			YLabel: "delivery latency (log)", Log: true, YFormat: seconds,
+			Series: []renderSeries{
+				{Name: "p50", Color: renderColorBlue, Values: latency(func(s Sample) time.Duration { return s.P50 })},
+				{Name: "p99", Color: renderColorOrange, Values: latency(func(s Sample) time.Duration { return s.P99 })},
+				{Name: "max", Color: renderColorPurple, Dash: "4 3", Values: latency(func(s Sample) time.Duration { return s.Max })},
+			},
+			Refs: latencyRefs,
+		}, tl),
+		renderBuildChart(renderChartSpec{
+			ID: "chart-throughput", Title: "Messages sent and delivered per second",
+			Desc:   "Messages sent per second and deliveries per second in each sample interval.",
+			YLabel: "messages per second",
+			Series: []renderSeries{
+				{Name: "sent/s", Color: renderColorBlue, Values: series(func(s Sample) float64 { return s.SentPerSec })},
+				{Name: "delivered/s", Color: renderColorGreen, Dash: "5 3", Values: series(func(s Sample) float64 { return s.DelivPerSec })},
+			},
+		}, tl),
+		renderBuildChart(renderChartSpec{
+			ID: "chart-online", Title: "Sessions online",
+			Desc:   "Sessions of the cohort online at each sample, with the configured user count as a reference line.",
+			YLabel: "sessions", Integer: true,
+			Series: []renderSeries{
+				{Name: "online", Color: renderColorBlue, Values: series(func(s Sample) float64 { return float64(s.Online) })},
+			},
+			Refs: onlineRefs,
+		}, tl),
+		renderBuildChart(renderChartSpec{
+			ID: "chart-problems", Title: "Lost, late and disconnects (cumulative)",
+			Desc:   "Cumulative counts since the start of the run of lost deliveries, late deliveries and disconnects.",
+			YLabel: "count (cumulative)", Integer: true, AutoLog: true, Final: true,
+			Series: []renderSeries{
+				{Name: "lost", Color: renderColorFail, Values: series(func(s Sample) float64 { return float64(s.Lost) })},
+				{Name: "late", Color: renderColorOrange, Dash: "5 3", Values: series(func(s Sample) float64 { return float64(s.Late) })},
+				{Name: "disconnects", Color: renderColorPurple, Dash: "2 2", Values: series(func(s Sample) float64 { return float64(s.Disconnects) })},
+			},
+		}, tl),
+	}
+}
+
+// Colours: GitHub's Primer palette, chosen for contrast on white and for
+// telling lines apart with common colour-vision deficiencies (lines also
+// differ in dash pattern).
+const (
+	renderColorBlue   = "#0969da"
+	renderColorGreen  = "#1a7f37"
+	renderColorOrange = "#bc4c00"
+	renderColorPurple = "#8250df"
+	renderColorFail   = "#cf222e"
+	renderColorMuted  = "#6e7781"
+)

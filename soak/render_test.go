@@ -1,0 +1,640 @@
+package soak
+
+import (
+	"bytes"
+	"encoding/xml"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The -update flag rewrites the golden files. Other test files of this
+// package may define the same flag (the repository's convention), so it is
+// defined here only if it is not yet: package-level flag variables are
+// initialised before init functions run.
+func init() {
+	if flag.Lookup("update") == nil {
+		flag.Bool("update", false, "rewrite the golden files in testdata/")
+	}
+}
+
+func renderUpdating() bool {
+	f := flag.Lookup("update")
+	return f != nil && f.Value.String() == "true"
+}
+
+// renderTestStart is the fixed start of the test run, so golden files do not
+// change from day to day.
+var renderTestStart = time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+
+// renderTestReport builds a failed soak run the way the runner fills one:
+// 500 users ramped in over a minute, five minutes of traffic, a 90 s
+// drain, 60 samples of 7.5 s, a burst of loss and latency around the
+// fourth minute when the server closed three sessions and dropped two slow
+// consumers, and two thresholds failed.
+func renderTestReport() *Report {
+	at := func(d time.Duration) time.Time { return renderTestStart.Add(d) }
+	const (
+		ramp     = time.Minute
+		duration = 5 * time.Minute
+		drain    = 90 * time.Second
+		interval = 7500 * time.Millisecond
+	)
+	r := &Report{
+		ID:     "20260314T090000Z-4f2a9c",
+		Kind:   "soak",
+		Target: "prosody-staging",
+		Profile: Profile{
+			Name: "steady", Users: 500, GroupSize: 10, Rate: 0.5,
+			Ramp: ramp, Duration: duration, Drain: drain, Deadline: 5 * time.Second,
+			LateLogins: 0.02, LateAfter: 2 * time.Minute,
+			Thresholds: Thresholds{
+				MaxLoss: 0.001, MaxLate: 0.01, P99Ack: 500 * time.Millisecond,
+				P99Delivery: 500 * time.Millisecond, MinOnlineRatio: 0.9, MaxDisconnects: 10,
+			},
+		},
+		Result: "fail",
+		Start:  renderTestStart,
+		End:    at(ramp + duration + drain),
+		Phases: []Phase{
+			{Name: "ramp", Start: at(0)},
+			{Name: "send", Start: at(ramp)},
+			{Name: "drain", Start: at(ramp + duration)},
+		},
+		Users: Users{Configured: 500, LoggedIn: 497, FailedLogins: 6, Groups: 50, MinOnlineRatio: 0.9417},
+		Messages: Messages{
+			Sent: 75210, SentPerSec: 250.7, Acked: 75012, Unacked: 198, Offline: 143, WriteErrors: 3,
+			Rejected: map[string]int64{"too_large": 2, "rate_limited": 41},
+		},
+		Disconnects: map[string]int64{"server_close": 3, "slow_consumer": 2, "error": 0},
+		Latency: map[string]Percentiles{
+			"login":           {Count: 503, P50: 85 * time.Millisecond, P95: 240 * time.Millisecond, P99: 610 * time.Millisecond, Max: 1900 * time.Millisecond},
+			"ack":             {Count: 75012, P50: 4200 * time.Microsecond, P95: 18 * time.Millisecond, P99: 95 * time.Millisecond, Max: 3100 * time.Millisecond},
+			"delivery_direct": {Count: 37452, P50: 11 * time.Millisecond, P95: 64 * time.Millisecond, P99: 480 * time.Millisecond, Max: 4600 * time.Millisecond},
+			"delivery_group":  {Count: 337801, P50: 14 * time.Millisecond, P95: 88 * time.Millisecond, P99: 720 * time.Millisecond, Max: 4800 * time.Millisecond},
+		},
+		Errors: []ErrorCount{
+			{Error: "ack timeout after 5s", Count: 181},
+			{Error: "server refused message: rate_limited", Count: 41},
+			{Error: "websocket: close 1001 (going away): server shutting down", Count: 3},
+			{Error: "write: broken pipe", Count: 3},
+			{Error: "login: authentication failed: not-authorized", Count: 2},
+			{Error: "server refused message: too_large", Count: 2},
+			{Error: "dial tcp 127.0.0.1:5280: connect: connection refused", Count: 1},
+		},
+		Notes: []string{
+			"Latency is measured from each message's intended send time (open loop), so a sender that fell behind shows as latency.",
+			"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages.",
+		},
+	}
+
+	direct := Deliveries{Expected: 37600, Delivered: 37452, Lost: 120, Undelivered: 28, Late: 310, Duplicate: 4, Reordered: 17}
+	group := Deliveries{Expected: 338490, Delivered: 337801, Lost: 561, Undelivered: 128, Late: 2811, Duplicate: 0, Reordered: 96}
+	var all Deliveries
+	for _, d := range []*Deliveries{&direct, &group} {
+		d.LossRatio = float64(d.Lost+d.Undelivered) / float64(d.Expected)
+		d.LateRatio = float64(d.Late) / float64(d.Delivered)
+		all.Expected += d.Expected
+		all.Delivered += d.Delivered
+		all.Lost += d.Lost
+		all.Undelivered += d.Undelivered
+		all.Late += d.Late
+		all.Duplicate += d.Duplicate
+		all.Reordered += d.Reordered
+	}
+	all.LossRatio = float64(all.Lost+all.Undelivered) / float64(all.Expected)
+	all.LateRatio = float64(all.Late) / float64(all.Delivered)
+	r.Deliveries = map[string]Deliveries{"direct": direct, "group": group, "all": all}
+
+	r.Thresholds = []Threshold{
+		{Name: "max_loss", Limit: "0.1%", Actual: "0.2235%", LimitValue: 0.001, ActualValue: all.LossRatio, Pass: false},
+		{Name: "max_late", Limit: "1%", Actual: "0.8322%", LimitValue: 0.01, ActualValue: all.LateRatio, Pass: true},
+		{Name: "p99_ack", Limit: "500ms", Actual: "95ms", LimitValue: 0.5, ActualValue: 0.095, Pass: true},
+		{Name: "p99_delivery", Limit: "500ms", Actual: "712ms", LimitValue: 0.5, ActualValue: 0.712, Pass: false},
+		{Name: "min_online_ratio", Limit: "90%", Actual: "94.17%", LimitValue: 0.9, ActualValue: 0.9417, Pass: true},
+		{Name: "max_disconnects", Limit: "10", Actual: "5", LimitValue: 10, ActualValue: 5, Pass: true},
+		{Name: "all_users_logged_in", Limit: "500", Actual: "497", LimitValue: 500, ActualValue: 497, Pass: false},
+		{Name: "deliveries", Limit: "≥ 1", Actual: "375253", LimitValue: 1, ActualValue: 375253, Pass: true},
+	}
+
+	// The series: a deterministic wobble stands in for noise.
+	var lost, late, disc int64
+	for i := 1; i <= 60; i++ {
+		el := time.Duration(i) * interval
+		wobble := float64((i*37)%11-5) / 5 // -1..1
+		s := Sample{T: at(el)}
+		var sent float64
+		switch {
+		case el <= ramp:
+			s.Phase = "ramp"
+			s.Online = int(500 * el / ramp)
+			if s.Online == 500 {
+				s.Online = 497
+			}
+			sent = float64(s.Online) * 0.5 * (1 + 0.02*wobble)
+		case el <= ramp+duration:
+			s.Phase = "send"
+			s.Online = 495 + int(2*wobble)
+			if el >= 195*time.Second && el < 240*time.Second {
+				s.Online = 471 + int(3*wobble) // the server dropped sessions; they log back in
+			}
+			sent = 250 * (1 + 0.03*wobble)
+		default:
+			s.Phase = "drain"
+			s.Online = 497
+		}
+		s.SentPerSec = sent
+		s.DelivPerSec = sent * 4.9 * (1 + 0.01*wobble)
+		s.P50 = time.Duration(12+2*wobble) * time.Millisecond
+		s.P99 = time.Duration(160+40*wobble) * time.Millisecond
+		s.Max = time.Duration(420+120*wobble) * time.Millisecond
+		switch {
+		case el >= 195*time.Second && el < 240*time.Second:
+			// The burst: latency jumps, messages are written off.
+			s.P50 = 95 * time.Millisecond
+			s.P99 = 2400 * time.Millisecond
+			s.Max = 4800 * time.Millisecond
+			lost += min(120, 681-lost) // the run's 681 lost, all in the burst
+			late += 300
+		case s.Phase == "drain" && el > ramp+duration+45*time.Second:
+			// Nothing left to arrive: no latency in the interval.
+			s.DelivPerSec, s.P50, s.P99, s.Max = 0, 0, 0, 0
+		case s.Phase == "drain":
+			s.DelivPerSec = 400 / float64(i-47)
+		default:
+			late += int64(20 + 5*wobble)
+		}
+		if el == 195*time.Second {
+			disc += 3
+		}
+		if el == 210*time.Second {
+			disc += 2
+		}
+		s.Lost, s.Late, s.Disconnects = lost, late, disc
+		r.Samples = append(r.Samples, s)
+	}
+	// Scale the late series to end on the run's total.
+	for i := range r.Samples {
+		r.Samples[i].Late = r.Samples[i].Late * all.Late / late
+	}
+	return r
+}
+
+// renderGolden compares got with testdata/name, or rewrites the file under
+// -update.
+func renderGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if renderUpdating() {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./soak -run Golden -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (rerun with -update if the change is intended)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(io.Writer, *Report) error
+	}{
+		{"report.golden.json", WriteJSON},
+		{"report.golden.txt", WriteText},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := tc.write(&b, renderTestReport()); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			renderGolden(t, tc.name, b.Bytes())
+		})
+	}
+}
+
+// renderNormalise puts every time of r in UTC (which also drops the
+// monotonic reading): JSON keeps the instant and the offset, not the
+// *time.Location, so only UTC times compare equal after a round trip.
+func renderNormalise(r *Report) {
+	r.Start, r.End = r.Start.UTC(), r.End.UTC()
+	for i := range r.Phases {
+		r.Phases[i].Start = r.Phases[i].Start.UTC()
+	}
+	for i := range r.Samples {
+		r.Samples[i].T = r.Samples[i].T.UTC()
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	zoned := renderTestReport()
+	paris := time.FixedZone("CET", 3600)
+	zoned.Start = zoned.Start.In(paris)
+	zoned.Samples[3].T = zoned.Samples[3].T.In(paris)
+
+	for name, r := range map[string]*Report{
+		"full":  renderTestReport(),
+		"zoned": zoned,
+		"empty": {ID: "x", Result: "aborted"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := WriteJSON(&b, r); err != nil {
+				t.Fatalf("WriteJSON: %v", err)
+			}
+			got, err := ReadJSON(&b)
+			if err != nil {
+				t.Fatalf("ReadJSON: %v", err)
+			}
+			renderNormalise(r)
+			renderNormalise(got)
+			if !reflect.DeepEqual(got, r) {
+				t.Errorf("ReadJSON(WriteJSON(r)) = %+v, want %+v", got, r)
+			}
+		})
+	}
+}
+
+func TestWriteJSONFieldNames(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteJSON(&b, renderTestReport()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	// Durations are integer nanoseconds under _ns names, two-space indent.
+	for _, want := range []string{
+		"\n  \"id\": ", "\n    \"ramp_ns\": 60000000000,", "\"p99_delivery_ns\": 500000000",
+		"\"max_ns\": 4800000000", "\"sent_per_second\": 250.7", "\"delivered_per_second\": ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("WriteJSON output lacks %q", want)
+		}
+	}
+}
+
+func TestReadJSONErrors(t *testing.T) {
+	for _, in := range []string{"", "{", `{"id": 1}`, `{"id": "a"} {"id": "b"}`, `[]`} {
+		if _, err := ReadJSON(strings.NewReader(in)); err == nil {
+			t.Errorf("ReadJSON(%q) = nil error, want one", in)
+		}
+	}
+	// A newer report's extra fields do not stop an older reader.
+	r, err := ReadJSON(strings.NewReader(`{"id": "a", "added_later": {"x": 1}}` + "\n"))
+	if err != nil || r.ID != "a" {
+		t.Errorf("ReadJSON(extra field) = %v, %v, want id a, nil", r, err)
+	}
+}
+
+func TestRenderLatency(t *testing.T) {
+	for _, tc := range []struct {
+		in   time.Duration
+		want string
+	}{
+		{0, "0ns"},
+		{850 * time.Nanosecond, "850ns"},
+		{1500 * time.Nanosecond, "1.5µs"},
+		{850 * time.Microsecond, "850µs"},
+		{999600 * time.Nanosecond, "1ms"},
+		{1200 * time.Microsecond, "1.2ms"},
+		{1234567 * time.Nanosecond, "1.2ms"},
+		{9960 * time.Microsecond, "10ms"},
+		{35 * time.Millisecond, "35ms"},
+		{350 * time.Millisecond, "350ms"},
+		{999700 * time.Microsecond, "1s"},
+		{2 * time.Second, "2s"},
+		{2140 * time.Millisecond, "2.1s"},
+		{42 * time.Second, "42s"},
+		{59700 * time.Millisecond, "1m"},
+		{95 * time.Second, "1m35s"},
+		{time.Hour, "1h"},
+		{-3 * time.Millisecond, "-3ms"},
+		{math.MaxInt64, "2562047h47m16s"},
+		{math.MinInt64, "-2562047h47m16s"},
+	} {
+		if got := renderLatency(tc.in); got != tc.want {
+			t.Errorf("renderLatency(%d) = %q, want %q", int64(tc.in), got, tc.want)
+		}
+	}
+}
+
+func TestRenderTickLabels(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want string
+	}{
+		{0.001, "1ms"}, {0.1, "100ms"}, {10, "10s"}, {1000, "17m"}, {1e4, "3h"}, {1e6, "12d"},
+		{1e7, "116d"}, {1e9, "31.7y"}, {float64(math.MaxInt64) / 1e9, "292y"}, {math.Inf(1), "-"},
+	} {
+		if got := renderTickLatency(tc.in); got != tc.want {
+			t.Errorf("renderTickLatency(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		in   float64
+		want string
+	}{
+		{0, "0"}, {0.25, "0.25"}, {12, "12"}, {250, "250"}, {999.9, "1000"}, {1500, "1.5k"}, {2e6, "2M"},
+		{9.22e18, "9.22e18"}, {math.MaxFloat64, "1.8e308"}, {math.NaN(), "-"},
+	} {
+		if got := renderSI(tc.in); got != tc.want {
+			t.Errorf("renderSI(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		lo, hi float64
+		want   string
+	}{
+		{0, 450, "[0 60 120 180 240 300 360 420]"},
+		{0, 1, "[0 1]"},
+		{0, 30, "[0 5 10 15 20 25 30]"},
+		{-60, 3600, "[0 600 1200 1800 2400 3000 3600]"},
+	} {
+		if got := fmt.Sprint(renderTimeTicks(tc.lo, tc.hi)); got != tc.want {
+			t.Errorf("renderTimeTicks(%v, %v) = %s, want %s", tc.lo, tc.hi, got, tc.want)
+		}
+	}
+	for _, sec := range []float64{0, 90, 3600, 5400} {
+		want := map[float64]string{0: "0s", 90: "1m30s", 3600: "1h", 5400: "1h30m"}[sec]
+		if got := renderTickSpan(sec); got != want {
+			t.Errorf("renderTickSpan(%v) = %q, want %q", sec, got, want)
+		}
+	}
+}
+
+func TestRenderPercent(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want string
+	}{
+		{0, "0%"}, {1, "100.0%"}, {0.9417, "94.2%"}, {0.0042, "0.42%"},
+		{0.00003, "0.003%"}, {1e-9, "<0.001%"}, {math.NaN(), "-"}, {math.Inf(1), "-"},
+	} {
+		if got := renderPercent(tc.in); got != tc.want {
+			t.Errorf("renderPercent(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestRenderCount(t *testing.T) {
+	for _, tc := range []struct {
+		in   int64
+		want string
+	}{{0, "0"}, {999, "999"}, {1000, "1,000"}, {75210, "75,210"}, {-1234567, "-1,234,567"}, {math.MinInt64, "-9,223,372,036,854,775,808"}} {
+		if got := renderCount(tc.in); got != tc.want {
+			t.Errorf("renderCount(%d) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestWriteTextShape(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteText(&b, renderTestReport()); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if !strings.HasPrefix(lines[0], "FAIL  soak steady  target prosody-staging  start 2026-03-14 09:00:00 UTC  duration 7m30s") {
+		t.Errorf("first line = %q", lines[0])
+	}
+	if len(lines) > 45 {
+		t.Errorf("WriteText wrote %d lines, want a screenful (≤ 45)", len(lines))
+	}
+	b.Reset()
+	if err := WriteText(&b, &Report{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range append(lines, strings.Split(b.String(), "\n")...) {
+		if strings.TrimRight(l, " \t") != l {
+			t.Errorf("line %d has trailing space: %q", i+1, l)
+		}
+	}
+}
+
+func TestWriteCanaryText(t *testing.T) {
+	c := &Canary{
+		ID: "c1", Kind: "canary", Target: "prosody-staging", Result: "fail",
+		Start: renderTestStart, End: renderTestStart.Add(2300 * time.Millisecond),
+		Checks: []CanaryCheck{
+			{Kind: "direct", Pass: true, Expected: 1, Delivered: 1, MaxLatency: 42 * time.Millisecond},
+			{Kind: "group", Pass: false, Expected: 9, Delivered: 7, Reasons: []string{"not_delivered", "late"}, MaxLatency: 2100 * time.Millisecond},
+		},
+	}
+	var b bytes.Buffer
+	if err := WriteCanaryText(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	want := "FAIL  canary  target prosody-staging  start 2026-03-14 09:00:00 UTC in 2.3s\n" +
+		"  direct  pass  1/1 delivered  max 42ms\n" +
+		"  group   FAIL  7/9 delivered  max 2.1s  not_delivered, late\n"
+	if got := b.String(); got != want {
+		t.Errorf("WriteCanaryText() =\n%s\nwant:\n%s", got, want)
+	}
+	if err := WriteCanaryText(io.Discard, &Canary{}); err != nil {
+		t.Errorf("WriteCanaryText(empty) = %v, want nil", err)
+	}
+}
+
+// renderHTMLCheck parses a page with encoding/xml in its lenient HTML mode
+// (golang.org/x/net/html is not a dependency of this module) and returns
+// the number of <svg> elements, failing t on any attribute that names a
+// URL off the page or carries NaN or Inf. With strict, the page's text may
+// not mention a URL or a script either: set it for reports whose own
+// strings hold none.
+func renderHTMLCheck(t *testing.T, page string, strict bool) (svgs int) {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(page))
+	d.Strict = false
+	d.AutoClose = xml.HTMLAutoClose
+	d.Entity = xml.HTMLEntity
+	inSVG, titled := 0, 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("parse html: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			switch el.Name.Local {
+			case "svg":
+				svgs++
+				inSVG++
+			case "title":
+				if inSVG > 0 {
+					titled++
+				}
+			}
+			for _, a := range el.Attr {
+				v := strings.TrimSpace(a.Value)
+				switch strings.ToLower(a.Name.Local) {
+				case "src", "href", "srcset", "action", "poster", "data", "background", "xmlns":
+					if strings.Contains(v, "//") || strings.Contains(strings.ToLower(v), "http") {
+						t.Errorf("<%s %s=%q>: a URL off the page", el.Name.Local, a.Name.Local, v)
+					}
+				}
+				if strings.Contains(v, "NaN") || strings.Contains(v, "Inf") {
+					t.Errorf("<%s %s=%q>: not a finite number", el.Name.Local, a.Name.Local, v)
+				}
+			}
+		case xml.EndElement:
+			if el.Name.Local == "svg" {
+				inSVG--
+			}
+		}
+	}
+	if titled < svgs {
+		t.Errorf("%d of %d charts have a <title>", titled, svgs)
+	}
+	res := []*regexp.Regexp{
+		regexp.MustCompile(`(?i)<(script|img|iframe|link|object|embed|a)\b`),
+		regexp.MustCompile(`\bNaN\b`), regexp.MustCompile(`[+-]Inf\b`),
+	}
+	if strict {
+		res = append(res, regexp.MustCompile(`(?i)https?:`), regexp.MustCompile(`(?i)url\(`),
+			regexp.MustCompile(`(?i)@import`), regexp.MustCompile(`(?i)script`))
+	}
+	for _, re := range res {
+		if loc := re.FindStringIndex(page); loc != nil {
+			t.Errorf("page contains %q at %d: %q", re, loc[0], page[max(0, loc[0]-40):min(len(page), loc[1]+40)])
+		}
+	}
+	return svgs
+}
+
+func TestWriteHTML(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteHTML(&b, renderTestReport()); err != nil {
+		t.Fatalf("WriteHTML: %v", err)
+	}
+	page := b.String()
+	if n := renderHTMLCheck(t, page, true); n != 4 {
+		t.Errorf("WriteHTML wrote %d <svg> elements, want 4", n)
+	}
+	for _, want := range []string{
+		`<div class="verdict" role="status" aria-label="verdict FAIL">FAIL</div>`,
+		"<title>FAIL · soak steady · prosody-staging</title>",
+		">ramp</text>", ">send</text>", ">drain</text>", // phase marks
+		"<polyline ", ">p99 limit 500ms</text>", ">configured 500</text>",
+		">0s</text>", ">1m</text>", // x ticks
+		">10ms</text>", ">1s</text>", // log y ticks
+		"max_loss", "server_close", "rate_limited", "ack timeout after 5s", "open loop", ">lost 681</text>", ">late 3,121</text>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("WriteHTML output lacks %q", want)
+		}
+	}
+	if strings.Count(page, `class="pill fail"`) != 3 {
+		t.Errorf("want 3 failed threshold rows, got %d", strings.Count(page, `class="pill fail"`))
+	}
+}
+
+func TestWriteHTMLEdgeCases(t *testing.T) {
+	one := renderTestReport()
+	one.Samples = one.Samples[:1]
+
+	zeros := renderTestReport()
+	for i := range zeros.Samples {
+		zeros.Samples[i] = Sample{T: zeros.Samples[i].T, Phase: zeros.Samples[i].Phase}
+	}
+
+	huge := renderTestReport()
+	for i := range huge.Samples {
+		s := &huge.Samples[i]
+		s.P50, s.P99, s.Max = time.Nanosecond, time.Duration(math.MaxInt64/2), math.MaxInt64
+		s.Lost, s.Late, s.Disconnects = math.MaxInt64, math.MaxInt64/3, 1
+		s.Online = math.MaxInt32
+		s.SentPerSec, s.DelivPerSec = math.MaxFloat64, 1e300
+	}
+	huge.Samples[5].SentPerSec = math.NaN()
+	huge.Samples[6].DelivPerSec = math.Inf(1)
+	huge.Samples[7].SentPerSec = -5
+	huge.Profile.Thresholds.P99Delivery = math.MaxInt64
+
+	hostile := renderTestReport()
+	hostile.Target = `<script>alert("t")</script>`
+	hostile.Profile.Name = `"><img src=https://evil.test/x>`
+	hostile.Phases[1].Name = `</text><script>x()</script>`
+	hostile.Errors[0].Error = `<a href="https://evil.test">x</a> & more`
+	hostile.Notes = append(hostile.Notes, `<style>@import url(https://evil.test/x.css)</style>`)
+
+	aborted := renderTestReport()
+	aborted.Result = "aborted"
+	aborted.End = time.Time{}
+	aborted.Samples = aborted.Samples[:20]
+	aborted.Phases = aborted.Phases[:2]
+
+	passed := renderTestReport()
+	passed.Result = "pass"
+	for i := range passed.Thresholds {
+		passed.Thresholds[i].Pass = true
+	}
+
+	// Samples out of order and before the start must not break the axes.
+	unordered := renderTestReport()
+	unordered.Samples[0].T = renderTestStart.Add(-time.Minute)
+	unordered.Samples[1], unordered.Samples[2] = unordered.Samples[2], unordered.Samples[1]
+
+	sameTime := renderTestReport()
+	sameTime.Start, sameTime.End = time.Time{}, time.Time{}
+	sameTime.Phases = nil
+	for i := range sameTime.Samples {
+		sameTime.Samples[i].T = renderTestStart
+	}
+
+	for name, r := range map[string]*Report{
+		"no samples": {ID: "x", Result: "fail", Start: renderTestStart, End: renderTestStart.Add(time.Minute)},
+		"empty":      {},
+		"one sample": one,
+		"all zero":   zeros,
+		"huge":       huge,
+		"hostile":    hostile,
+		"aborted":    aborted,
+		"pass":       passed,
+		"unordered":  unordered,
+		"same time":  sameTime,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := WriteHTML(&b, r); err != nil {
+				t.Fatalf("WriteHTML: %v", err)
+			}
+			if n := renderHTMLCheck(t, b.String(), name != "hostile"); n != 4 {
+				t.Errorf("WriteHTML wrote %d <svg> elements, want 4", n)
+			}
+			if want := ">" + renderVerdict(r.Result) + "</div>"; !strings.Contains(b.String(), want) {
+				t.Errorf("WriteHTML output lacks the verdict %q", want)
+			}
+			if name == "hostile" && strings.Count(b.String(), "<style") != 1 {
+				t.Errorf("a report's text opened a <style> element")
+			}
+			if err := WriteText(io.Discard, r); err != nil {
+				t.Errorf("WriteText: %v", err)
+			}
+		})
+	}
+}
+
+func TestRenderNilReport(t *testing.T) {
+	for name, f := range map[string]func(io.Writer, *Report) error{"json": WriteJSON, "text": WriteText, "html": WriteHTML} {
+		if err := f(io.Discard, nil); err == nil {
+			t.Errorf("Write %s(nil) = nil, want an error", name)
+		}
+	}
+}

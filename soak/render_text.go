@@ -1,0 +1,299 @@
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
+)
+
+// renderTextErrors is how many of the top errors the text summary shows;
+// the rest are in the JSON and HTML reports. It keeps the summary within a
+// terminal screen.
+const renderTextErrors = 5
+
+// WriteText writes a summary of r for a person at a terminal, about forty
+// lines: the verdict line first, then the counts, the delivery, latency and
+// threshold tables, the top errors and the notes. The output depends only
+// on r (map keys are sorted), so it can be compared as a golden file.
+func WriteText(w io.Writer, r *Report) error {
+	if r == nil {
+		return errors.New("soak: write text: nil report")
+	}
+	bw := bufio.NewWriter(w)
+	tw := &renderTextWriter{w: bw}
+
+	length := renderRunLength(r)
+	if length == "" {
+		length = "unknown"
+	}
+	tw.printf("%s  soak %s  target %s  start %s  duration %s\n",
+		renderVerdict(r.Result), renderOr(r.Profile.Name, "-"), renderOr(r.Target, "-"),
+		renderTime(r.Start), length)
+	var meta []string
+	if p := renderPhases(r); p != "" {
+		meta = append(meta, "phases "+p)
+	}
+	if r.ID != "" {
+		meta = append(meta, "id "+r.ID)
+	}
+	if len(meta) > 0 {
+		tw.printf("%s\n", strings.Join(meta, "; "))
+	}
+	if failed := renderFailedThresholds(r); len(failed) > 0 {
+		tw.printf("failed thresholds: %s\n", strings.Join(failed, ", "))
+	}
+	tw.printf("\n")
+
+	u, m := r.Users, r.Messages
+	tw.table(renderLeft, [][]string{
+		{"users", fmt.Sprintf("%s configured, %s logged in, %s failed logins, min online %s, %s groups",
+			renderCount(int64(u.Configured)), renderCount(int64(u.LoggedIn)), renderCount(u.FailedLogins),
+			renderPercent(u.MinOnlineRatio), renderCount(int64(u.Groups)))},
+		{"messages", fmt.Sprintf("%s sent (%s/s), %s acked, %s unacked, %s offline, %s write errors",
+			renderCount(m.Sent), renderRate(m.SentPerSec), renderCount(m.Acked), renderCount(m.Unacked),
+			renderCount(m.Offline), renderCount(m.WriteErrors))},
+		{"rejected", renderCountsTotal(m.Rejected)},
+		{"disconnects", renderCountsTotal(r.Disconnects)},
+	})
+	tw.printf("\n")
+
+	rows := [][]string{{"deliveries", "expected", "delivered", "lost", "undelivered", "late", "duplicate", "reordered", "loss"}}
+	for _, k := range renderKeyOrder(r.Deliveries, renderDeliveryKinds...) {
+		d := r.Deliveries[k]
+		rows = append(rows, []string{k, renderCount(d.Expected), renderCount(d.Delivered), renderCount(d.Lost),
+			renderCount(d.Undelivered), renderCount(d.Late), renderCount(d.Duplicate), renderCount(d.Reordered),
+			renderPercent(d.LossRatio)})
+	}
+	if len(rows) == 1 {
+		tw.printf("deliveries  none\n")
+	} else {
+		tw.table(renderNumbers, rows)
+	}
+	tw.printf("\n")
+
+	rows = [][]string{{"latency", "count", "p50", "p95", "p99", "max"}}
+	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
+		p := r.Latency[k]
+		if p.Count == 0 {
+			rows = append(rows, []string{k, "0", "-", "-", "-", "-"})
+			continue
+		}
+		rows = append(rows, []string{k, renderCount(p.Count), renderLatency(p.P50), renderLatency(p.P95),
+			renderLatency(p.P99), renderLatency(p.Max)})
+	}
+	if len(rows) == 1 {
+		tw.printf("latency  none\n")
+	} else {
+		tw.table(renderNumbers, rows)
+	}
+
+	if len(r.Thresholds) > 0 {
+		tw.printf("\n")
+		rows = [][]string{{"threshold", "limit", "actual", "result"}}
+		for _, t := range r.Thresholds {
+			res := "PASS"
+			if !t.Pass {
+				res = "FAIL"
+			}
+			rows = append(rows, []string{t.Name, t.Limit, t.Actual, res})
+		}
+		tw.table(renderNumbers, rows)
+	}
+
+	if len(r.Errors) > 0 {
+		tw.printf("\ntop errors\n")
+		rows = rows[:0]
+		for i, e := range r.Errors {
+			if i == renderTextErrors {
+				break
+			}
+			rows = append(rows, []string{renderCount(e.Count), "  " + renderTruncate(e.Error, 100)})
+		}
+		tw.table(renderCounted, rows)
+		if n := len(r.Errors) - renderTextErrors; n > 0 {
+			tw.printf("  (%d more in the full report)\n", n)
+		}
+	}
+
+	if len(r.Notes) > 0 {
+		tw.printf("\nnotes\n")
+		for _, n := range r.Notes {
+			tw.printf("  - %s\n", strings.Join(strings.Fields(n), " "))
+		}
+	}
+	if tw.err != nil {
+		return fmt.Errorf("soak: write text: %w", tw.err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("soak: write text: %w", err)
+	}
+	return nil
+}
+
+// WriteCanaryText writes a canary round as a few lines: the result with the
+// target and time, then one line per kind of message with its deliveries,
+// slowest latency and the reasons it failed.
+func WriteCanaryText(w io.Writer, c *Canary) error {
+	if c == nil {
+		return errors.New("soak: write canary text: nil canary")
+	}
+	bw := bufio.NewWriter(w)
+	tw := &renderTextWriter{w: bw}
+	took := ""
+	if !c.Start.IsZero() && !c.End.IsZero() && !c.End.Before(c.Start) {
+		took = " in " + renderLatency(c.End.Sub(c.Start))
+	}
+	tw.printf("%s  canary  target %s  start %s%s\n",
+		renderVerdict(c.Result), renderOr(c.Target, "-"), renderTime(c.Start), took)
+	rows := make([][]string, 0, len(c.Checks))
+	for _, ch := range c.Checks {
+		res := "pass"
+		if !ch.Pass {
+			res = "FAIL"
+		}
+		row := []string{"  " + ch.Kind, res,
+			fmt.Sprintf("%d/%d delivered", ch.Delivered, ch.Expected),
+			"max " + renderLatency(ch.MaxLatency)}
+		if len(ch.Reasons) > 0 {
+			row = append(row, strings.Join(ch.Reasons, ", "))
+		}
+		rows = append(rows, row)
+	}
+	tw.table(renderLeft, rows)
+	if tw.err != nil {
+		return fmt.Errorf("soak: write canary text: %w", tw.err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("soak: write canary text: %w", err)
+	}
+	return nil
+}
+
+// renderTextWriter keeps the first write error so that the renderer reads
+// as a list of lines rather than a ladder of error checks.
+type renderTextWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (tw *renderTextWriter) printf(format string, args ...any) {
+	if tw.err != nil {
+		return
+	}
+	_, tw.err = fmt.Fprintf(tw.w, format, args...)
+}
+
+// renderTableStyle says how a table's columns align.
+type renderTableStyle int
+
+const (
+	// renderLeft aligns every column left: label and value lines.
+	renderLeft renderTableStyle = iota
+	// renderNumbers keeps the first column (row names) left and aligns
+	// the others right, so that numbers line up on their last digit.
+	renderNumbers
+	// renderCounted aligns a count in the first column right and leaves
+	// the text after it as it is: the top errors.
+	renderCounted
+)
+
+// table writes rows through a tabwriter. tabwriter aligns all columns one
+// way; for renderNumbers the first column is padded here to one width, so
+// that right alignment leaves the names reading left-aligned, and the
+// padding that tabwriter puts before it is cut off again.
+func (tw *renderTextWriter) table(style renderTableStyle, rows [][]string) {
+	if tw.err != nil || len(rows) == 0 {
+		return
+	}
+	const padding = 2
+	var flags uint
+	if style != renderLeft {
+		flags = tabwriter.AlignRight
+	}
+	width := 0
+	if style == renderNumbers {
+		for _, row := range rows {
+			if len(row) > 0 {
+				width = max(width, utf8.RuneCountInString(row[0]))
+			}
+		}
+	}
+	var buf bytes.Buffer
+	t := tabwriter.NewWriter(&buf, 0, 0, padding, ' ', flags)
+	for _, row := range rows {
+		var line strings.Builder
+		for i, cell := range row {
+			if i == 0 && width > 0 {
+				cell += strings.Repeat(" ", width-utf8.RuneCountInString(cell))
+			}
+			line.WriteString(cell)
+			// Only a cell that ends in a tab is part of a column. The
+			// last one is left open unless it holds numbers to align,
+			// so no line carries trailing padding.
+			if i < len(row)-1 || style == renderNumbers {
+				line.WriteByte('\t')
+			}
+		}
+		line.WriteByte('\n')
+		if _, err := io.WriteString(t, line.String()); err != nil {
+			tw.err = err
+			return
+		}
+	}
+	if tw.err = t.Flush(); tw.err != nil {
+		return
+	}
+	out := buf.String()
+	if style == renderNumbers {
+		var b strings.Builder
+		for _, l := range strings.SplitAfter(out, "\n") {
+			b.WriteString(strings.TrimPrefix(l, strings.Repeat(" ", padding)))
+		}
+		out = b.String()
+	}
+	_, tw.err = io.WriteString(tw.w, out)
+}
+
+// renderCount prints a count with thousands separators, 150,000, which a
+// person reads at a glance where 150000 needs counting.
+func renderCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// renderCountsTotal prints a count map sorted by key, with its total when
+// there is more than one key.
+func renderCountsTotal(m map[string]int64) string {
+	s := renderCounts(m)
+	if len(m) > 1 {
+		s += fmt.Sprintf(" (%s total)", renderCount(renderTotal(m)))
+	}
+	return s
+}
+
+func renderOr(s, empty string) string {
+	if strings.TrimSpace(s) == "" {
+		return empty
+	}
+	return s
+}

@@ -1,0 +1,663 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// RunnerOptions configures a Runner.
+type RunnerOptions struct {
+	Driver  probe.Driver
+	Metrics *metrics.Metrics
+	Target  string
+	// Run is the process's run id, carried in every message body.
+	Run string
+	// Prefix is population.prefix; a profile's cohort is named
+	// PREFIX-PROFILE, apart from the background population and the canary.
+	Prefix      string
+	Heartbeat   time.Duration
+	BackoffMin  time.Duration
+	BackoffMax  time.Duration
+	MessageSize int
+	Logger      *slog.Logger
+	// SampleEvery overrides the sample interval; by default a run takes
+	// about 200 samples, one every 1 to 10 seconds.
+	SampleEvery time.Duration
+}
+
+// Runner runs soak profiles against one target, one at a time.
+type Runner struct {
+	o RunnerOptions
+	// busy holds while a run is in progress: at most one soak per target.
+	busy    sync.Mutex
+	running atomic.Value // profile name of the run in progress, or ""
+}
+
+// Running returns the name of the profile being run, or "".
+func (r *Runner) Running() string {
+	s, _ := r.running.Load().(string)
+	return s
+}
+
+// NewRunner returns a runner.
+func NewRunner(o RunnerOptions) *Runner {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{o: o}
+}
+
+// Progress is a run's state, reported every sample interval.
+type Progress struct {
+	Phase       string
+	Elapsed     time.Duration
+	Remaining   time.Duration
+	Online      int
+	Users       int
+	SentPerSec  float64
+	DelivPerSec float64
+	Lost        int64
+	Late        int64
+}
+
+// ErrBusy is returned by TryRun while another run is in progress.
+var ErrBusy = errors.New("soak: another run is in progress on this target")
+
+// TryRun runs profile p unless another run is in progress, which it counts
+// as skipped.
+func (r *Runner) TryRun(ctx context.Context, p config.Profile, progress func(Progress)) (*Report, error) {
+	if !r.busy.TryLock() {
+		r.o.Metrics.SoakSkipped.WithLabelValues(r.o.Target, p.Name).Inc()
+		return nil, ErrBusy
+	}
+	defer r.busy.Unlock()
+	return r.run(ctx, p, progress)
+}
+
+// Run runs profile p, after any run in progress. When ctx ends early the
+// run stops cleanly and its report says aborted. The error is for a run
+// that could not start at all.
+func (r *Runner) Run(ctx context.Context, p config.Profile, progress func(Progress)) (*Report, error) {
+	r.busy.Lock()
+	defer r.busy.Unlock()
+	return r.run(ctx, p, progress)
+}
+
+// Phases of a run.
+const (
+	PhaseRamp  = "ramp"
+	PhaseSend  = "send"
+	PhaseDrain = "drain"
+)
+
+func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progress)) (*Report, error) {
+	o := r.o
+	set := o.Metrics.For(o.Target, metrics.SourceSoak)
+	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
+	obs := newObserver()
+	pop, err := probe.New(probe.Options{
+		Driver: o.Driver, Set: set, Logger: o.Logger.With("profile", p.Name), Run: o.Run,
+		Prefix: o.Prefix + "-" + p.Name,
+		Users:  p.Users, Ramp: p.Ramp, GroupSize: p.GroupSize, Rate: p.Rate,
+		Heartbeat: o.Heartbeat, Deadline: p.Deadline, LostAfter: p.LostAfter,
+		MessageSize: o.MessageSize, BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
+		Observer: obs, StartPaused: true,
+		LateFraction: p.LateLogins, LateAfter: p.LateAfter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	late := 0
+	for i := range pop.Users() {
+		if pop.Late(i) {
+			late++
+		}
+	}
+	running.Set(1)
+	r.running.Store(p.Name)
+	defer func() { running.Set(0); r.running.Store("") }()
+
+	start := time.Now()
+	rep := &Report{
+		ID: NewRunID(start), Kind: "soak", Target: o.Target, Start: start,
+		Profile: profileOf(p),
+		Users:   Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
+	}
+	before := snapshot(set)
+	log := o.Logger.With("profile", p.Name, "run", rep.ID)
+	log.Info("soak run starting", "users", p.Users, "rate", p.Rate, "duration", p.Duration)
+
+	popCtx, stopPop := context.WithCancel(context.Background())
+	defer stopPop()
+	var wg sync.WaitGroup
+	// Exits when stopPop is called, after logging every user out.
+	wg.Go(func() { _ = pop.Run(popCtx) })
+
+	s := &sampler{
+		r: r, p: p, pop: pop, set: set, obs: obs, before: before, start: start,
+		late: late, progress: progress, phase: PhaseRamp,
+	}
+	sampleCtx, stopSampler := context.WithCancel(context.Background())
+	// Exits when stopSampler is called.
+	wg.Go(func() { s.loop(sampleCtx) })
+
+	aborted := false
+	phase := func(name string) {
+		s.setPhase(name)
+		rep.Phases = append(rep.Phases, Phase{Name: name, Start: time.Now()})
+	}
+	phase(PhaseRamp)
+	// The ramp ends when every user due has logged in, or a grace period
+	// after the configured ramp: the verdict will say who never did.
+	rampEnd := start.Add(p.Ramp + 30*time.Second)
+	for pop.Online() < p.Users-late && time.Now().Before(rampEnd) {
+		if !pause(ctx, 20*time.Millisecond) {
+			aborted = true
+			break
+		}
+	}
+	if !aborted {
+		phase(PhaseSend)
+		pop.SetSending(true)
+		aborted = !pause(ctx, p.Duration)
+		pop.SetSending(false)
+	}
+	if !aborted {
+		phase(PhaseDrain)
+		drainEnd := time.Now().Add(p.Drain)
+		for time.Now().Before(drainEnd) {
+			pop.Sweep(time.Now())
+			if d := snapshot(set).sub(before); pop.Inflight() == 0 && d.all().Expected <= d.all().Delivered+d.all().Lost {
+				break
+			}
+			if !pause(ctx, 50*time.Millisecond) {
+				aborted = true
+				break
+			}
+		}
+		pop.Sweep(time.Now())
+	}
+	stopSampler()
+	stopPop()
+	wg.Wait()
+	rep.End = time.Now()
+	rep.Samples = s.samples
+	rep.Users.LoggedIn = pop.LoggedIn()
+	rep.Users.MinOnlineRatio = s.minOnline
+	if s.minOnline < 0 {
+		rep.Users.MinOnlineRatio = 0
+	}
+	r.fill(rep, p, snapshot(set).sub(before), obs, aborted)
+
+	result := rep.Result
+	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()
+	success := 0.0
+	if result == metrics.ResultPass {
+		success = 1
+	}
+	o.Metrics.SoakLastSuccess.WithLabelValues(o.Target, p.Name).Set(success)
+	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
+	return rep, nil
+}
+
+// fill computes the report's counts, percentiles and verdict.
+func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, aborted bool) {
+	rep.Deliveries = map[string]Deliveries{}
+	var all Deliveries
+	for i, k := range metrics.Kinds {
+		dk := d.kind[i].Deliveries
+		dk.Undelivered = max(0, dk.Expected-dk.Delivered-dk.Lost)
+		dk.ratios()
+		rep.Deliveries[k] = dk
+		all.add(dk)
+	}
+	all.ratios()
+	rep.Deliveries["all"] = all
+
+	m := Messages{Rejected: map[string]int64{}}
+	for i := range d.kind {
+		m.Sent += d.kind[i].sent
+	}
+	m.Offline = d.sendErr[metrics.SendOffline]
+	m.WriteErrors = d.sendErr[metrics.SendWrite]
+	m.Unacked = d.sendErr[metrics.SendAckTimeout] + d.sendErr[metrics.SendDisconnected]
+	obs.mu.Lock()
+	for code, n := range obs.rejected {
+		m.Rejected[code] = n
+	}
+	m.Acked = obs.acked
+	rep.Latency = map[string]Percentiles{
+		"login":           percentiles(obs.login),
+		"ack":             percentiles(obs.ack),
+		"delivery_direct": percentiles(obs.deliv[0]),
+		"delivery_group":  percentiles(obs.deliv[1]),
+	}
+	both := hdrhistogram.Import(obs.deliv[0].Export())
+	both.Merge(obs.deliv[1])
+	rep.Errors = topErrors(obs.errors, 10)
+	obs.mu.Unlock()
+	for _, ph := range rep.Phases {
+		if ph.Name == PhaseSend && p.Duration > 0 {
+			m.SentPerSec = float64(m.Sent) / p.Duration.Seconds()
+		}
+	}
+	rep.Messages = m
+
+	rep.Disconnects = map[string]int64{}
+	var disconnects int64
+	for _, reason := range metrics.DisconnectReasons {
+		if reason == metrics.ReasonShutdown {
+			continue
+		}
+		rep.Disconnects[reason] = d.disc[reason]
+		disconnects += d.disc[reason]
+	}
+	rep.Users.FailedLogins = d.connectFail
+
+	t := p.Thresholds
+	allDeliv := percentiles(both)
+	rep.Thresholds = []Threshold{
+		ratioRow("max_loss", t.MaxLoss, all.LossRatio, all.LossRatio <= t.MaxLoss),
+		ratioRow("max_late", t.MaxLate, all.LateRatio, all.LateRatio <= t.MaxLate),
+		durationRow("p99_ack", t.P99Ack, rep.Latency["ack"].P99),
+		durationRow("p99_delivery", t.P99Delivery, allDeliv.P99),
+		ratioRow("min_online_ratio", t.MinOnlineRatio, rep.Users.MinOnlineRatio, rep.Users.MinOnlineRatio >= t.MinOnlineRatio),
+		{Name: "max_disconnects", Limit: fmt.Sprint(t.MaxDisconnects), Actual: fmt.Sprint(disconnects),
+			LimitValue: float64(t.MaxDisconnects), ActualValue: float64(disconnects), Pass: disconnects <= t.MaxDisconnects},
+		{Name: "all_users_logged_in", Limit: fmt.Sprint(p.Users), Actual: fmt.Sprint(rep.Users.LoggedIn),
+			LimitValue: float64(p.Users), ActualValue: float64(rep.Users.LoggedIn), Pass: rep.Users.LoggedIn == p.Users},
+		{Name: "deliveries", Limit: "≥ 1", Actual: fmt.Sprint(all.Delivered),
+			LimitValue: 1, ActualValue: float64(all.Delivered), Pass: all.Delivered >= 1},
+	}
+	rep.Result = metrics.ResultPass
+	for _, th := range rep.Thresholds {
+		if !th.Pass {
+			rep.Result = metrics.ResultFail
+		}
+	}
+	if aborted {
+		rep.Result = metrics.ResultAborted
+		rep.Notes = append(rep.Notes, "The run was stopped before its end: counts cover only the time it ran.")
+	}
+	rep.Notes = append(rep.Notes,
+		"Latency is measured from each message's intended send time (open loop), so a sender that fell behind shows as latency.",
+		"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages.",
+		"Percentiles come from HDR histograms with 3 significant digits; min_online_ratio is the lowest sampled ratio of sessions online to users due online during the send phase.",
+	)
+}
+
+func ratioRow(name string, limit, actual float64, pass bool) Threshold {
+	return Threshold{Name: name, Limit: pct(limit), Actual: pct(actual), LimitValue: limit, ActualValue: actual, Pass: pass}
+}
+
+func durationRow(name string, limit, actual time.Duration) Threshold {
+	return Threshold{Name: name, Limit: limit.String(), Actual: actual.Round(time.Microsecond).String(),
+		LimitValue: limit.Seconds(), ActualValue: actual.Seconds(), Pass: actual <= limit}
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.4g%%", 100*v) }
+
+func profileOf(p config.Profile) Profile {
+	t := p.Thresholds
+	return Profile{
+		Name: p.Name, Users: p.Users, GroupSize: p.GroupSize, Rate: p.Rate, Ramp: p.Ramp,
+		Duration: p.Duration, Drain: p.Drain, Deadline: p.Deadline,
+		LateLogins: p.LateLogins, LateAfter: p.LateAfter,
+		Thresholds: Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
+			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects},
+	}
+}
+
+func (d *Deliveries) ratios() {
+	if d.Expected > 0 {
+		d.LossRatio = float64(d.Lost+d.Undelivered) / float64(d.Expected)
+	}
+	if d.Delivered > 0 {
+		d.LateRatio = float64(d.Late) / float64(d.Delivered)
+	}
+}
+
+func (d *Deliveries) add(o Deliveries) {
+	d.Expected += o.Expected
+	d.Delivered += o.Delivered
+	d.Lost += o.Lost
+	d.Undelivered += o.Undelivered
+	d.Late += o.Late
+	d.Duplicate += o.Duplicate
+	d.Reordered += o.Reordered
+}
+
+// counts is a snapshot of a Set's counters; a run's numbers are the
+// difference of two, since the soak series are shared by every run.
+type counts struct {
+	kind        [2]kindCounts
+	sendErr     map[string]int64
+	disc        map[string]int64
+	connectFail int64
+}
+
+type kindCounts struct {
+	Deliveries
+	sent int64
+}
+
+func snapshot(set *metrics.Set) counts {
+	c := counts{sendErr: map[string]int64{}, disc: map[string]int64{}}
+	for i, k := range set.Kind {
+		c.kind[i].Expected = int64(metrics.Value(k.Expected))
+		c.kind[i].Delivered = int64(metrics.Value(k.Delivered))
+		c.kind[i].Lost = int64(metrics.Value(k.Lost))
+		c.kind[i].Late = int64(metrics.Value(k.Late))
+		c.kind[i].Duplicate = int64(metrics.Value(k.Duplicate))
+		c.kind[i].Reordered = int64(metrics.Value(k.Reordered))
+		c.kind[i].sent = int64(metrics.Value(k.Sent))
+	}
+	for r, m := range set.SendErrors {
+		c.sendErr[r] = int64(metrics.Value(m))
+	}
+	for r, m := range set.Disconnects {
+		c.disc[r] = int64(metrics.Value(m))
+	}
+	c.connectFail = int64(metrics.Value(set.ConnectFail))
+	return c
+}
+
+func (c counts) sub(b counts) counts {
+	d := counts{sendErr: map[string]int64{}, disc: map[string]int64{}, connectFail: c.connectFail - b.connectFail}
+	for i := range c.kind {
+		x, y := c.kind[i], b.kind[i]
+		d.kind[i].Expected = x.Expected - y.Expected
+		d.kind[i].Delivered = x.Delivered - y.Delivered
+		d.kind[i].Lost = x.Lost - y.Lost
+		d.kind[i].Late = x.Late - y.Late
+		d.kind[i].Duplicate = x.Duplicate - y.Duplicate
+		d.kind[i].Reordered = x.Reordered - y.Reordered
+		d.kind[i].sent = x.sent - y.sent
+	}
+	for r, n := range c.sendErr {
+		d.sendErr[r] = n - b.sendErr[r]
+	}
+	for r, n := range c.disc {
+		d.disc[r] = n - b.disc[r]
+	}
+	return d
+}
+
+func (c counts) all() Deliveries {
+	var a Deliveries
+	for _, k := range c.kind {
+		a.add(k.Deliveries)
+	}
+	return a
+}
+
+// sampler records the run's time series and reports progress.
+type sampler struct {
+	r        *Runner
+	p        config.Profile
+	pop      *probe.Population
+	set      *metrics.Set
+	obs      *observer
+	before   counts
+	start    time.Time
+	late     int
+	progress func(Progress)
+
+	mu        sync.Mutex
+	phase     string
+	sendStart time.Time
+	samples   []Sample
+	minOnline float64
+	prev      counts
+	prevT     time.Time
+}
+
+// maxSamples bounds a run's time series whatever its duration.
+const maxSamples = 2000
+
+func (s *sampler) setPhase(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.phase = name
+	if name == PhaseSend {
+		s.sendStart = time.Now()
+	}
+}
+
+func (s *sampler) every() time.Duration {
+	if d := s.r.o.SampleEvery; d > 0 {
+		return d
+	}
+	return min(max((s.p.Ramp+s.p.Duration+s.p.Drain)/200, time.Second), 10*time.Second)
+}
+
+func (s *sampler) loop(ctx context.Context) {
+	s.minOnline = -1
+	s.prev, s.prevT = s.before, s.start
+	t := time.NewTicker(s.every())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.sample(time.Now())
+			return
+		case <-t.C:
+			s.sample(time.Now())
+		}
+	}
+}
+
+func (s *sampler) sample(now time.Time) {
+	cur := snapshot(s.set)
+	d := cur.sub(s.prev)
+	total := cur.sub(s.before)
+	dt := now.Sub(s.prevT).Seconds()
+	s.prev, s.prevT = cur, now
+
+	s.obs.mu.Lock()
+	iv := s.obs.interval
+	p50, p99, mx := pctl(iv, 50), pctl(iv, 99), time.Duration(iv.Max())*time.Microsecond
+	iv.Reset()
+	s.obs.mu.Unlock()
+
+	var sent, deliv, disc int64
+	for _, k := range d.kind {
+		sent += k.sent
+		deliv += k.Delivered
+	}
+	for r, n := range total.disc {
+		if r != metrics.ReasonShutdown {
+			disc += n
+		}
+	}
+	all := total.all()
+	online := s.pop.Online()
+
+	s.mu.Lock()
+	phase := s.phase
+	if phase == PhaseSend {
+		due := s.p.Users
+		// Late users are not due online until a little after LateAfter.
+		if s.late > 0 && now.Before(s.start.Add(s.p.LateAfter+5*time.Second)) {
+			due -= s.late
+		}
+		if due > 0 {
+			ratio := float64(online) / float64(due)
+			if s.minOnline < 0 || ratio < s.minOnline {
+				s.minOnline = math.Min(ratio, 1)
+			}
+		}
+	}
+	if dt > 0 && len(s.samples) < maxSamples {
+		s.samples = append(s.samples, Sample{
+			T: now, Phase: phase, Online: online,
+			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
+			Lost: all.Lost, Late: all.Late, Disconnects: disc,
+			P50: p50, P99: p99, Max: mx,
+		})
+	}
+	s.mu.Unlock()
+
+	if s.progress != nil && dt > 0 {
+		total := s.p.Ramp + s.p.Duration + s.p.Drain
+		s.progress(Progress{
+			Phase: phase, Elapsed: now.Sub(s.start), Remaining: max(0, total-now.Sub(s.start)),
+			Online: online, Users: s.p.Users,
+			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
+			Lost: all.Lost, Late: all.Late,
+		})
+	}
+}
+
+// observer collects what counters cannot: exact latency percentiles, ack
+// count, refusal codes and error messages.
+type observer struct {
+	mu       sync.Mutex
+	login    *hdrhistogram.Histogram
+	ack      *hdrhistogram.Histogram
+	deliv    [2]*hdrhistogram.Histogram
+	interval *hdrhistogram.Histogram
+	acked    int64
+	rejected map[string]int64
+	errors   map[string]int64
+}
+
+// Histograms record microseconds from 1 µs to 1 hour at 3 significant
+// digits: about 30 KB each, whatever the run's length.
+func newHist() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
+}
+
+func newObserver() *observer {
+	return &observer{
+		login: newHist(), ack: newHist(), deliv: [2]*hdrhistogram.Histogram{newHist(), newHist()},
+		interval: newHist(), rejected: map[string]int64{}, errors: map[string]int64{},
+	}
+}
+
+// maxErrors bounds the distinct error messages kept; the rest are counted
+// under one line.
+const maxErrors = 100
+
+func (o *observer) noteError(msg string) {
+	if _, ok := o.errors[msg]; !ok && len(o.errors) >= maxErrors {
+		msg = "(other errors)"
+	}
+	o.errors[msg]++
+}
+
+func record(h *hdrhistogram.Histogram, d time.Duration) {
+	_ = h.RecordValue(max(1, int64(d/time.Microsecond)))
+}
+
+func (o *observer) Login(_ int, took time.Duration, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		o.noteError("login: " + err.Error())
+		return
+	}
+	record(o.login, took)
+}
+
+func (o *observer) Disconnect(_ int, reason string, err error) {
+	if reason == metrics.ReasonShutdown {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	msg := "disconnect: " + reason
+	if err != nil {
+		msg = "disconnect: " + err.Error()
+	}
+	o.noteError(msg)
+}
+
+func (o *observer) Ack(_ uint64, _ bool, latency time.Duration) {
+	o.mu.Lock()
+	o.acked++
+	record(o.ack, latency)
+	o.mu.Unlock()
+}
+
+func (o *observer) Unacked(_ uint64, reason, code string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if reason == metrics.SendRejected {
+		o.rejected[code]++
+		return
+	}
+	if reason != metrics.SendDisconnected {
+		o.noteError("send: " + reason)
+	}
+}
+
+func (o *observer) Received(_ int, h *probe.Header, latency time.Duration, out probe.Outcome) {
+	if out != probe.Delivered {
+		return
+	}
+	k := metrics.KindIndex(len(h.Stream) > 0 && h.Stream[0] == 'g')
+	o.mu.Lock()
+	record(o.deliv[k], latency)
+	record(o.interval, latency)
+	o.mu.Unlock()
+}
+
+func pctl(h *hdrhistogram.Histogram, q float64) time.Duration {
+	if h.TotalCount() == 0 {
+		return 0
+	}
+	return time.Duration(h.ValueAtQuantile(q)) * time.Microsecond
+}
+
+func percentiles(h *hdrhistogram.Histogram) Percentiles {
+	if h.TotalCount() == 0 {
+		return Percentiles{}
+	}
+	return Percentiles{
+		Count: h.TotalCount(), P50: pctl(h, 50), P95: pctl(h, 95), P99: pctl(h, 99),
+		Max: time.Duration(h.Max()) * time.Microsecond,
+	}
+}
+
+func topErrors(m map[string]int64, n int) []ErrorCount {
+	out := make([]ErrorCount, 0, len(m))
+	for e, c := range m {
+		out = append(out, ErrorCount{Error: e, Count: c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Error < out[j].Error
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// pause waits for d or until ctx ends, and reports whether ctx is live.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,204 @@
+package soak
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/target"
+)
+
+var testSecret = []byte("soak-test")
+
+func startTarget(t *testing.T, f target.Faults) (string, *target.Server) {
+	t.Helper()
+	srv, err := target.New(target.Options{Secret: testSecret, Faults: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, ln) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return "ws://" + ln.Addr().String() + "/ws", srv
+}
+
+func newTestRunner(t *testing.T, url string) (*Runner, *metrics.Metrics) {
+	t.Helper()
+	drv, err := embedded.New(embedded.Options{URL: url, Secret: testSecret, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(prometheus.NewPedanticRegistry())
+	return NewRunner(RunnerOptions{
+		Driver: drv, Metrics: m, Target: "t", Run: "r1", Prefix: "s",
+		Heartbeat: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		SampleEvery: 200 * time.Millisecond,
+	}), m
+}
+
+// testProfile is small enough for a loaded 2-core machine under -race:
+// 20 users at 20 msg/s for 2 s, about 800 messages and 2,000 deliveries.
+func testProfile() config.Profile {
+	return config.Profile{
+		Name: "test", Users: 20, GroupSize: 5, Rate: 20,
+		Ramp: 200 * time.Millisecond, Duration: 2 * time.Second, Drain: 3 * time.Second,
+		Deadline: time.Second, LostAfter: 2 * time.Second,
+		Thresholds: config.Thresholds{
+			MaxLoss: 0.001, MaxLate: 0.01, P99Ack: time.Second, P99Delivery: time.Second,
+			MinOnlineRatio: 1, MaxDisconnects: 0,
+		},
+	}
+}
+
+func row(r *Report, name string) Threshold {
+	for _, th := range r.Thresholds {
+		if th.Name == name {
+			return th
+		}
+	}
+	return Threshold{Name: "missing " + name}
+}
+
+func TestSoakCleanPasses(t *testing.T) {
+	url, _ := startTarget(t, target.Faults{})
+	r, m := newTestRunner(t, url)
+	var progress int
+	rep, err := r.Run(context.Background(), testProfile(), func(Progress) { progress++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := rep.Deliveries["all"]
+	t.Logf("clean: result %s, %+v, latency %+v", rep.Result, all, rep.Latency)
+	if rep.Result != metrics.ResultPass {
+		t.Errorf("Result = %s, want pass; thresholds %+v", rep.Result, rep.Thresholds)
+	}
+	if all.Expected < 1000 || all.Delivered != all.Expected || all.Lost+all.Undelivered != 0 {
+		t.Errorf("deliveries = %+v, want every one of 1000+ delivered", all)
+	}
+	if rep.Users.LoggedIn != 20 || rep.Users.MinOnlineRatio != 1 {
+		t.Errorf("users = %+v, want 20 logged in, min online ratio 1", rep.Users)
+	}
+	if rep.Messages.Sent == 0 || rep.Messages.Acked != rep.Messages.Sent {
+		t.Errorf("messages = %+v, want every sent message acked", rep.Messages)
+	}
+	if l := rep.Latency["delivery_group"]; l.Count == 0 || l.P99 <= 0 || l.P99 > l.Max {
+		t.Errorf("group delivery latency = %+v, want counted percentiles", l)
+	}
+	if rep.Latency["login"].Count < 20 {
+		t.Errorf("login latency count = %d, want ≥ 20", rep.Latency["login"].Count)
+	}
+	if len(rep.Samples) < 10 || progress == 0 {
+		t.Errorf("%d samples, %d progress reports; want a time series", len(rep.Samples), progress)
+	}
+	if len(rep.Phases) != 3 {
+		t.Errorf("phases = %+v, want ramp, send, drain", rep.Phases)
+	}
+	if v := metrics.Value(m.SoakRuns.WithLabelValues("t", "test", metrics.ResultPass)); v != 1 {
+		t.Errorf("soak_runs_total{result=pass} = %v, want 1", v)
+	}
+	if v := metrics.Value(m.SoakLastSuccess.WithLabelValues("t", "test")); v != 1 {
+		t.Errorf("soak_last_run_success = %v, want 1", v)
+	}
+}
+
+func TestSoakDropFailsMaxLoss(t *testing.T) {
+	url, srv := startTarget(t, target.Faults{Drop: 0.02})
+	r, m := newTestRunner(t, url)
+	rep, err := r.Run(context.Background(), testProfile(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := rep.Deliveries["all"]
+	th := row(rep, "max_loss")
+	t.Logf("drop 2%%: %+v; max_loss row %+v; target dropped %d", all, th, srv.Stats().Dropped)
+	if rep.Result != metrics.ResultFail || th.Pass {
+		t.Errorf("Result = %s, max_loss pass = %v; want fail on max_loss", rep.Result, th.Pass)
+	}
+	if all.LossRatio < 0.01 || all.LossRatio > 0.03 {
+		t.Errorf("loss ratio = %.4f, want about 0.02", all.LossRatio)
+	}
+	if got, want := all.Lost+all.Undelivered, int64(srv.Stats().Dropped); got != want {
+		t.Errorf("lost + undelivered = %d, target dropped %d: want equal", got, want)
+	}
+	if v := metrics.Value(m.SoakRuns.WithLabelValues("t", "test", metrics.ResultFail)); v != 1 {
+		t.Errorf("soak_runs_total{result=fail} = %v, want 1", v)
+	}
+}
+
+func TestSoakAbort(t *testing.T) {
+	url, _ := startTarget(t, target.Faults{})
+	r, _ := newTestRunner(t, url)
+	p := testProfile()
+	p.Duration = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	start := time.Now()
+	rep, err := r.Run(ctx, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("aborted run took %v to stop", took)
+	}
+	if rep.Result != metrics.ResultAborted {
+		t.Errorf("Result = %s, want aborted", rep.Result)
+	}
+}
+
+func TestSoakOverlapIsSkipped(t *testing.T) {
+	url, _ := startTarget(t, target.Faults{})
+	r, m := newTestRunner(t, url)
+	p := testProfile()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = r.Run(context.Background(), p, nil)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := r.TryRun(context.Background(), p, nil); err != ErrBusy {
+		t.Errorf("TryRun during a run = %v, want ErrBusy", err)
+	}
+	<-done
+	if v := metrics.Value(m.SoakSkipped.WithLabelValues("t", "test")); v != 1 {
+		t.Errorf("soak_runs_skipped_total = %v, want 1", v)
+	}
+}
+
+// TestSoakLateLogins has half the users log in a second into the send
+// phase: what was sent to them meanwhile must arrive from the target's
+// offline queue, late but not lost.
+func TestSoakLateLogins(t *testing.T) {
+	url, _ := startTarget(t, target.Faults{})
+	r, _ := newTestRunner(t, url)
+	p := testProfile()
+	p.LateLogins, p.LateAfter = 0.5, 1500*time.Millisecond
+	p.Thresholds.MaxLate, p.Thresholds.P99Delivery = 1, 10*time.Second
+	p.Drain = 4 * time.Second
+	rep, err := r.Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := rep.Deliveries["all"]
+	t.Logf("late logins: %s %+v users %+v", rep.Result, all, rep.Users)
+	if all.Late == 0 {
+		t.Error("no late deliveries: the offline users' messages should arrive late")
+	}
+	if all.Lost+all.Undelivered != 0 || all.Delivered != all.Expected {
+		t.Errorf("deliveries = %+v, want none lost", all)
+	}
+	if rep.Users.LoggedIn != p.Users || rep.Result != metrics.ResultPass {
+		t.Errorf("logged in %d of %d, result %s; thresholds %+v", rep.Users.LoggedIn, p.Users, rep.Result, rep.Thresholds)
+	}
+}
