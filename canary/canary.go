@@ -1,0 +1,356 @@
+// Package canary runs canary rounds: a few fixed users, always online apart
+// from the background population, send a direct and a group message each
+// and check every one is acknowledged and delivered once, within the
+// deadline. Each round is a pass/fail SLI event.
+package canary
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/soak"
+)
+
+// Options configures a Canary.
+type Options struct {
+	Driver  probe.Driver
+	Metrics *metrics.Metrics
+	Target  string
+	Run     string
+	// Prefix names the canary users, apart from every other cohort.
+	Prefix string
+	Users  int
+	// Messages is how many messages of each kind each user sends a round.
+	Messages   int
+	Deadline   time.Duration
+	Heartbeat  time.Duration
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	Logger     *slog.Logger
+}
+
+// Canary keeps the canary users online and runs rounds on demand.
+type Canary struct {
+	o   Options
+	pop *probe.Population
+	set *metrics.Set
+
+	// mu guards round; the observer methods record into it from the
+	// population's goroutines.
+	mu    sync.Mutex
+	round *record
+	// busy serialises rounds: a scheduler skips a round rather than stack
+	// it on one still running.
+	busy sync.Mutex
+}
+
+// New builds a canary; its users come online when Run runs.
+func New(o Options) (*Canary, error) {
+	if o.Users < 2 {
+		return nil, fmt.Errorf("canary: users %d: need at least 2", o.Users)
+	}
+	if o.Messages < 1 {
+		o.Messages = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Canary{o: o, set: o.Metrics.For(o.Target, metrics.SourceCanary)}
+	for _, k := range metrics.Kinds {
+		for _, r := range []string{metrics.ResultPass, metrics.ResultFail} {
+			o.Metrics.CanaryRounds.WithLabelValues(o.Target, k, r)
+		}
+		for _, r := range metrics.CanaryReasons {
+			o.Metrics.CanaryFailures.WithLabelValues(o.Target, k, r)
+		}
+	}
+	o.Metrics.CanarySkipped.WithLabelValues(o.Target)
+	var err error
+	c.pop, err = probe.New(probe.Options{
+		Driver: o.Driver, Set: c.set, Logger: o.Logger, Run: o.Run, Prefix: o.Prefix,
+		// One group of every canary user; no background sending: a
+		// canary sends only in rounds.
+		Users: o.Users, GroupSize: o.Users, Rate: 0,
+		Heartbeat: o.Heartbeat, Deadline: o.Deadline, LostAfter: 2 * o.Deadline,
+		BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
+		Observer: c,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("canary: %w", err)
+	}
+	return c, nil
+}
+
+// Run keeps the canary users online until ctx ends.
+func (c *Canary) Run(ctx context.Context) error { return c.pop.Run(ctx) }
+
+// Ready reports whether every canary user has been online at once.
+func (c *Canary) Ready() bool { return c.pop.Ready() }
+
+// Online returns how many canary users are online.
+func (c *Canary) Online() int { return c.pop.Online() }
+
+// ErrBusy is returned by TryRound while another round runs.
+var ErrBusy = errors.New("canary: a round is already running")
+
+// TryRound runs a round unless one is running; a scheduler calls it so that
+// overlapping rounds are skipped and counted, never stacked.
+func (c *Canary) TryRound(ctx context.Context) (*soak.Canary, error) {
+	if !c.busy.TryLock() {
+		c.o.Metrics.CanarySkipped.WithLabelValues(c.o.Target).Inc()
+		return nil, ErrBusy
+	}
+	defer c.busy.Unlock()
+	return c.round1(ctx), nil
+}
+
+// Round runs one round, waiting for a running one to end first.
+func (c *Canary) Round(ctx context.Context) *soak.Canary {
+	c.busy.Lock()
+	defer c.busy.Unlock()
+	return c.round1(ctx)
+}
+
+// record collects what the population observes during a round. Events may
+// arrive before SendNow has returned the message's identity (an ack can
+// beat the sender), so everything is recorded and joined at the end.
+type record struct {
+	acks    map[uint64]bool
+	unacked map[uint64]string
+	recv    map[string][]received
+}
+
+type received struct {
+	latency time.Duration
+	outcome probe.Outcome
+}
+
+func key(sender, stream string, seq uint64) string {
+	return sender + " " + stream + " " + strconv.FormatUint(seq, 10)
+}
+
+// checking is one message of the round and its identity.
+type checking struct {
+	sent probe.Sent
+	err  error
+}
+
+func (c *Canary) round1(ctx context.Context) *soak.Canary {
+	o := c.o
+	start := time.Now()
+	out := &soak.Canary{ID: soak.NewRunID(start), Kind: "canary", Target: o.Target, Start: start}
+	checks := map[bool]*soak.CanaryCheck{
+		false: {Kind: metrics.KindDirect, Pass: true},
+		true:  {Kind: metrics.KindGroup, Pass: true},
+	}
+	fail := func(group bool, reason string) {
+		ch := checks[group]
+		ch.Pass = false
+		for _, r := range ch.Reasons {
+			if r == reason {
+				return
+			}
+		}
+		ch.Reasons = append(ch.Reasons, reason)
+	}
+
+	if online := c.pop.Online(); online < o.Users {
+		fail(false, metrics.CanarySessionDown)
+		fail(true, metrics.CanarySessionDown)
+	} else {
+		rec := &record{acks: map[uint64]bool{}, unacked: map[uint64]string{}, recv: map[string][]received{}}
+		c.mu.Lock()
+		c.round = rec
+		c.mu.Unlock()
+		var sent []checking
+		for i := range o.Users {
+			for range o.Messages {
+				for _, group := range []bool{false, true} {
+					s, err := c.pop.SendNow(i, group)
+					s.Group = group
+					sent = append(sent, checking{s, err})
+				}
+			}
+		}
+		c.wait(ctx, rec, sent, start)
+		c.mu.Lock()
+		c.round = nil
+		c.mu.Unlock()
+		// rec is no longer written: the observer drops events once
+		// c.round is nil.
+		for _, m := range sent {
+			ch := checks[m.sent.Group]
+			if m.err != nil {
+				ch.Expected += c.fanout(m.sent.Group)
+				fail(m.sent.Group, metrics.CanarySessionDown)
+				continue
+			}
+			ch.Expected += m.sent.Fanout
+			if !rec.acks[m.sent.Ref] {
+				fail(m.sent.Group, metrics.CanaryNoAck)
+			}
+			onTime := 0
+			for _, r := range rec.recv[key(m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
+				switch {
+				case r.outcome == probe.Duplicate:
+					fail(m.sent.Group, metrics.CanaryDuplicated)
+				case r.outcome != probe.Delivered:
+				case r.latency > o.Deadline:
+					fail(m.sent.Group, metrics.CanaryLate)
+				default:
+					onTime++
+				}
+				ch.MaxLatency = max(ch.MaxLatency, r.latency)
+			}
+			ch.Delivered += onTime
+			if onTime < m.sent.Fanout && !hasReason(ch, metrics.CanaryLate) {
+				fail(m.sent.Group, metrics.CanaryNotDelivered)
+			}
+		}
+	}
+
+	out.End = time.Now()
+	out.Result = metrics.ResultPass
+	for _, group := range []bool{false, true} {
+		ch := checks[group]
+		result := metrics.ResultPass
+		if !ch.Pass {
+			result = metrics.ResultFail
+			out.Result = metrics.ResultFail
+			for _, r := range ch.Reasons {
+				o.Metrics.CanaryFailures.WithLabelValues(o.Target, ch.Kind, r).Inc()
+			}
+		}
+		o.Metrics.CanaryRounds.WithLabelValues(o.Target, ch.Kind, result).Inc()
+		out.Checks = append(out.Checks, *ch)
+	}
+	o.Metrics.CanaryLastTimestamp.WithLabelValues(o.Target).Set(float64(out.End.UnixNano()) / 1e9)
+	success := 0.0
+	if out.Result == metrics.ResultPass {
+		success = 1
+	}
+	o.Metrics.CanaryLastSuccess.WithLabelValues(o.Target).Set(success)
+	return out
+}
+
+func hasReason(ch *soak.CanaryCheck, r string) bool {
+	for _, x := range ch.Reasons {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// fanout is the deliveries a message of the kind owes: used for a message
+// that could not be sent, so a failed round still shows what it expected.
+func (c *Canary) fanout(group bool) int {
+	if group {
+		return c.o.Users - 1
+	}
+	return 1
+}
+
+// wait returns once every message is acked and delivered (plus a short
+// window for duplicates), or half a deadline past the deadline, so that a
+// late delivery is told from a missing one.
+func (c *Canary) wait(ctx context.Context, rec *record, sent []checking, start time.Time) {
+	end := start.Add(c.o.Deadline + c.o.Deadline/2)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if time.Now().After(end) {
+			return
+		}
+		if c.complete(rec, sent) {
+			// A duplicate usually follows its original closely.
+			sleepCtx(ctx, min(100*time.Millisecond, c.o.Deadline/10))
+			return
+		}
+	}
+}
+
+func (c *Canary) complete(rec *record, sent []checking) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range sent {
+		if m.err != nil {
+			continue
+		}
+		if !rec.acks[m.sent.Ref] {
+			if _, gone := rec.unacked[m.sent.Ref]; gone {
+				continue
+			}
+			return false
+		}
+		n := 0
+		for _, r := range rec.recv[key(m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
+			if r.outcome == probe.Delivered {
+				n++
+			}
+		}
+		if n < m.sent.Fanout {
+			return false
+		}
+	}
+	return true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+var _ probe.Observer = (*Canary)(nil)
+
+// Login implements probe.Observer.
+func (c *Canary) Login(int, time.Duration, error) {}
+
+// Disconnect implements probe.Observer.
+func (c *Canary) Disconnect(user int, reason string, err error) {
+	c.o.Logger.Debug("canary session ended", "user", user, "reason", reason, "err", err)
+}
+
+// Ack implements probe.Observer.
+func (c *Canary) Ack(ref uint64, _ bool, _ time.Duration) {
+	c.mu.Lock()
+	if c.round != nil {
+		c.round.acks[ref] = true
+	}
+	c.mu.Unlock()
+}
+
+// Unacked implements probe.Observer.
+func (c *Canary) Unacked(ref uint64, reason, _ string) {
+	c.mu.Lock()
+	if c.round != nil {
+		c.round.unacked[ref] = reason
+	}
+	c.mu.Unlock()
+}
+
+// Received implements probe.Observer.
+func (c *Canary) Received(_ int, h *probe.Header, latency time.Duration, o probe.Outcome) {
+	c.mu.Lock()
+	if c.round != nil {
+		k := key(string(h.Sender), string(h.Stream), h.Seq)
+		c.round.recv[k] = append(c.round.recv[k], received{latency, o})
+	}
+	c.mu.Unlock()
+}
