@@ -1,41 +1,32 @@
 // Package daemon wires imcanary together: it picks the protocol driver named
 // in the configuration, starts the embedded target when asked to, runs the
-// population and serves /metrics, /healthz and /readyz. It is the only
-// package that knows every adapter.
+// background population, the canary and scheduled soak runs, keeps their
+// history, and serves /metrics, /healthz, /readyz, the status page and the
+// API. It is the only package that knows every adapter.
 package daemon
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"strings"
+	"net/url"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/robfig/cron/v3"
 
+	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/embedded"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/soak"
 )
-
-// drivers maps target.protocol to its adapter: the one place that lists
-// them.
-var drivers = map[string]func(cfg config.Config, secret []byte) (probe.Driver, error){
-	"embedded": func(cfg config.Config, secret []byte) (probe.Driver, error) {
-		return embedded.New(embedded.Options{URL: cfg.Target.URL, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
-	},
-}
 
 // ShutdownTimeout bounds the whole shutdown: closing every session with a
 // close frame, the HTTP server and the embedded target.
@@ -47,18 +38,17 @@ type Daemon struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
+	env     *env
 	pop     *probe.Population
-	target  *target.Server
-	secret  []byte
-	run     string
+	canary  *canary.Canary // nil when canary.schedule is empty
+	soak    *soak.Runner
+	store   *soak.Store
+	started time.Time
 
 	httpLn net.Listener
-	// targetLn is the in-process target's listener, nil when the target
-	// is remote.
-	targetLn net.Listener
 }
 
-// New validates cfg, checks the process can hold the population, and
+// New validates cfg, checks the process can hold every session, and
 // prepares everything Run starts. It opens the HTTP listener (and the
 // embedded target's, when it runs in-process) so that a port conflict is
 // reported before anything runs.
@@ -66,51 +56,44 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log, reg: reg, run: newRunID()}
-	if err := checkFileLimit(cfg); err != nil {
-		return nil, err
+	d := &Daemon{cfg: cfg, log: log, reg: reg}
+	users := cfg.Population.Users
+	if cfg.Canary.Schedule != "" {
+		users += cfg.Canary.Users
 	}
-	secret, err := loadSecret(cfg)
+	for _, p := range cfg.Soak.Profiles {
+		// One soak runs at a time: the largest is what must fit.
+		users = max(users, cfg.Population.Users+cfg.Canary.Users+p.Users)
+	}
+	e, err := newEnv(cfg, users, log)
 	if err != nil {
 		return nil, err
 	}
-	d.secret = secret
+	d.env = e
+	d.cfg = e.cfg
 	ok := false
 	defer func() {
 		if !ok {
-			d.closeListeners()
+			e.close()
+			if d.httpLn != nil {
+				d.httpLn.Close()
+			}
 		}
 	}()
-	if cfg.Target.Protocol == "embedded" && cfg.Target.URL == "" {
-		if d.secret == nil {
-			d.secret = make([]byte, 32)
-			_, _ = rand.Read(d.secret)
-		}
-		ts, err := target.New(target.Options{Secret: d.secret, Logger: log.With("component", "target")})
-		if err != nil {
-			return nil, fmt.Errorf("embedded target: %w", err)
-		}
-		d.target = ts
-		if d.targetLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return nil, fmt.Errorf("embedded target: %w", err)
-		}
-		d.cfg.Target.URL = "ws://" + d.targetLn.Addr().String() + "/ws"
-	}
-	newDriver, found := drivers[d.cfg.Target.Protocol]
-	if !found {
-		return nil, fmt.Errorf("target.protocol: %q: no such driver", d.cfg.Target.Protocol)
-	}
-	drv, err := newDriver(d.cfg, d.secret)
+	d.store, err = soak.OpenStore(cfg.DataDir, soak.StoreOptions{
+		MaxRuns: cfg.History.MaxRuns, MaxAge: cfg.History.MaxAge, MaxCanaryRounds: cfg.History.MaxCanaryRounds,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("target.protocol %s: %w", d.cfg.Target.Protocol, err)
+		return nil, fmt.Errorf("data_dir: %w", err)
 	}
 	d.metrics = metrics.New(reg)
+	name := d.cfg.Target.Name
 	p := d.cfg.Population
 	d.pop, err = probe.New(probe.Options{
-		Driver:      drv,
-		Set:         d.metrics.For(d.cfg.Target.Name, metrics.SourceBackground),
-		Logger:      log.With("target", d.cfg.Target.Name, "source", metrics.SourceBackground),
-		Run:         d.run,
+		Driver:      e.driver,
+		Set:         d.metrics.For(name, metrics.SourceBackground),
+		Logger:      log.With("target", name, "source", metrics.SourceBackground),
+		Run:         e.run,
 		Prefix:      p.Prefix,
 		Users:       p.Users,
 		Ramp:        p.Ramp,
@@ -126,11 +109,45 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 	if err != nil {
 		return nil, err
 	}
+	if d.cfg.Canary.Schedule != "" {
+		if d.canary, err = newCanary(d.cfg, e, d.metrics, log); err != nil {
+			return nil, err
+		}
+	}
+	d.soak = newSoakRunner(d.cfg, e, d.metrics, log)
+	for _, pr := range d.cfg.Soak.Profiles {
+		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted} {
+			d.metrics.SoakRuns.WithLabelValues(name, pr.Name, r)
+		}
+		d.metrics.SoakSkipped.WithLabelValues(name, pr.Name)
+		d.metrics.SoakRunning.WithLabelValues(name, pr.Name)
+	}
 	if d.httpLn, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 		return nil, fmt.Errorf("http.listen: %w", err)
 	}
 	ok = true
 	return d, nil
+}
+
+func newCanary(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger) (*canary.Canary, error) {
+	c := cfg.Canary
+	return canary.New(canary.Options{
+		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
+		Prefix: cfg.Population.Prefix + "-canary", Users: c.Users, Messages: c.Messages,
+		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
+		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
+		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
+	})
+}
+
+func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger) *soak.Runner {
+	return soak.NewRunner(soak.RunnerOptions{
+		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
+		Prefix: cfg.Population.Prefix, Heartbeat: cfg.Population.Heartbeat,
+		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
+		MessageSize: cfg.Population.MessageSize,
+		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
+	})
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -142,74 +159,150 @@ func (d *Daemon) TargetURL() string { return d.cfg.Target.URL }
 // Population returns the background population.
 func (d *Daemon) Population() *probe.Population { return d.pop }
 
-func (d *Daemon) closeListeners() {
-	for _, ln := range []net.Listener{d.httpLn, d.targetLn} {
-		if ln != nil {
-			ln.Close()
-		}
-	}
-}
-
 // Run serves until ctx ends, then shuts down in order within
-// ShutdownTimeout: the population closes its sessions with close frames,
-// then the HTTP server and the embedded target stop.
+// ShutdownTimeout: the scheduler stops starting jobs, the running ones are
+// aborted (a soak run still writes its report), the populations close their
+// sessions with close frames, then the HTTP server and the embedded target
+// stop.
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	tctx, stopTarget := context.WithCancel(context.Background())
-	defer stopTarget()
-	if d.target != nil {
-		log.Info("embedded target listening", "url", d.cfg.Target.URL)
-		// Exits when stopTarget is called, after the population is down,
-		// so that sessions end with imcanary's close, not the target's.
-		wg.Go(func() {
-			if err := d.target.Serve(tctx, d.targetLn); err != nil {
-				errc <- fmt.Errorf("embedded target: %w", err)
-			}
-		})
-	}
+	d.started = time.Now()
+	defer d.env.close()
+	d.env.startTarget(log)
+
+	errc := make(chan error, 1)
 	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
+	var httpWG sync.WaitGroup
 	// Exits when srv.Shutdown is called below.
-	wg.Go(func() {
+	httpWG.Go(func() {
 		if err := srv.Serve(d.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
 		}
 	})
-	log.Info("imcanary running", "run", d.run, "http", d.HTTPAddr(), "target", d.cfg.Target.Name,
+	log.Info("imcanary running", "run", d.env.run, "http", d.HTTPAddr(), "target", d.cfg.Target.Name,
 		"url", d.cfg.Target.URL, "users", d.cfg.Population.Users)
 
-	pctx, stopPop := context.WithCancel(ctx)
-	popDone := make(chan struct{})
-	go func() {
-		defer close(popDone)
-		if err := d.pop.Run(pctx); err != nil {
-			errc <- err
-		}
-	}()
+	// Everything below stops when jobs is cancelled.
+	jobs, stopJobs := context.WithCancel(ctx)
+	defer stopJobs()
+	var wg sync.WaitGroup
+	// Exits when jobs ends, after closing every session.
+	wg.Go(func() { _ = d.pop.Run(jobs) })
+	if d.canary != nil {
+		// Exits when jobs ends.
+		wg.Go(func() { _ = d.canary.Run(jobs) })
+	}
+	sched, err := d.schedule(jobs)
+	if err != nil {
+		stopJobs()
+		wg.Wait()
+		return err
+	}
+	sched.Start()
+
 	var runErr error
 	select {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
-	// One budget for the whole shutdown. The population gets most of it;
+	// One budget for the whole shutdown. The populations get most of it;
 	// the embedded target needs up to a second to close what is left.
 	log.Info("shutting down")
 	end := time.Now().Add(ShutdownTimeout)
-	stopPop()
+	stopJobs()
+	done := make(chan struct{})
+	go func() {
+		<-sched.Stop().Done() // running jobs end: their context is jobs
+		wg.Wait()
+		close(done)
+	}()
 	popWait := time.NewTimer(time.Until(end) - 1500*time.Millisecond)
 	defer popWait.Stop()
 	select {
-	case <-popDone:
+	case <-done:
 	case <-popWait.C:
-		log.Error("population did not stop in time; closing anyway")
+		log.Error("populations and jobs did not stop in time; closing anyway")
 	}
 	sctx, cancel := context.WithDeadline(context.Background(), end.Add(-time.Second))
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	stopTarget()
-	wg.Wait()
+	httpWG.Wait()
 	return runErr
+}
+
+// schedule registers the canary and the scheduled soak profiles. Jobs are
+// plain funcs whose context is jobs; cron.Recover keeps one panicking job
+// from taking the daemon down. Overlaps are skipped and counted by the
+// canary and the soak runner themselves, never stacked.
+func (d *Daemon) schedule(jobs context.Context) (*cron.Cron, error) {
+	c := cron.New(cron.WithChain(cron.Recover(cronLogger{d.log})))
+	if d.canary != nil {
+		if _, err := c.AddFunc(d.cfg.Canary.Schedule, func() { d.canaryJob(jobs) }); err != nil {
+			return nil, fmt.Errorf("canary.schedule: %w", err)
+		}
+	}
+	for i, p := range d.cfg.Soak.Profiles {
+		if p.Schedule == "" {
+			continue
+		}
+		if _, err := c.AddFunc(p.Schedule, func() { d.soakJob(jobs, p) }); err != nil {
+			return nil, fmt.Errorf("soak.profiles[%d].schedule: %w", i, err)
+		}
+	}
+	return c, nil
+}
+
+func (d *Daemon) canaryJob(ctx context.Context) {
+	// Jitter the start so a fleet of daemons on the same schedule does not
+	// hit the target in the same second.
+	if j := d.cfg.Canary.Jitter; j > 0 && !sleepCtx(ctx, rand.N(j)) {
+		return
+	}
+	if !d.canary.Ready() {
+		// Never online yet: a round now would only report the ramp.
+		return
+	}
+	r, err := d.canary.TryRound(ctx)
+	if err != nil {
+		d.log.Warn("canary round skipped", "err", err)
+		return
+	}
+	if err := d.store.SaveCanary(r); err != nil {
+		d.log.Error("saving canary round", "err", err)
+	}
+	if r.Result != metrics.ResultPass {
+		d.log.Warn("canary round failed", "checks", r.Checks)
+	}
+}
+
+func (d *Daemon) soakJob(ctx context.Context, p config.Profile) {
+	rep, err := d.soak.TryRun(ctx, p, nil)
+	if err != nil {
+		d.log.Warn("soak run skipped", "profile", p.Name, "err", err)
+		return
+	}
+	if err := d.store.SaveSoak(rep); err != nil {
+		d.log.Error("saving soak report", "profile", p.Name, "err", err)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// cronLogger adapts slog to cron's logger, which reports recovered panics.
+type cronLogger struct{ log *slog.Logger }
+
+func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("cron: "+msg, kv...) }
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.log.Error("cron: "+msg, append(kv, "err", err)...)
 }
 
 func (d *Daemon) handler() http.Handler {
@@ -226,52 +319,43 @@ func (d *Daemon) handler() http.Handler {
 		}
 		fmt.Fprintf(w, "ready: %d of %d sessions online\n", d.pop.Online(), d.cfg.Population.Users)
 	})
+	mux.Handle("/", newStatusHandler(d, d.store, d.log))
 	return mux
 }
 
-// checkFileLimit refuses a population the process cannot hold: each session
-// is an open file, twice over when the embedded target runs in-process.
-func checkFileLimit(cfg config.Config) error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return nil
+// Status implements statusSource: the live state for the status page.
+func (d *Daemon) Status() Status {
+	u, err := url.Parse(d.cfg.Target.URL)
+	shown := ""
+	if err == nil {
+		// Never show credentials or tokens a URL may carry.
+		u.User, u.RawQuery, u.Fragment = nil, "", ""
+		shown = u.String()
 	}
-	need := uint64(cfg.Population.Users) + 64
-	how := ""
-	if cfg.Target.Protocol == "embedded" && cfg.Target.URL == "" {
-		need += uint64(cfg.Population.Users)
-		how = " (two per user: the embedded target runs in this process)"
+	st := Status{
+		Target: d.cfg.Target.Name, Protocol: d.cfg.Target.Protocol, URL: shown,
+		Run: d.env.run, Started: d.started,
+		Population: PopulationStatus{Configured: d.cfg.Population.Users, Online: d.pop.Online(), Ready: d.pop.Ready()},
+		Canary:     CanaryStatus{Schedule: d.cfg.Canary.Schedule, Enabled: d.canary != nil},
+		Soak:       SoakStatus{Running: d.soak.Running()},
 	}
-	if need > lim.Cur {
-		return fmt.Errorf("population.users: %d: needs about %d open files%s but the limit (RLIMIT_NOFILE) is %d: "+
-			"raise the limit, lower population.users, or run more shards", cfg.Population.Users, need, how, lim.Cur)
+	for _, p := range d.cfg.Soak.Profiles {
+		st.Soak.Profiles = append(st.Soak.Profiles, p.Name)
 	}
-	return nil
-}
-
-// loadSecret reads the target secret from target.secret_file, else from
-// the environment. It returns nil when neither is set.
-func loadSecret(cfg config.Config) ([]byte, error) {
-	if f := cfg.Target.SecretFile; f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			// The error names the file, never its content.
-			return nil, fmt.Errorf("target.secret_file: %w", err)
+	if rounds, err := d.store.CanaryRounds(statusRecent); err == nil {
+		st.Canary.Rounds = rounds
+	}
+	if runs, err := d.store.Runs(statusRecent); err == nil {
+		st.Soak.Runs = runs
+	}
+	for _, src := range metrics.Sources {
+		set := d.metrics.For(d.cfg.Target.Name, src)
+		for i, k := range metrics.Kinds {
+			ks := set.Kind[i]
+			fast, _ := metrics.Below(ks.DeliveryLatency, 1)
+			st.SLIs = append(st.SLIs, newSLI(src, k,
+				metrics.Value(ks.Expected), metrics.Value(ks.Delivered), metrics.Value(ks.Lost), fast))
 		}
-		s := strings.TrimSpace(string(b))
-		if s == "" {
-			return nil, fmt.Errorf("target.secret_file: %s is empty", f)
-		}
-		return []byte(s), nil
 	}
-	if s := os.Getenv(config.SecretEnv); s != "" {
-		return []byte(s), nil
-	}
-	return nil, nil
-}
-
-func newRunID() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return st
 }

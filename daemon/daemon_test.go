@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,8 +32,9 @@ func TestDriversMatchProtocols(t *testing.T) {
 	}
 }
 
-func testConfig() config.Config {
+func testConfig(t *testing.T) config.Config {
 	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Population.Users = 20
 	cfg.Population.Ramp = 200 * time.Millisecond
@@ -49,7 +51,7 @@ func testConfig() config.Config {
 func TestRunEndToEnd(t *testing.T) {
 	before := runtime.NumGoroutine()
 	reg := prometheus.NewPedanticRegistry()
-	d, err := New(testConfig(), slog.New(slog.DiscardHandler), reg)
+	d, err := New(testConfig(t), slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func TestRunEndToEnd(t *testing.T) {
 		return scrape(t, base)["imcanary_deliveries_total"] >= 50
 	})
 	m := scrape(t, base)
-	if m["imcanary_deliveries_lost_total"] != 0 || m["imcanary_sessions_online"] != 20 {
+	if m["imcanary_deliveries_lost_total"] != 0 || m[`imcanary_sessions_online{source="background"}`] != 20 {
 		t.Errorf("lost = %v, online = %v, want 0 and 20", m["imcanary_deliveries_lost_total"], m["imcanary_sessions_online"])
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
@@ -91,7 +93,7 @@ func TestRunEndToEnd(t *testing.T) {
 }
 
 func TestFileLimit(t *testing.T) {
-	cfg := testConfig()
+	cfg := testConfig(t)
 	cfg.Population.Users = 1_000_000
 	_, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
 	if err == nil || !strings.Contains(err.Error(), "RLIMIT_NOFILE") || !strings.Contains(err.Error(), "population.users") {
@@ -100,7 +102,7 @@ func TestFileLimit(t *testing.T) {
 }
 
 func TestSecretFileErrors(t *testing.T) {
-	cfg := testConfig()
+	cfg := testConfig(t)
 	cfg.Target.SecretFile = t.TempDir() + "/missing"
 	if _, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry()); err == nil ||
 		!strings.Contains(err.Error(), "target.secret_file") {
@@ -135,11 +137,19 @@ func scrape(t *testing.T, base string) map[string]float64 {
 	out := map[string]float64{}
 	for name, f := range fams {
 		for _, m := range f.Metric {
+			var v float64
 			switch {
 			case m.Counter != nil:
-				out[name] += m.Counter.GetValue()
+				v = m.Counter.GetValue()
 			case m.Gauge != nil:
-				out[name] += m.Gauge.GetValue()
+				v = m.Gauge.GetValue()
+			}
+			out[name] += v
+			// Also by source, the label that splits cohorts.
+			for _, l := range m.Label {
+				if l.GetName() == "source" {
+					out[name+`{source="`+l.GetValue()+`"}`] += v
+				}
 			}
 		}
 	}
@@ -152,5 +162,86 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
+	}
+}
+
+// TestScheduledJobsAndHistory runs the daemon with a canary every second
+// and a soak profile every few seconds: rounds and runs appear in the
+// history and the API, the soak report is served, and the history is still
+// there after the daemon restarts on the same data directory.
+func TestScheduledJobsAndHistory(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Canary = config.Canary{Schedule: "@every 1s", Deadline: time.Second, Users: 3, Messages: 1}
+	cfg.Soak.Profiles = []config.Profile{{
+		Name: "tiny", Schedule: "@every 3s", Users: 6, GroupSize: 3, Rate: 5,
+		Ramp: 100 * time.Millisecond, Duration: time.Second, Drain: 2 * time.Second,
+		Deadline: time.Second, LostAfter: 2 * time.Second,
+		Thresholds: config.Thresholds{MaxLoss: 0.01, MaxLate: 0.01, P99Ack: time.Second, P99Delivery: time.Second, MinOnlineRatio: 1},
+	}}
+
+	start := func() (string, func()) {
+		d, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		return "http://" + d.HTTPAddr(), func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		}
+	}
+	base, stop := start()
+	var st Status
+	waitFor(t, 20*time.Second, "a canary round and a soak run in /api/v1/status", func() bool {
+		getJSON(t, base+"/api/v1/status", &st)
+		return len(st.Canary.Rounds) > 0 && len(st.Soak.Runs) > 0
+	})
+	if r := st.Canary.Rounds[0]; r.Result != "pass" {
+		t.Errorf("canary round = %+v, want pass on a clean target", r)
+	}
+	run := st.Soak.Runs[0]
+	if run.Result != "pass" || run.Profile != "tiny" {
+		t.Errorf("soak run = %+v, want a passing run of tiny", run)
+	}
+	if code, body := get(t, base+"/runs/"+run.ID+"/report.html"); code != 200 || !strings.Contains(body, "<svg") {
+		t.Errorf("report.html = %d, want 200 with charts", code)
+	}
+	var rep map[string]any
+	getJSON(t, base+"/api/v1/runs/"+run.ID, &rep)
+	if rep["id"] != run.ID {
+		t.Errorf("/api/v1/runs/%s id = %v", run.ID, rep["id"])
+	}
+	if code, body := get(t, base+"/"); code != 200 || !strings.Contains(body, "tiny") {
+		t.Errorf("status page = %d, want 200 naming the profile", code)
+	}
+	m := scrape(t, base)
+	if m[`imcanary_canary_rounds_total`] == 0 || m[`imcanary_soak_runs_total`] == 0 {
+		t.Errorf("canary rounds %v, soak runs %v in metrics, want both counted", m[`imcanary_canary_rounds_total`], m[`imcanary_soak_runs_total`])
+	}
+	stop()
+
+	// A restart on the same data directory keeps the history.
+	cfg.Canary.Schedule, cfg.Soak.Profiles[0].Schedule = "", ""
+	base, stop = start()
+	defer stop()
+	var again Status
+	getJSON(t, base+"/api/v1/status", &again)
+	if len(again.Soak.Runs) == 0 || again.Soak.Runs[0].ID != run.ID || len(again.Canary.Rounds) == 0 {
+		t.Errorf("after restart: %d soak runs, %d canary rounds; want the history kept", len(again.Soak.Runs), len(again.Canary.Rounds))
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	code, body := get(t, url)
+	if code != 200 {
+		t.Fatalf("GET %s = %d: %s", url, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
 }

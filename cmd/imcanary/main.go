@@ -33,6 +33,9 @@ const usage = `imcanary: synthetic monitoring for instant-messaging servers
 Usage:
   imcanary [run] [--config FILE] [--KEY=VALUE ...]   run the daemon (default)
   imcanary target [flags]                            run the embedded reference target
+  imcanary canary --once [--config FILE]             one canary round: exit 0 pass, 1 fail
+  imcanary soak --profile NAME [--config FILE] [--json F] [--html F]
+                                                     one soak run: exit 0 pass, 1 fail
   imcanary config check FILE                         validate a configuration file
   imcanary help [COMMAND]
 
@@ -60,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runDaemon(ctx, args, stdout, stderr)
 	case "target":
 		err = runTarget(ctx, args, stdout, stderr)
+	case "canary":
+		err = runCanary(ctx, args, stdout, stderr)
+	case "soak":
+		err = runSoak(ctx, args, stdout, stderr)
 	case "config":
 		err = runConfig(args, stdout)
 	case "help":
@@ -73,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.Is(err, pflag.ErrHelp):
 		return exitOK
+	case errors.Is(err, errFailed):
+		return exitFail
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "imcanary %s: %v\n", cmd, err)
 		if !errors.As(err, new(quietUsage)) {

@@ -2,10 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/imcanary/imcanary/target"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -40,5 +46,87 @@ func TestExitCodes(t *testing.T) {
 		if got != tt.want || !strings.Contains(all, tt.wantOut) {
 			t.Errorf("run(%q) = %d, output %q; want %d and output containing %q", tt.args, got, all, tt.want, tt.wantOut)
 		}
+	}
+}
+
+// startTarget serves an embedded target with faults on loopback for the
+// command tests; it accepts any token.
+func startTarget(t *testing.T, f target.Faults) string {
+	t.Helper()
+	srv, err := target.New(target.Options{Faults: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, ln) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return "ws://" + ln.Addr().String() + "/ws"
+}
+
+func soakConfig(t *testing.T, url string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`
+target: {url: %q}
+data_dir: %q
+canary: {deadline: 500ms, users: 3}
+soak:
+  profiles:
+    - name: smoke
+      users: 20
+      rate: 20
+      ramp: 200ms
+      duration: 2s
+      drain: 3s
+      deadline: 1s
+      thresholds: {max_loss: 0.001, p99_delivery: 1s}
+`, url, filepath.Join(dir, "data"))
+	path := filepath.Join(dir, "imcanary.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSoakAndCanaryExitCodes runs the one-shot commands as a pipeline
+// would: against a clean target they exit 0, against one that drops 2% of
+// deliveries they exit 1, and a profile that does not exist exits 2.
+func TestSoakAndCanaryExitCodes(t *testing.T) {
+	clean := soakConfig(t, startTarget(t, target.Faults{}))
+	lossy := soakConfig(t, startTarget(t, target.Faults{Drop: 0.02}))
+	dropAll := soakConfig(t, startTarget(t, target.Faults{Drop: 1}))
+	jsonOut := filepath.Join(t.TempDir(), "report.json")
+	tests := []struct {
+		name    string
+		args    []string
+		want    int
+		wantOut string
+	}{
+		{"clean soak passes", []string{"soak", "--config", clean, "--profile", "smoke", "--json", jsonOut}, exitOK, "PASS"},
+		{"lossy soak fails", []string{"soak", "--config", lossy, "--profile", "smoke"}, exitFail, "FAIL"},
+		{"unknown profile", []string{"soak", "--config", clean, "--profile", "nope"}, exitUsage, `no soak profile "nope"`},
+		{"no profile", []string{"soak", "--config", clean}, exitUsage, "--profile is required"},
+		{"canary passes", []string{"canary", "--once", "--config", clean}, exitOK, "pass"},
+		{"canary fails", []string{"canary", "--once", "--config", dropAll}, exitFail, "not_delivered"},
+		{"canary without --once", []string{"canary", "--config", clean}, exitUsage, "--once"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			got := run(tt.args, &out, &errOut)
+			all := out.String() + errOut.String()
+			if got != tt.want || !strings.Contains(all, tt.wantOut) {
+				t.Errorf("run(%q) = %d, want %d with %q in output:\n%s", tt.args, got, tt.want, tt.wantOut, all)
+			}
+		})
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil || !bytes.Contains(b, []byte(`"result": "pass"`)) {
+		t.Errorf("--json wrote %q (%v), want a report with result pass", b, err)
 	}
 }

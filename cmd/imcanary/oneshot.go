@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/daemon"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/soak"
+)
+
+// errFailed makes a command exit 1 after it has printed its own verdict.
+var errFailed = errors.New("failed")
+
+// commonFlags registers what every command that talks to a target takes.
+func commonFlags(fs *pflag.FlagSet) (cfgFile, logLevel, logFormat *string) {
+	cfgFile = fs.String("config", "", "configuration file (YAML); without it, an embedded target in-process")
+	logLevel = fs.String("log.level", "warn", "log level: debug, info, warn, error")
+	logFormat = fs.String("log.format", "text", "log format: text or json")
+	config.RegisterFlags(fs)
+	return
+}
+
+func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("imcanary canary", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	once := fs.Bool("once", false, "run one round and exit: 0 pass, 1 fail, 2 bad usage or configuration")
+	cfgFile, logLevel, logFormat := commonFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if !*once {
+		return usageError{errors.New("--once is required: scheduled rounds run inside 'imcanary run'")}
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(*cfgFile, os.Environ(), fs)
+	if err != nil {
+		return badConfig(err)
+	}
+	r, err := daemon.CanaryOnce(ctx, cfg, log, 30*time.Second)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return badConfig(err)
+	}
+	if err := soak.WriteCanaryText(stdout, r); err != nil {
+		return err
+	}
+	if r.Result != metrics.ResultPass {
+		return errFailed
+	}
+	return nil
+}
+
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("imcanary soak", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	profile := fs.String("profile", "", "name of the soak profile to run (from soak.profiles)")
+	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	htmlOut := fs.String("html", "", "also write the report as HTML to this file")
+	cfgFile, logLevel, logFormat := commonFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *profile == "" {
+		return usageError{errors.New("--profile is required")}
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(*cfgFile, os.Environ(), fs)
+	if err != nil {
+		return badConfig(err)
+	}
+	pr := newProgressPrinter(stdout)
+	rep, err := daemon.SoakOnce(ctx, cfg, *profile, log, pr.print)
+	pr.done()
+	if err != nil {
+		if errors.Is(err, daemon.ErrUsage) {
+			return badConfig(err)
+		}
+		return err
+	}
+	if err := soak.WriteText(stdout, rep); err != nil {
+		return err
+	}
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer, *soak.Report) error
+	}{{*jsonOut, soak.WriteJSON}, {*htmlOut, soak.WriteHTML}} {
+		if out.path == "" {
+			continue
+		}
+		if err := writeFile(out.path, func(w io.Writer) error { return out.write(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if rep.Result != metrics.ResultPass {
+		return errFailed
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// progressPrinter shows a soak run's progress: one redrawn line on a
+// terminal, a plain line every few seconds elsewhere (CI logs).
+type progressPrinter struct {
+	w        io.Writer
+	terminal bool
+	last     time.Time
+	drawn    bool
+}
+
+func newProgressPrinter(w io.Writer) *progressPrinter {
+	p := &progressPrinter{w: w}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.terminal = true
+		}
+	}
+	return p
+}
+
+func (p *progressPrinter) print(pr soak.Progress) {
+	line := fmt.Sprintf("%-5s %6s elapsed %6s left  online %d/%d  sent %.0f/s  delivered %.0f/s  lost %d  late %d",
+		pr.Phase, pr.Elapsed.Round(time.Second), pr.Remaining.Round(time.Second), pr.Online, pr.Users,
+		pr.SentPerSec, pr.DelivPerSec, pr.Lost, pr.Late)
+	if p.terminal {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.drawn = true
+		return
+	}
+	if time.Since(p.last) >= 5*time.Second {
+		fmt.Fprintln(p.w, line)
+		p.last = time.Now()
+	}
+}
+
+func (p *progressPrinter) done() {
+	if p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

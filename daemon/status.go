@@ -1,0 +1,556 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/imcanary/imcanary/soak"
+)
+
+// Status is the state of the daemon as the status page and
+// GET /api/v1/status show it. Its JSON field names are an interface: add
+// fields, never rename or remove one.
+type Status struct {
+	Target   string `json:"target"`
+	Protocol string `json:"protocol"`
+	// URL is the target's URL without userinfo, query or fragment: the
+	// page is unauthenticated and must never show a credential.
+	URL        string           `json:"url"`
+	Run        string           `json:"run"`
+	Started    time.Time        `json:"started"`
+	Population PopulationStatus `json:"population"`
+	Canary     CanaryStatus     `json:"canary"`
+	Soak       SoakStatus       `json:"soak"`
+	SLIs       []SLI            `json:"slis"`
+}
+
+// PopulationStatus is the background population's size and readiness.
+type PopulationStatus struct {
+	Configured int  `json:"configured"`
+	Online     int  `json:"online"`
+	Ready      bool `json:"ready"`
+}
+
+// CanaryStatus is the canary's schedule and its last rounds, newest first.
+type CanaryStatus struct {
+	Schedule string        `json:"schedule"`
+	Enabled  bool          `json:"enabled"`
+	Rounds   []soak.Canary `json:"rounds"`
+}
+
+// SoakStatus is the configured soak profiles, the one running ("" when
+// none is) and the last runs, newest first.
+type SoakStatus struct {
+	Profiles []string          `json:"profiles"`
+	Running  string            `json:"running"`
+	Runs     []soak.RunSummary `json:"runs"`
+}
+
+// SLI is the delivery record of one source (background, canary, soak) and
+// message kind since the daemon started.
+type SLI struct {
+	Source    string  `json:"source"`
+	Kind      string  `json:"kind"`
+	Expected  float64 `json:"expected"`
+	Delivered float64 `json:"delivered"`
+	Lost      float64 `json:"lost"`
+	// Completeness is Delivered/Expected, null while nothing is expected:
+	// no data is not the same as 0% or 100%.
+	Completeness *float64 `json:"completeness"`
+	// UnderOneSecond is the fraction of deliveries that took at most a
+	// second, null while nothing was delivered.
+	UnderOneSecond *float64 `json:"under_one_second"`
+}
+
+// newSLI computes an SLI from counts: fast is how many of the delivered
+// messages arrived within a second.
+func newSLI(source, kind string, expected, delivered, lost, fast float64) SLI {
+	s := SLI{Source: source, Kind: kind, Expected: expected, Delivered: delivered, Lost: lost}
+	if expected > 0 {
+		// Counters are read one after another, so a delivery counted
+		// after its expectation was read can push the ratio over one.
+		c := min(delivered/expected, 1)
+		s.Completeness = &c
+	}
+	if delivered > 0 {
+		f := min(fast/delivered, 1)
+		s.UnderOneSecond = &f
+	}
+	return s
+}
+
+// statusSource is what the status handler asks for the live state on each
+// request. Status must be safe to call from many goroutines.
+type statusSource interface {
+	Status() Status
+}
+
+const (
+	// statusRecent is how many canary rounds and soak runs the status
+	// shows: a screenful.
+	statusRecent = 20
+	// maxRunsLimit caps GET /api/v1/runs?limit=N, bounding the work one
+	// request can ask for.
+	maxRunsLimit = 1000
+	// pageCSP allows the pages nothing but their own inline styles: they
+	// load no script, font, image or style sheet.
+	pageCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+)
+
+// statusHandler serves the status page, the stored reports and the JSON
+// API.
+type statusHandler struct {
+	src   statusSource
+	store *soak.Store
+	log   *slog.Logger
+	mux   *http.ServeMux
+}
+
+// newStatusHandler serves:
+//
+//	GET /                          the status page
+//	GET /runs/{id}/report.html     a soak run's report page
+//	GET /api/v1/status             Status as JSON
+//	GET /api/v1/runs?limit=N       {"runs": [...], "canary": [...]}
+//	GET /api/v1/runs/{id}          a soak run's report as JSON
+//
+// and answers 405 to any method but GET and HEAD. store may be nil when
+// the daemon keeps no history; the canary rounds and soak runs in Status
+// come from store when it is not. Server errors are logged to log.
+func newStatusHandler(src statusSource, store *soak.Store, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &statusHandler{src: src, store: store, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /{$}", h.page)
+	h.mux.HandleFunc("GET /runs/{id}/report.html", h.report)
+	h.mux.HandleFunc("GET /api/v1/status", h.apiStatus)
+	h.mux.HandleFunc("GET /api/v1/runs", h.apiRuns)
+	h.mux.HandleFunc("GET /api/v1/runs/{id}", h.apiRun)
+	// Anything else under /api/ is answered in JSON too, for clients that
+	// parse every answer.
+	h.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONError(w, http.StatusNotFound, "no such endpoint")
+	})
+	return h
+}
+
+func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Checked here rather than left to the mux so that every path,
+	// unknown ones included, answers 405 alike, in JSON under /api/.
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		if isAPI(r) {
+			writeJSONError(w, http.StatusMethodNotAllowed, "method not allowed")
+		} else {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		}
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/api/") }
+
+// status is the source's status with the URL stripped and the history
+// filled in from the store.
+func (h *statusHandler) status() (Status, error) {
+	st := h.src.Status()
+	st.URL = redactURL(st.URL)
+	if h.store != nil {
+		rounds, err := h.store.CanaryRounds(statusRecent)
+		if err != nil {
+			return st, err
+		}
+		runs, err := h.store.Runs(statusRecent)
+		if err != nil {
+			return st, err
+		}
+		st.Canary.Rounds, st.Soak.Runs = rounds, runs
+	}
+	// Empty lists, not null, so that clients need not tell them apart.
+	st.Canary.Rounds = nonNil(truncate(st.Canary.Rounds, statusRecent))
+	st.Soak.Runs = nonNil(truncate(st.Soak.Runs, statusRecent))
+	st.Soak.Profiles = nonNil(st.Soak.Profiles)
+	st.SLIs = nonNil(st.SLIs)
+	return st, nil
+}
+
+func truncate[T any](s []T, n int) []T { return s[:min(len(s), n)] }
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func (h *statusHandler) page(w http.ResponseWriter, r *http.Request) {
+	st, err := h.status()
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	// Rendered to a buffer first, so that a template error is a clean 500
+	// rather than half a page.
+	var buf bytes.Buffer
+	if err := statusPage.Execute(&buf, statusPageData{Status: st, Now: time.Now()}); err != nil {
+		h.serverError(w, r, fmt.Errorf("status page: %w", err))
+		return
+	}
+	writeHTML(w, buf.Bytes())
+}
+
+func (h *statusHandler) report(w http.ResponseWriter, r *http.Request) {
+	if h.store == nil {
+		http.Error(w, soak.ErrNotFound.Error(), http.StatusNotFound)
+		return
+	}
+	b, err := h.store.SoakHTML(r.PathValue("id"))
+	if errors.Is(err, soak.ErrNotFound) {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	writeHTML(w, b)
+}
+
+func (h *statusHandler) apiStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := h.status()
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	h.writeJSON(w, r, st)
+}
+
+// runsResponse is the answer to GET /api/v1/runs.
+type runsResponse struct {
+	Runs   []soak.RunSummary `json:"runs"`
+	Canary []soak.Canary     `json:"canary"`
+}
+
+func (h *statusHandler) apiRuns(w http.ResponseWriter, r *http.Request) {
+	limit := statusRecent
+	if q := r.URL.Query().Get("limit"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 1 || n > maxRunsLimit {
+			writeJSONError(w, http.StatusBadRequest,
+				fmt.Sprintf("limit: %q: want a whole number from 1 to %d", q, maxRunsLimit))
+			return
+		}
+		limit = n
+	}
+	resp := runsResponse{Runs: []soak.RunSummary{}, Canary: []soak.Canary{}}
+	if h.store != nil {
+		var err error
+		if resp.Runs, err = h.store.Runs(limit); err != nil {
+			h.serverError(w, r, err)
+			return
+		}
+		if resp.Canary, err = h.store.CanaryRounds(limit); err != nil {
+			h.serverError(w, r, err)
+			return
+		}
+	}
+	h.writeJSON(w, r, resp)
+}
+
+func (h *statusHandler) apiRun(w http.ResponseWriter, r *http.Request) {
+	if h.store == nil {
+		writeJSONError(w, http.StatusNotFound, soak.ErrNotFound.Error())
+		return
+	}
+	rep, err := h.store.Soak(r.PathValue("id"))
+	if errors.Is(err, soak.ErrNotFound) {
+		writeJSONError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	// soak.WriteJSON, so that the API serves a report exactly as
+	// `imcanary soak` writes it.
+	var buf bytes.Buffer
+	if err := soak.WriteJSON(&buf, rep); err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	setJSONHeaders(w)
+	w.Write(buf.Bytes())
+}
+
+// serverError logs err, the one place it is logged, and answers 500 with
+// it: the page is for the operators who would otherwise read the log.
+func (h *statusHandler) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	h.log.Error("status request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	if isAPI(r) {
+		writeJSONError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	http.Error(w, err.Error(), http.StatusInternalServerError)
+}
+
+func (h *statusHandler) writeJSON(w http.ResponseWriter, r *http.Request, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	setJSONHeaders(w)
+	w.Write(append(b, '\n'))
+}
+
+func setJSONHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	setJSONHeaders(w)
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func writeHTML(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", pageCSP)
+	w.Write(b)
+}
+
+// redactURL strips a URL of what may hold a credential: userinfo, query
+// and fragment. What cannot be parsed is not shown at all.
+func redactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	if u.Opaque != "" {
+		// "user:pass@host" parses as scheme "user" with opaque
+		// "pass@host": keep only what follows the last '@'.
+		o, _, _ := strings.Cut(u.Opaque, "?")
+		if i := strings.LastIndexByte(o, '@'); i >= 0 {
+			return o[i+1:]
+		}
+		return u.Scheme + ":" + o
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery = "", false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// statusPageData is what the status page template renders.
+type statusPageData struct {
+	Status
+	Now time.Time
+}
+
+// statusPage is the status page: inline styles, no script, no external
+// URL, and relative links so that it works behind a proxy under a path
+// prefix. It refreshes itself every 15 seconds.
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"time":    pageTime,
+	"ratio":   pageRatio,
+	"loss":    pageLoss,
+	"latency": pageLatency,
+	"slowest": slowest,
+	"count":   func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) },
+	"length":  pageLength,
+	"class":   resultClass,
+	"reasons": canaryReasons,
+}).Parse(statusPageHTML))
+
+const statusPageHTML = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="refresh" content="15">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>imcanary: {{.Target}}</title>
+<style>
+:root{color-scheme:light dark}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:75em;padding:0 1em}
+h1{font-size:1.4em;margin:0 0 .2em}
+h2{font-size:1.1em;margin:1.8em 0 .5em;padding-bottom:.2em;border-bottom:1px solid #8884}
+table{border-collapse:collapse;width:100%}
+th,td{padding:.25em .6em;text-align:left;border-bottom:1px solid #8883;vertical-align:top}
+th{font-weight:600}
+.n{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#1a7f37;font-weight:600}
+.fail{color:#cf222e;font-weight:600}
+.muted{color:#888}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em;margin:.8em 0}
+dt{color:#888}
+dd{margin:0}
+code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
+</style>
+</head>
+<body>
+<h1>imcanary: {{.Target}}</h1>
+<p class="muted">At {{time .Now}}; refreshes every 15 seconds. JSON: <a href="api/v1/status">status</a>, <a href="api/v1/runs">runs</a>.</p>
+<dl>
+<dt>Target</dt><dd>{{.Target}} ({{.Protocol}})</dd>
+<dt>URL</dt><dd>{{with .URL}}<code>{{.}}</code>{{else}}—{{end}}</dd>
+<dt>Run</dt><dd><code>{{.Run}}</code>, started {{time .Started}}</dd>
+<dt>Population</dt><dd>{{.Population.Online}} of {{.Population.Configured}} online,
+{{if .Population.Ready}}<span class="pass">ready</span>{{else}}<span class="fail">not ready</span>{{end}}</dd>
+</dl>
+
+<h2>Delivery since start</h2>
+{{if .SLIs}}<table>
+<thead><tr><th>source</th><th>kind</th><th class="n">expected</th><th class="n">delivered</th><th class="n">lost</th><th class="n">completeness</th><th class="n">within 1s</th></tr></thead>
+<tbody>
+{{range .SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{ratio .Completeness}}</td><td class="n">{{ratio .UnderOneSecond}}</td></tr>
+{{end}}</tbody>
+</table>{{else}}<p class="muted">No deliveries measured yet.</p>{{end}}
+
+<h2>Canary</h2>
+<p>{{if .Canary.Enabled}}Schedule <code>{{.Canary.Schedule}}</code>.{{else}}Disabled.{{end}}</p>
+{{if .Canary.Rounds}}<table>
+<thead><tr><th>time</th><th>result</th><th>checks</th><th class="n">slowest</th><th>reasons</th></tr></thead>
+<tbody>
+{{range .Canary.Rounds}}<tr><td>{{time .Start}}</td><td class="{{class .Result}}">{{.Result}}</td><td>{{range $i, $c := .Checks}}{{if $i}}, {{end}}{{$c.Kind}} {{$c.Delivered}}/{{$c.Expected}}{{end}}</td><td class="n">{{latency (slowest .)}}</td><td>{{reasons .}}</td></tr>
+{{end}}</tbody>
+</table>{{else}}<p class="muted">No canary rounds yet.</p>{{end}}
+
+<h2>Soak</h2>
+<p>Profiles: {{range $i, $p := .Soak.Profiles}}{{if $i}}, {{end}}<code>{{$p}}</code>{{if eq $p $.Soak.Running}} <strong>(running)</strong>{{end}}{{else}}none configured{{end}}.
+{{if .Soak.Running}}Running: <code>{{.Soak.Running}}</code>.{{else}}None running.{{end}}</p>
+{{if .Soak.Runs}}<table>
+<thead><tr><th>run</th><th>profile</th><th>result</th><th>start</th><th class="n">length</th><th class="n">loss</th><th class="n">p99 delivery</th><th>json</th></tr></thead>
+<tbody>
+{{range .Soak.Runs}}<tr><td><a href="runs/{{.ID}}/report.html"><code>{{.ID}}</code></a></td><td>{{.Profile}}</td><td class="{{class .Result}}">{{.Result}}</td><td>{{time .Start}}</td><td class="n">{{length .Start .End}}</td><td class="n">{{loss .LossRatio}}</td><td class="n">{{latency .P99Delivery}}</td><td><a href="api/v1/runs/{{.ID}}">json</a></td></tr>
+{{end}}</tbody>
+</table>{{else}}<p class="muted">No soak runs yet.</p>{{end}}
+</body>
+</html>
+`
+
+// pageTime prints an instant in UTC to the second, "—" when unset.
+func pageTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// pageRatio prints a ratio such as completeness as a percentage to three
+// decimals, rounded down so that 99.9996% never reads as 100%; "—" when
+// unknown.
+func pageRatio(v *float64) string {
+	if v == nil || math.IsNaN(*v) || math.IsInf(*v, 0) {
+		return "—"
+	}
+	if *v <= 0 {
+		return "0%"
+	}
+	// The nudge keeps a ratio that is exactly representable in decimal
+	// (0.995) from flooring a step down through binary rounding.
+	return pagePercent(math.Floor(*v*1e5+1e-6) / 1e3)
+}
+
+// pageLoss prints a loss ratio as a percentage to three decimals, rounded
+// up so that a message lost in a million never reads as 0%.
+func pageLoss(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	if v <= 0 {
+		return "0%"
+	}
+	return pagePercent(math.Ceil(v*1e5-1e-6) / 1e3)
+}
+
+func pagePercent(p float64) string {
+	s := strconv.FormatFloat(p, 'f', 3, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + "%"
+}
+
+// pageLength prints how long a run took to the second, without the zero
+// tails of time.Duration.String ("10m", not "10m0s"); "—" for a run that
+// never wrote its end.
+func pageLength(start, end time.Time) string {
+	if start.IsZero() || end.Before(start) {
+		return "—"
+	}
+	s := end.Sub(start).Round(time.Second).String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
+
+// pageLatency prints a latency to the millisecond, "—" when there is
+// none (nothing was delivered).
+func pageLatency(d time.Duration) string {
+	if d <= 0 {
+		return "—"
+	}
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// slowest is the slowest delivery of a canary round.
+func slowest(c soak.Canary) time.Duration {
+	var d time.Duration
+	for _, ch := range c.Checks {
+		d = max(d, ch.MaxLatency)
+	}
+	return d
+}
+
+// resultClass maps a result to a style; results come from files on disk,
+// so only known ones get a class.
+func resultClass(result string) string {
+	switch result {
+	case "pass":
+		return "pass"
+	case "fail", "aborted":
+		return "fail"
+	}
+	return ""
+}
+
+// canaryReasons lists why a round's checks failed: "direct: late, no_ack;
+// group: not_delivered".
+func canaryReasons(c soak.Canary) string {
+	var parts []string
+	for _, ch := range c.Checks {
+		if len(ch.Reasons) > 0 {
+			parts = append(parts, ch.Kind+": "+strings.Join(ch.Reasons, ", "))
+		} else if !ch.Pass {
+			parts = append(parts, ch.Kind+": failed")
+		}
+	}
+	return strings.Join(parts, "; ")
+}
