@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
@@ -323,17 +322,12 @@ func (d *Daemon) handler() http.Handler {
 	return mux
 }
 
-// Status implements statusSource: the live state for the status page.
+// Status implements statusSource: the live state for the status page. The
+// handler adds the history from the store and strips the URL of anything
+// secret.
 func (d *Daemon) Status() Status {
-	u, err := url.Parse(d.cfg.Target.URL)
-	shown := ""
-	if err == nil {
-		// Never show credentials or tokens a URL may carry.
-		u.User, u.RawQuery, u.Fragment = nil, "", ""
-		shown = u.String()
-	}
 	st := Status{
-		Target: d.cfg.Target.Name, Protocol: d.cfg.Target.Protocol, URL: shown,
+		Target: d.cfg.Target.Name, Protocol: d.cfg.Target.Protocol, URL: d.cfg.Target.URL,
 		Run: d.env.run, Started: d.started,
 		Population: PopulationStatus{Configured: d.cfg.Population.Users, Online: d.pop.Online(), Ready: d.pop.Ready()},
 		Canary:     CanaryStatus{Schedule: d.cfg.Canary.Schedule, Enabled: d.canary != nil},
@@ -341,12 +335,6 @@ func (d *Daemon) Status() Status {
 	}
 	for _, p := range d.cfg.Soak.Profiles {
 		st.Soak.Profiles = append(st.Soak.Profiles, p.Name)
-	}
-	if rounds, err := d.store.CanaryRounds(statusRecent); err == nil {
-		st.Canary.Rounds = rounds
-	}
-	if runs, err := d.store.Runs(statusRecent); err == nil {
-		st.Soak.Runs = runs
 	}
 	for _, src := range metrics.Sources {
 		set := d.metrics.For(d.cfg.Target.Name, src)
