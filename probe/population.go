@@ -169,6 +169,10 @@ func (p *Population) layout() {
 		name := fmt.Sprintf("%s-u%d", o.Prefix, i)
 		p.users[i] = &user{p: p, idx: i, name: name, nameB: []byte(name), inbox: p.ledger.NewInbox()}
 		p.users[i].inbox.user = i
+		// Half the users start with a group message: if all alternated
+		// in phase, group fan-out would come in bursts every other
+		// interval.
+		p.users[i].toggle = i%2 == 1
 		// Spread late users evenly: user i is late when the running
 		// count of late users steps up at i.
 		f := o.LateFraction
