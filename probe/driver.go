@@ -63,6 +63,15 @@ type Handler interface {
 type Plan struct {
 	Users  []string
 	Groups []Group
+	// Direct lists who sends direct messages to whom. Protocols whose
+	// recipients must subscribe to a conversation (Centrifugo's
+	// user-limited channels) need it; others may ignore it.
+	Direct []Pair
+}
+
+// Pair is one direction of a direct conversation.
+type Pair struct {
+	From, To string
 }
 
 // Group is a chat group and its members.

@@ -214,10 +214,14 @@ func (p *Population) layout() {
 // Plan returns the users and groups the population needs on the server.
 func (p *Population) Plan() Plan {
 	users := make([]string, len(p.users))
+	var direct []Pair
 	for i, u := range p.users {
 		users[i] = u.name
+		if u.direct != nil {
+			direct = append(direct, Pair{From: u.name, To: u.direct.to})
+		}
 	}
-	return Plan{Users: users, Groups: p.groups}
+	return Plan{Users: users, Groups: p.groups, Direct: direct}
 }
 
 // Users returns the number of users.
