@@ -29,7 +29,7 @@ type Target struct {
 	// Name is the value of the target label on every series.
 	Name string `koanf:"name"`
 	// Protocol selects the driver: "embedded" (the reference target's own
-	// protocol); later issues add xmpp and centrifugo.
+	// protocol), "xmpp" (XMPP over WebSocket, RFC 7395) or "centrifugo".
 	Protocol string `koanf:"protocol"`
 	// URL is the WebSocket URL. Empty with protocol "embedded" means: start
 	// an embedded target in this process on a free loopback port.
@@ -38,6 +38,41 @@ type Target struct {
 	// variable IMCANARY_TARGET_SECRET is used when it is empty. The secret
 	// itself never appears in the configuration tree, logs or metrics.
 	SecretFile string `koanf:"secret_file"`
+	// XMPP holds what only the xmpp protocol uses.
+	XMPP XMPP `koanf:"xmpp"`
+	// Centrifugo holds what only the centrifugo protocol uses.
+	Centrifugo Centrifugo `koanf:"centrifugo"`
+}
+
+// XMPP configures the XMPP driver. Each probe user's password is derived
+// from the target secret (HMAC of the user name), so one secret, from a
+// file or the environment, provisions and logs in every user and no
+// password is ever written down.
+type XMPP struct {
+	// Domain is the XMPP domain of the probe users (user@Domain).
+	Domain string `koanf:"domain"`
+	// MUCService hosts the group rooms; empty means conference.Domain.
+	MUCService string `koanf:"muc_service"`
+	// Register creates the users by in-band registration (XEP-0077); off,
+	// they must exist already with their derived passwords.
+	Register bool `koanf:"register"`
+	// Resume turns on stream-management resumption. Off by default: a
+	// server that hibernates a dropped session queues its messages for
+	// minutes, and loss then shows up minutes late.
+	Resume bool `koanf:"resume"`
+}
+
+// Centrifugo configures the Centrifugo driver.
+type Centrifugo struct {
+	// GroupNamespace is the channel namespace of group chats.
+	GroupNamespace string `koanf:"group_namespace"`
+	// DirectNamespace is the namespace of the user-limited direct channels.
+	DirectNamespace string `koanf:"direct_namespace"`
+	// TokenTTL is the lifetime of the connection JWTs imcanary signs.
+	TokenTTL time.Duration `koanf:"token_ttl"`
+	// Recover asks the server, on resubscribe, for what was published while
+	// a session was away; recovered messages count as late, not lost.
+	Recover bool `koanf:"recover"`
 }
 
 // Population is the background population of simulated users.
@@ -223,6 +258,10 @@ func Default() Config {
 		Target: Target{
 			Name:     "embedded",
 			Protocol: "embedded",
+			XMPP:     XMPP{Domain: "localhost", Register: true},
+			Centrifugo: Centrifugo{
+				GroupNamespace: "chat", DirectNamespace: "dm", TokenTTL: 24 * time.Hour,
+			},
 		},
 		Population: Population{
 			Users:       100,

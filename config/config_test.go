@@ -367,10 +367,18 @@ func TestKeys(t *testing.T) {
 		"population.ramp",
 		"population.rate",
 		"population.users",
+		"target.centrifugo.direct_namespace",
+		"target.centrifugo.group_namespace",
+		"target.centrifugo.recover",
+		"target.centrifugo.token_ttl",
 		"target.name",
 		"target.protocol",
 		"target.secret_file",
 		"target.url",
+		"target.xmpp.domain",
+		"target.xmpp.muc_service",
+		"target.xmpp.register",
+		"target.xmpp.resume",
 	}
 	if got := Keys(); !slices.Equal(got, want) {
 		t.Errorf("Keys() = %v, want %v", got, want)

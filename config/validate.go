@@ -20,6 +20,9 @@ import (
 // driver map, before loading the configuration.
 var Protocols = []string{"embedded"}
 
+// namespaceRE is what a Centrifugo namespace may be named.
+var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
 // ValidationError is a configuration value that was rejected: the key, the
 // value as it was given and the reason.
 type ValidationError struct {
@@ -123,6 +126,26 @@ func (c Config) problems() []*ValidationError {
 	}
 	if !slices.Contains(Protocols, t.Protocol) {
 		fail("target.protocol", t.Protocol, "must be one of %s", quoteList(Protocols))
+	}
+	if t.URL == "" && t.Protocol != "embedded" && slices.Contains(Protocols, t.Protocol) {
+		fail("target.url", t.URL, "must be set for protocol %s: only the embedded target can run in-process", t.Protocol)
+	}
+	if t.XMPP.Domain == "" || strings.ContainsAny(t.XMPP.Domain, "@/ ") {
+		fail("target.xmpp.domain", t.XMPP.Domain, "must be a domain name")
+	}
+	if strings.ContainsAny(t.XMPP.MUCService, "@/ ") {
+		fail("target.xmpp.muc_service", t.XMPP.MUCService, "must be a domain name")
+	}
+	for _, ns := range [][2]string{
+		{"target.centrifugo.group_namespace", t.Centrifugo.GroupNamespace},
+		{"target.centrifugo.direct_namespace", t.Centrifugo.DirectNamespace},
+	} {
+		if !namespaceRE.MatchString(ns[1]) {
+			fail(ns[0], ns[1], "must match %s", namespaceRE)
+		}
+	}
+	if t.Centrifugo.TokenTTL < time.Minute {
+		fail("target.centrifugo.token_ttl", t.Centrifugo.TokenTTL, "must be at least 1m")
 	}
 	if t.URL != "" {
 		if u, err := url.Parse(t.URL); err != nil {

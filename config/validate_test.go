@@ -47,6 +47,10 @@ func TestValidate(t *testing.T) {
 		{"heartbeat min", func(c *Config) { c.Population.Heartbeat = 100 * time.Millisecond }, ""},
 		{"heartbeat under min", func(c *Config) { c.Population.Heartbeat = 99 * time.Millisecond }, `population.heartbeat: 99ms: must be at least 100ms`},
 		{"deadline 0", func(c *Config) { c.Population.Deadline, c.Population.LostAfter = 0, 0 }, `population.deadline: 0s: must be positive`},
+		{"xmpp domain empty", func(c *Config) { c.Target.XMPP.Domain = "" }, `target.xmpp.domain: "": must be a domain name`},
+		{"xmpp muc with user", func(c *Config) { c.Target.XMPP.MUCService = "a@b" }, `target.xmpp.muc_service: "a@b": must be a domain name`},
+		{"centrifugo namespace bad", func(c *Config) { c.Target.Centrifugo.GroupNamespace = "a:b" }, `target.centrifugo.group_namespace: "a:b": must match ^[a-zA-Z0-9_-]{1,64}$`},
+		{"centrifugo token ttl short", func(c *Config) { c.Target.Centrifugo.TokenTTL = time.Second }, `target.centrifugo.token_ttl: 1s: must be at least 1m`},
 		{"lost after twice the deadline", func(c *Config) { c.Population.LostAfter = 2 * c.Population.Deadline }, ""},
 		{"lost after under twice the deadline", func(c *Config) { c.Population.LostAfter = 19 * time.Second }, `population.lost_after: 19s: must be at least twice population.deadline (20s)`},
 		{"prefix bad", func(c *Config) { c.Population.Prefix = "Bad_Prefix" }, `population.prefix: "Bad_Prefix": must match ^[a-z0-9][a-z0-9-]{0,31}$`},
@@ -260,7 +264,12 @@ func TestProtocolsExtensible(t *testing.T) {
 
 	c := Default()
 	c.Target.Protocol = "xmpp"
+	c.Target.URL = "ws://127.0.0.1:5280/xmpp-websocket"
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate(%q) = %v, want nil", c.Target.Protocol, err)
+	}
+	c.Target.URL = ""
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "target.url") {
+		t.Errorf("Validate(xmpp without url) = %v, want an error naming target.url", err)
 	}
 }
