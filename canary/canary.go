@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -122,18 +123,21 @@ func (c *Canary) Round(ctx context.Context) *soak.Canary {
 // arrive before SendNow has returned the message's identity (an ack can
 // beat the sender), so everything is recorded and joined at the end.
 type record struct {
-	acks    map[uint64]bool
+	acks    map[uint64]time.Duration
 	unacked map[uint64]string
 	recv    map[string][]received
 }
 
 type received struct {
+	user    int
 	latency time.Duration
 	outcome probe.Outcome
 }
 
-func key(sender, stream string, seq uint64) string {
-	return sender + " " + stream + " " + strconv.FormatUint(seq, 10)
+// key identifies a message across processes: another process's canary
+// (a pipeline's canary --once beside the daemon) has another run id.
+func key(run, sender, stream string, seq uint64) string {
+	return run + " " + sender + " " + stream + " " + strconv.FormatUint(seq, 10)
 }
 
 // checking is one message of the round and its identity.
@@ -153,19 +157,16 @@ func (c *Canary) round1(ctx context.Context) *soak.Canary {
 	fail := func(group bool, reason string) {
 		ch := checks[group]
 		ch.Pass = false
-		for _, r := range ch.Reasons {
-			if r == reason {
-				return
-			}
+		if !slices.Contains(ch.Reasons, reason) {
+			ch.Reasons = append(ch.Reasons, reason)
 		}
-		ch.Reasons = append(ch.Reasons, reason)
 	}
 
 	if online := c.pop.Online(); online < o.Users {
 		fail(false, metrics.CanarySessionDown)
 		fail(true, metrics.CanarySessionDown)
 	} else {
-		rec := &record{acks: map[uint64]bool{}, unacked: map[uint64]string{}, recv: map[string][]received{}}
+		rec := &record{acks: map[uint64]time.Duration{}, unacked: map[uint64]string{}, recv: map[string][]received{}}
 		c.mu.Lock()
 		c.round = rec
 		c.mu.Unlock()
@@ -179,40 +180,20 @@ func (c *Canary) round1(ctx context.Context) *soak.Canary {
 				}
 			}
 		}
-		c.wait(ctx, rec, sent, start)
+		c.wait(ctx, rec, sent, time.Now())
 		c.mu.Lock()
 		c.round = nil
 		c.mu.Unlock()
+		if ctx.Err() != nil {
+			// Cut short by a shutdown: no verdict on the target, and
+			// nothing counted.
+			out.End, out.Result = time.Now(), metrics.ResultAborted
+			return out
+		}
 		// rec is no longer written: the observer drops events once
 		// c.round is nil.
 		for _, m := range sent {
-			ch := checks[m.sent.Group]
-			if m.err != nil {
-				ch.Expected += c.fanout(m.sent.Group)
-				fail(m.sent.Group, metrics.CanarySessionDown)
-				continue
-			}
-			ch.Expected += m.sent.Fanout
-			if !rec.acks[m.sent.Ref] {
-				fail(m.sent.Group, metrics.CanaryNoAck)
-			}
-			onTime := 0
-			for _, r := range rec.recv[key(m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
-				switch {
-				case r.outcome == probe.Duplicate:
-					fail(m.sent.Group, metrics.CanaryDuplicated)
-				case r.outcome != probe.Delivered:
-				case r.latency > o.Deadline:
-					fail(m.sent.Group, metrics.CanaryLate)
-				default:
-					onTime++
-				}
-				ch.MaxLatency = max(ch.MaxLatency, r.latency)
-			}
-			ch.Delivered += onTime
-			if onTime < m.sent.Fanout && !hasReason(ch, metrics.CanaryLate) {
-				fail(m.sent.Group, metrics.CanaryNotDelivered)
-			}
+			c.judge(rec, m, checks[m.sent.Group], func(r string) { fail(m.sent.Group, r) })
 		}
 	}
 
@@ -240,13 +221,46 @@ func (c *Canary) round1(ctx context.Context) *soak.Canary {
 	return out
 }
 
-func hasReason(ch *soak.CanaryCheck, r string) bool {
-	for _, x := range ch.Reasons {
-		if x == r {
-			return true
+// judge checks one message: acked within the deadline, and delivered once,
+// within the deadline, to each of its recipients.
+func (c *Canary) judge(rec *record, m checking, ch *soak.CanaryCheck, fail func(string)) {
+	if m.err != nil {
+		ch.Expected += c.fanout(m.sent.Group)
+		fail(metrics.CanarySessionDown)
+		return
+	}
+	ch.Expected += len(m.sent.Recipients)
+	if lat, ok := rec.acks[m.sent.Ref]; !ok || lat > c.o.Deadline {
+		fail(metrics.CanaryNoAck)
+	}
+	onTime, late := map[int]bool{}, map[int]bool{}
+	for _, r := range rec.recv[key(c.o.Run, m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
+		if !slices.Contains(m.sent.Recipients, r.user) {
+			// Delivered to someone it was not for: it does not count
+			// for anyone it was for.
+			continue
+		}
+		switch {
+		case r.outcome == probe.Duplicate:
+			fail(metrics.CanaryDuplicated)
+		case r.outcome != probe.Delivered:
+		case r.latency > c.o.Deadline:
+			late[r.user] = true
+		default:
+			onTime[r.user] = true
+		}
+		ch.MaxLatency = max(ch.MaxLatency, r.latency)
+	}
+	for _, u := range m.sent.Recipients {
+		switch {
+		case onTime[u]:
+			ch.Delivered++
+		case late[u]:
+			fail(metrics.CanaryLate)
+		default:
+			fail(metrics.CanaryNotDelivered)
 		}
 	}
-	return false
 }
 
 // fanout is the deliveries a message of the kind owes: used for a message
@@ -258,11 +272,13 @@ func (c *Canary) fanout(group bool) int {
 	return 1
 }
 
-// wait returns once every message is acked and delivered (plus a short
-// window for duplicates), or half a deadline past the deadline, so that a
-// late delivery is told from a missing one.
-func (c *Canary) wait(ctx context.Context, rec *record, sent []checking, start time.Time) {
-	end := start.Add(c.o.Deadline + c.o.Deadline/2)
+// wait observes the round until the deadline has passed since the last
+// send, so that a duplicate within the deadline is seen, and longer while
+// anything is missing: up to half a deadline more, so that a late delivery
+// is told from a missing one.
+func (c *Canary) wait(ctx context.Context, rec *record, sent []checking, sentAt time.Time) {
+	atLeast := sentAt.Add(c.o.Deadline)
+	atMost := sentAt.Add(c.o.Deadline + c.o.Deadline/2)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -271,12 +287,8 @@ func (c *Canary) wait(ctx context.Context, rec *record, sent []checking, start t
 			return
 		case <-tick.C:
 		}
-		if time.Now().After(end) {
-			return
-		}
-		if c.complete(rec, sent) {
-			// A duplicate usually follows its original closely.
-			sleepCtx(ctx, min(100*time.Millisecond, c.o.Deadline/10))
+		now := time.Now()
+		if now.After(atMost) || now.After(atLeast) && c.complete(rec, sent) {
 			return
 		}
 	}
@@ -289,19 +301,19 @@ func (c *Canary) complete(rec *record, sent []checking) bool {
 		if m.err != nil {
 			continue
 		}
-		if !rec.acks[m.sent.Ref] {
+		if _, ok := rec.acks[m.sent.Ref]; !ok {
 			if _, gone := rec.unacked[m.sent.Ref]; gone {
 				continue
 			}
 			return false
 		}
-		n := 0
-		for _, r := range rec.recv[key(m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
-			if r.outcome == probe.Delivered {
-				n++
+		got := 0
+		for _, r := range rec.recv[key(c.o.Run, m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
+			if r.outcome == probe.Delivered && slices.Contains(m.sent.Recipients, r.user) {
+				got++
 			}
 		}
-		if n < m.sent.Fanout {
+		if got < len(m.sent.Recipients) {
 			return false
 		}
 	}
@@ -328,10 +340,10 @@ func (c *Canary) Disconnect(user int, reason string, err error) {
 }
 
 // Ack implements probe.Observer.
-func (c *Canary) Ack(ref uint64, _ bool, _ time.Duration) {
+func (c *Canary) Ack(ref uint64, _ bool, latency time.Duration) {
 	c.mu.Lock()
 	if c.round != nil {
-		c.round.acks[ref] = true
+		c.round.acks[ref] = latency
 	}
 	c.mu.Unlock()
 }
@@ -346,11 +358,11 @@ func (c *Canary) Unacked(ref uint64, reason, _ string) {
 }
 
 // Received implements probe.Observer.
-func (c *Canary) Received(_ int, h *probe.Header, latency time.Duration, o probe.Outcome) {
+func (c *Canary) Received(user int, h *probe.Header, latency time.Duration, o probe.Outcome) {
 	c.mu.Lock()
 	if c.round != nil {
-		k := key(string(h.Sender), string(h.Stream), h.Seq)
-		c.round.recv[k] = append(c.round.recv[k], received{latency, o})
+		k := key(string(h.Run), string(h.Sender), string(h.Stream), h.Seq)
+		c.round.recv[k] = append(c.round.recv[k], received{user, latency, o})
 	}
 	c.mu.Unlock()
 }

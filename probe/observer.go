@@ -42,11 +42,13 @@ type Observer interface {
 
 // Sent identifies one message sent by SendNow.
 type Sent struct {
-	Ref      uint64
-	Sender   string
-	Stream   string
-	Seq      uint64
-	Group    bool
-	Fanout   int
-	Intended time.Time
+	Ref    uint64
+	Sender string
+	Stream string
+	Seq    uint64
+	Group  bool
+	Fanout int
+	// Recipients are the indices of the users the message is for.
+	Recipients []int
+	Intended   time.Time
 }

@@ -133,7 +133,9 @@ type sendStream struct {
 	group  string
 	kind   int
 	fanout int
-	seq    uint64
+	// recipients are the indices of the users this stream delivers to.
+	recipients []int
+	seq        uint64
 	// voids are the spans of seqs written but never acknowledged, sorted
 	// and disjoint; voidTurn picks which one the next message carries.
 	voids    []voidCarry
@@ -186,7 +188,7 @@ func (p *Population) layout() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: 0, fanout: 1}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: 0, fanout: 1, recipients: []int{peer}}
 		}
 	}
 	// Groups of GroupSize in order; a last group of one joins the one
@@ -204,7 +206,14 @@ func (p *Population) layout() {
 			grp.Members = append(grp.Members, u.name)
 		}
 		for _, u := range p.users[start:end] {
-			u.group = &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: 1, fanout: len(grp.Members) - 1}
+			var others []int
+			for j := start; j < end; j++ {
+				if j != u.idx {
+					others = append(others, j)
+				}
+			}
+			u.group = &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: 1,
+				fanout: len(grp.Members) - 1, recipients: others}
 		}
 		p.groups = append(p.groups, grp)
 		start = end
@@ -658,7 +667,7 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 	u.inflight = append(u.inflight, flight{ref: ref, st: st, seq: st.seq, sentAt: time.Now().UnixNano()})
 	u.mu.Unlock()
 
-	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == 1, Fanout: st.fanout}
+	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == 1, Fanout: st.fanout, Recipients: st.recipients}
 	buf = AppendBody(buf[:0], &h, p.opts.MessageSize)
 	m := Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
 	if err := sess.Send(&m); err != nil {
