@@ -109,11 +109,11 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
-		if d.canary, err = newCanary(d.cfg, e, d.metrics, log); err != nil {
+		if d.canary, err = newCanary(d.cfg, e, d.metrics, log, cohortCanary); err != nil {
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, e, d.metrics, log)
+	d.soak = newSoakRunner(d.cfg, e, d.metrics, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted} {
 			d.metrics.SoakRuns.WithLabelValues(name, pr.Name, r)
@@ -128,21 +128,32 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 	return d, nil
 }
 
-func newCanary(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger) (*canary.Canary, error) {
+// Cohorts: every population of users gets a name space of its own under
+// population.prefix, so that the daemon's canary, its soak runs and a
+// pipeline's one-shot commands beside it never log in as each other (a
+// second login kicks the first session on most servers).
+const (
+	cohortCanary        = "canary"
+	cohortSoak          = "soak"
+	cohortOneshotCanary = "oneshot-canary"
+	cohortOneshotSoak   = "oneshot-soak"
+)
+
+func newCanary(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger, cohort string) (*canary.Canary, error) {
 	c := cfg.Canary
 	return canary.New(canary.Options{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
-		Prefix: cfg.Population.Prefix + "-canary", Users: c.Users, Messages: c.Messages,
+		Prefix: cfg.Population.Prefix + "-" + cohort, Users: c.Users, Messages: c.Messages,
 		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
 	})
 }
 
-func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger) *soak.Runner {
+func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
-		Prefix: cfg.Population.Prefix, Heartbeat: cfg.Population.Heartbeat,
+		Prefix: cfg.Population.Prefix + "-" + cohort, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		MessageSize: cfg.Population.MessageSize,
 		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
@@ -152,8 +163,9 @@ func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logg
 // HTTPAddr is the address the HTTP server listens on.
 func (d *Daemon) HTTPAddr() string { return d.httpLn.Addr().String() }
 
-// TargetURL is the URL of the target being monitored.
-func (d *Daemon) TargetURL() string { return d.cfg.Target.URL }
+// TargetURL is the URL of the target being monitored, without anything
+// secret it may carry.
+func (d *Daemon) TargetURL() string { return redactURL(d.cfg.Target.URL) }
 
 // Population returns the background population.
 func (d *Daemon) Population() *probe.Population { return d.pop }
@@ -169,6 +181,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.env.close()
 	d.env.startTarget(log)
 
+	// Everything below stops when jobs is cancelled.
+	jobs, stopJobs := context.WithCancel(ctx)
+	defer stopJobs()
+	sched, err := d.schedule(jobs)
+	if err != nil {
+		return err
+	}
+
 	errc := make(chan error, 1)
 	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
 	var httpWG sync.WaitGroup
@@ -179,23 +199,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	})
 	log.Info("imcanary running", "run", d.env.run, "http", d.HTTPAddr(), "target", d.cfg.Target.Name,
-		"url", d.cfg.Target.URL, "users", d.cfg.Population.Users)
+		"url", d.TargetURL(), "users", d.cfg.Population.Users)
 
-	// Everything below stops when jobs is cancelled.
-	jobs, stopJobs := context.WithCancel(ctx)
-	defer stopJobs()
 	var wg sync.WaitGroup
 	// Exits when jobs ends, after closing every session.
 	wg.Go(func() { _ = d.pop.Run(jobs) })
 	if d.canary != nil {
 		// Exits when jobs ends.
 		wg.Go(func() { _ = d.canary.Run(jobs) })
-	}
-	sched, err := d.schedule(jobs)
-	if err != nil {
-		stopJobs()
-		wg.Wait()
-		return err
 	}
 	sched.Start()
 
@@ -257,13 +268,19 @@ func (d *Daemon) canaryJob(ctx context.Context) {
 	if j := d.cfg.Canary.Jitter; j > 0 && !sleepCtx(ctx, rand.N(j)) {
 		return
 	}
-	if !d.canary.Ready() {
-		// Never online yet: a round now would only report the ramp.
+	if !d.canary.Ready() && time.Since(d.started) < canaryGrace(d.cfg) {
+		// Still coming online after the start: a round now would only
+		// report the ramp. Past the grace period a round runs, and a
+		// canary that never came online fails it with session_down
+		// rather than going silent.
 		return
 	}
 	r, err := d.canary.TryRound(ctx)
 	if err != nil {
 		d.log.Warn("canary round skipped", "err", err)
+		return
+	}
+	if r.Result == metrics.ResultAborted {
 		return
 	}
 	if err := d.store.SaveCanary(r); err != nil {
@@ -272,6 +289,12 @@ func (d *Daemon) canaryJob(ctx context.Context) {
 	if r.Result != metrics.ResultPass {
 		d.log.Warn("canary round failed", "checks", r.Checks)
 	}
+}
+
+// canaryGrace is how long after the start a canary not yet online skips
+// its rounds: a deadline and a few connect attempts with backoff.
+func canaryGrace(cfg config.Config) time.Duration {
+	return cfg.Canary.Deadline + 4*cfg.Population.Backoff.Initial
 }
 
 func (d *Daemon) soakJob(ctx context.Context, p config.Profile) {

@@ -34,7 +34,7 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 	}
 	defer e.close()
 	e.startTarget(log)
-	c, err := newCanary(e.cfg, e, metrics.New(prometheus.NewRegistry()), log)
+	c, err := newCanary(e.cfg, e, metrics.New(prometheus.NewRegistry()), log, cohortOneshotCanary)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,11 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 			return nil, ctx.Err()
 		}
 	}
-	return c.Round(ctx), nil
+	r := c.Round(ctx)
+	if r.Result == metrics.ResultAborted {
+		return nil, ctx.Err()
+	}
+	return r, nil
 }
 
 // SoakOnce runs the named profile once against the configured target and
@@ -78,7 +82,7 @@ func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
-	r := newSoakRunner(e.cfg, e, metrics.New(prometheus.NewRegistry()), log)
+	r := newSoakRunner(e.cfg, e, metrics.New(prometheus.NewRegistry()), log, cohortOneshotSoak)
 	rep, err := r.Run(ctx, p, progress)
 	if err != nil {
 		return nil, err

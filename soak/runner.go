@@ -25,8 +25,9 @@ type RunnerOptions struct {
 	Target  string
 	// Run is the process's run id, carried in every message body.
 	Run string
-	// Prefix is population.prefix; a profile's cohort is named
-	// PREFIX-PROFILE, apart from the background population and the canary.
+	// Prefix names this runner's cohorts: a profile's users are
+	// PREFIX-PROFILE-uN, apart from the background population, the canary
+	// and any other runner.
 	Prefix      string
 	Heartbeat   time.Duration
 	BackoffMin  time.Duration
@@ -149,6 +150,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	s := &sampler{
 		r: r, p: p, pop: pop, set: set, obs: obs, before: before, start: start,
 		late: late, progress: progress, phase: PhaseRamp,
+		minOnline: -1, prev: before, prevT: start,
 	}
 	sampleCtx, stopSampler := context.WithCancel(context.Background())
 	// Exits when stopSampler is called.
@@ -173,6 +175,9 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		phase(PhaseSend)
 		pop.SetSending(true)
 		aborted = !pause(ctx, p.Duration)
+		// A sample inside the send phase, however short it was: the
+		// online ratio is judged on send-phase samples.
+		s.sample(time.Now())
 		pop.SetSending(false)
 	}
 	if !aborted {
@@ -416,6 +421,8 @@ type sampler struct {
 	late     int
 	progress func(Progress)
 
+	// sampling serialises sample: the loop and the run's end both call it.
+	sampling  sync.Mutex
 	mu        sync.Mutex
 	phase     string
 	sendStart time.Time
@@ -445,8 +452,6 @@ func (s *sampler) every() time.Duration {
 }
 
 func (s *sampler) loop(ctx context.Context) {
-	s.minOnline = -1
-	s.prev, s.prevT = s.before, s.start
 	t := time.NewTicker(s.every())
 	defer t.Stop()
 	for {
@@ -461,6 +466,8 @@ func (s *sampler) loop(ctx context.Context) {
 }
 
 func (s *sampler) sample(now time.Time) {
+	s.sampling.Lock()
+	defer s.sampling.Unlock()
 	cur := snapshot(s.set)
 	d := cur.sub(s.prev)
 	total := cur.sub(s.before)

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/target"
+)
+
+// TestCanaryTargetDownFromStart: a target that is down from the daemon's
+// start must make scheduled canary rounds fail with session_down, not
+// vanish, or no alert on failing rounds could ever fire.
+func TestCanaryTargetDownFromStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(t)
+	cfg.Target.URL = "ws://" + addr + "/ws"
+	cfg.Canary = config.Canary{Schedule: "@every 1s", Deadline: time.Second, Users: 3, Messages: 1}
+	cfg.Population.Backoff.Initial = 100 * time.Millisecond
+	d, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	base := "http://" + d.HTTPAddr()
+	waitFor(t, 10*time.Second, "a failed canary round", func() bool {
+		return scrape(t, base)[`imcanary_canary_failures_total`] > 0
+	})
+	for _, k := range metrics.Kinds {
+		if v := metrics.Value(d.metrics.CanaryFailures.WithLabelValues(cfg.Target.Name, k, metrics.CanarySessionDown)); v == 0 {
+			t.Errorf("%s failures{reason=session_down} = 0, want the rounds failed for that reason", k)
+		}
+	}
+}
+
+// TestCanaryOnceBesideDaemon runs a pipeline's `imcanary canary --once`
+// with the daemon's own configuration while the daemon's canary runs
+// against the same healthy target: the two cohorts must not log each other
+// out, so both pass.
+func TestCanaryOnceBesideDaemon(t *testing.T) {
+	srv, err := target.New(target.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, stopT := context.WithCancel(context.Background())
+	tdone := make(chan struct{})
+	go func() { defer close(tdone); _ = srv.Serve(tctx, ln) }()
+	defer func() { stopT(); <-tdone }()
+
+	cfg := testConfig(t)
+	cfg.Target.URL = "ws://" + ln.Addr().String() + "/ws"
+	cfg.Canary = config.Canary{Schedule: "@every 1s", Deadline: 500 * time.Millisecond, Users: 3, Messages: 1}
+	d, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	rounds := func(result string) float64 {
+		var n float64
+		for _, k := range metrics.Kinds {
+			n += metrics.Value(d.metrics.CanaryRounds.WithLabelValues(cfg.Target.Name, k, result))
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "a daemon canary round", func() bool { return rounds(metrics.ResultPass) > 0 })
+
+	r, err := CanaryOnce(context.Background(), cfg, slog.New(slog.DiscardHandler), 10*time.Second)
+	if err != nil || r.Result != metrics.ResultPass {
+		t.Fatalf("CanaryOnce beside the daemon = %+v, %v; want pass", r, err)
+	}
+	passed := rounds(metrics.ResultPass)
+	waitFor(t, 10*time.Second, "another daemon round", func() bool { return rounds(metrics.ResultPass)+rounds(metrics.ResultFail) > passed })
+	if f := rounds(metrics.ResultFail); f != 0 {
+		t.Errorf("daemon canary failed %v rounds while a one-shot ran beside it", f)
+	}
+}

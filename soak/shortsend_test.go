@@ -1,0 +1,26 @@
+package soak
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/imcanary/imcanary/target"
+)
+
+// TestSoakShortSendPhase: a send phase shorter than the sample interval
+// still gets a sample, or min_online_ratio would fail a clean run at 0%.
+func TestSoakShortSendPhase(t *testing.T) {
+	url, _ := startTarget(t, target.Faults{})
+	r, _ := newTestRunner(t, url)
+	r.o.SampleEvery = 0 // the default: 1 s for this profile
+	p := testProfile()
+	p.Ramp, p.Duration = 0, 500*time.Millisecond
+	rep, err := r.Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Result != "pass" {
+		t.Errorf("clean target: result %s, min_online_ratio row %+v", rep.Result, row(rep, "min_online_ratio"))
+	}
+}
