@@ -418,3 +418,23 @@ func BenchmarkInboxReceive(b *testing.B) {
 		in.Receive(buf, now+int64(i)+1e6)
 	}
 }
+
+// TestReceiveDoesNotAllocate guards the budget of the delivery path: once a
+// stream exists, recording an in-order delivery allocates nothing.
+func TestReceiveDoesNotAllocate(t *testing.T) {
+	set := newTestSet(t)
+	start := time.Now()
+	in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+	h := Header{Run: []byte("run1"), Sender: []byte("u1"), Stream: []byte("g.g1")}
+	buf := make([]byte, 0, 128)
+	seq := uint64(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		seq++
+		h.Seq, h.Intended = seq, start.UnixNano()
+		buf = AppendBody(buf[:0], &h, 0)
+		in.Receive(buf, start.UnixNano()+1e6)
+	})
+	if allocs != 0 {
+		t.Errorf("Receive allocates %v times per delivery, want 0", allocs)
+	}
+}
