@@ -492,3 +492,16 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestExampleConfigsLoad keeps every shipped example configuration valid.
+func TestExampleConfigsLoad(t *testing.T) {
+	files, err := filepath.Glob("../configs/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example configs found: %v", err)
+	}
+	for _, f := range files {
+		if _, err := Load(f, nil, nil); err != nil {
+			t.Errorf("Load(%q) = %v, want nil", f, err)
+		}
+	}
+}

@@ -25,8 +25,8 @@ func TestValidate(t *testing.T) {
 		{"name 64 characters", func(c *Config) { c.Target.Name = strings.Repeat("é", 64) }, ""},
 		{"name 65 characters", func(c *Config) { c.Target.Name = strings.Repeat("a", 65) }, `target.name: "` + strings.Repeat("a", 65) + `": must be at most 64 characters`},
 		{"name any text", func(c *Config) { c.Target.Name = "Prod EU / 1" }, ""},
-		{"protocol unknown", func(c *Config) { c.Target.Protocol = "xmpp" }, `target.protocol: "xmpp": must be one of "embedded"`},
-		{"protocol empty", func(c *Config) { c.Target.Protocol = "" }, `target.protocol: "": must be one of "embedded"`},
+		{"protocol unknown", func(c *Config) { c.Target.Protocol = "irc" }, `target.protocol: "irc": must be one of ` + quoteList(Protocols)},
+		{"protocol empty", func(c *Config) { c.Target.Protocol = "" }, `target.protocol: "": must be one of ` + quoteList(Protocols)},
 		{"url ws", func(c *Config) { c.Target.URL = "ws://127.0.0.1:8080/ws" }, ""},
 		{"url wss", func(c *Config) { c.Target.URL = "wss://im.example/ws" }, ""},
 		{"url http", func(c *Config) { c.Target.URL = "http://im.example/ws" }, `target.url: "http://im.example/ws": must be a ws:// or wss:// URL`},
@@ -260,16 +260,16 @@ func TestValidateDuplicateInvalidName(t *testing.T) {
 func TestProtocolsExtensible(t *testing.T) {
 	saved := Protocols
 	t.Cleanup(func() { Protocols = saved })
-	Protocols = append(Protocols[:len(Protocols):len(Protocols)], "xmpp")
+	Protocols = append(Protocols[:len(Protocols):len(Protocols)], "irc")
 
 	c := Default()
-	c.Target.Protocol = "xmpp"
-	c.Target.URL = "ws://127.0.0.1:5280/xmpp-websocket"
+	c.Target.Protocol = "irc"
+	c.Target.URL = "ws://127.0.0.1:6667/irc"
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate(%q) = %v, want nil", c.Target.Protocol, err)
 	}
 	c.Target.URL = ""
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "target.url") {
-		t.Errorf("Validate(xmpp without url) = %v, want an error naming target.url", err)
+		t.Errorf("Validate(irc without url) = %v, want an error naming target.url", err)
 	}
 }

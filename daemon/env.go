@@ -14,6 +14,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/embedded"
 	"github.com/imcanary/imcanary/target"
 )
@@ -23,6 +24,16 @@ import (
 var drivers = map[string]func(cfg config.Config, secret []byte) (probe.Driver, error){
 	"embedded": func(cfg config.Config, secret []byte) (probe.Driver, error) {
 		return embedded.New(embedded.Options{URL: cfg.Target.URL, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
+	},
+	"centrifugo": func(cfg config.Config, secret []byte) (probe.Driver, error) {
+		if secret == nil {
+			return nil, fmt.Errorf("centrifugo needs the token secret: set target.secret_file or %s", config.SecretEnv)
+		}
+		c := cfg.Target.Centrifugo
+		return centrifugo.New(centrifugo.Options{
+			URL: cfg.Target.URL, Secret: secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,
+			TokenTTL: c.TokenTTL, Heartbeat: cfg.Population.Heartbeat, Recover: c.Recover,
+		})
 	},
 }
 

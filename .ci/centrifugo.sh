@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Builds, starts and stops a Centrifugo v6 on loopback for the integration
+# tests of probe/centrifugo.
+#
+#   .ci/centrifugo.sh build                 # install the binary into the cache (skipped if there)
+#   .ci/centrifugo.sh start DIR PORT [QUEUE] # config, secret and logs under DIR; prints the URL
+#   .ci/centrifugo.sh stop DIR
+#
+# The binary is built from source with the Go toolchain (go install of a
+# pinned version, through the module proxy) into a cache that outlives a CI
+# run: a cold build takes about five minutes on two cores, a warm one is a
+# file check. The HMAC secret comes from IMCANARYTEST_CENTRIFUGO_SECRET, or
+# is generated and written to DIR/secret; it is never printed.
+set -euo pipefail
+
+version=v6.9.1
+cache=${IMCANARY_CACHE:-/var/cache/imcanary}
+bindir=$cache/centrifugo-$version/bin
+bin=$bindir/centrifugo
+
+usage() {
+  echo "usage: $0 build | start DIR PORT [QUEUE_MAX_SIZE] | stop DIR" >&2
+  exit 2
+}
+
+build() {
+  if [ -x "$bin" ]; then
+    return 0
+  fi
+  export PATH="$PATH:/usr/local/go/bin"
+  mkdir -p "$bindir"
+  # Built outside any module so that the pinned version's own go.mod
+  # decides every dependency; a temporary GOBIN makes a broken build leave
+  # no half-written binary where the check above would trust it.
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  (cd "$tmp" && GOFLAGS=-buildvcs=false GOBIN="$tmp/bin" go install "github.com/centrifugal/centrifugo/v6@$version")
+  # Copied next to its place, then renamed: the rename is atomic.
+  cp "$tmp/bin/centrifugo" "$bin.new"
+  mv "$bin.new" "$bin"
+}
+
+start() {
+  local dir=$1 port=$2 queue=${3:-1048576}
+  [ -x "$bin" ] || build
+  mkdir -p "$dir"
+  if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+    echo "centrifugo already running in $dir (pid $(cat "$dir/pid"))" >&2
+    exit 1
+  fi
+  local secret=${IMCANARYTEST_CENTRIFUGO_SECRET:-}
+  if [ -z "$secret" ]; then
+    if [ ! -s "$dir/secret" ]; then
+      (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret")
+    fi
+    secret=$(cat "$dir/secret")
+  fi
+  # The secret goes into a JSON string: escape what JSON needs escaped.
+  secret=$(printf '%s' "$secret" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')
+  # Our own config, not Centrifugo's defaults: loopback only, no usage
+  # statistics sent anywhere, no HTTP API (the tests use only the client
+  # protocol), and the two namespaces imcanary's driver uses. History makes
+  # offsets and epochs (the server's own sequence) and recovery possible;
+  # 1000 publications over 300 s outlast any reconnect in the tests. The
+  # server pings every 5 s rather than 25 s so that a test of seconds sees
+  # its application-level ping/pong too.
+  (umask 077 && cat >"$dir/config.json" <<EOF
+{
+  "http_server": {"address": "127.0.0.1", "port": $port},
+  "log": {"level": "warn"},
+  "health": {"enabled": true},
+  "usage_stats": {"disabled": true},
+  "http_api": {"disabled": true},
+  "client": {
+    "token": {"hmac_secret_key": "$secret"},
+    "queue_max_size": $queue,
+    "ping_interval": "5s",
+    "pong_timeout": "3s"
+  },
+  "channel": {
+    "namespaces": [
+      {
+        "name": "chat",
+        "allow_subscribe_for_client": true,
+        "allow_publish_for_subscriber": true,
+        "history_size": 1000,
+        "history_ttl": "300s",
+        "allow_positioning": true,
+        "allow_recovery": true
+      },
+      {
+        "name": "dm",
+        "allow_user_limited_channels": true,
+        "allow_publish_for_subscriber": true,
+        "history_size": 1000,
+        "history_ttl": "300s",
+        "allow_positioning": true,
+        "allow_recovery": true
+      }
+    ]
+  }
+}
+EOF
+  )
+  # setsid: the server outlives this script, in a session of its own, and
+  # stop kills exactly the pid recorded here.
+  setsid "$bin" --config "$dir/config.json" >"$dir/log" 2>&1 </dev/null &
+  echo $! >"$dir/pid"
+  local url="http://127.0.0.1:$port/health"
+  for _ in $(seq 1 100); do
+    if curl -fsS -o /dev/null "$url" 2>/dev/null; then
+      echo "ws://127.0.0.1:$port/connection/websocket"
+      return 0
+    fi
+    if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      echo "centrifugo exited at start:" >&2
+      cat "$dir/log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "centrifugo did not answer $url within 10s:" >&2
+  cat "$dir/log" >&2
+  stop "$dir"
+  exit 1
+}
+
+stop() {
+  local dir=$1
+  [ -f "$dir/pid" ] || return 0
+  local pid
+  pid=$(cat "$dir/pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    # Centrifugo shuts down gracefully within its shutdown timeout; past
+    # a bound, it is killed.
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  rm -f "$dir/pid"
+}
+
+case ${1:-} in
+build) [ $# -eq 1 ] || usage; build ;;
+start) [ $# -ge 3 ] && [ $# -le 4 ] || usage; start "$2" "$3" "${4:-}" ;;
+stop) [ $# -eq 2 ] || usage; stop "$2" ;;
+*) usage ;;
+esac

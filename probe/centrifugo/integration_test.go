@@ -1,0 +1,486 @@
+package centrifugo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// These tests run the driver against a real Centrifugo v6 on loopback,
+// started by .ci/centrifugo.sh with the namespaces it configures:
+//
+//	IMCANARYTEST_CENTRIFUGO_URL       ws://127.0.0.1:PORT/connection/websocket
+//	IMCANARYTEST_CENTRIFUGO_SECRET    its client.token.hmac_secret_key
+//	IMCANARYTEST_CENTRIFUGO_SLOW_URL  a second instance with a small
+//	                                   client.queue_max_size (64 KiB), for
+//	                                   the slow-consumer test
+//
+// Every test uses user and group names of its own, so tests and reruns
+// against one server do not share channels.
+
+func realServer(t *testing.T, urlVar string) (string, []byte) {
+	t.Helper()
+	url, secret := os.Getenv(urlVar), os.Getenv("IMCANARYTEST_CENTRIFUGO_SECRET")
+	if url == "" || secret == "" {
+		t.Skipf("%s and IMCANARYTEST_CENTRIFUGO_SECRET unset: no Centrifugo to test against "+
+			"(.ci/centrifugo.sh start DIR PORT [QUEUE_MAX_SIZE] starts one)", urlVar)
+	}
+	return url, []byte(secret)
+}
+
+// uniquePrefix names a test's users and groups.
+func uniquePrefix(name string) string {
+	return fmt.Sprintf("%s%d", name, time.Now().UnixNano()%1e9)
+}
+
+// killable wraps the driver so that a test can cut a user's connection
+// and keep it from logging in again for a while.
+type killable struct {
+	*Driver
+	mu      sync.Mutex
+	live    map[string]*session
+	blocked map[string]time.Time
+}
+
+func (k *killable) Connect(ctx context.Context, user string) (probe.Session, error) {
+	k.mu.Lock()
+	until := k.blocked[user]
+	k.mu.Unlock()
+	if time.Now().Before(until) {
+		return nil, errors.New("blocked by the test")
+	}
+	s, err := k.Driver.Connect(ctx, user)
+	if err == nil {
+		k.mu.Lock()
+		k.live[user] = s.(*session)
+		k.mu.Unlock()
+	}
+	return s, err
+}
+
+// kill drops user's connection without a close frame, as a crash or a
+// network failure does, and refuses its logins for down.
+func (k *killable) kill(user string, down time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.blocked[user] = time.Now().Add(down)
+	if s := k.live[user]; s != nil {
+		s.conn.NetConn().Close()
+	}
+}
+
+type popConfig struct {
+	users, groupSize    int
+	rate                float64
+	deadline, lostAfter time.Duration
+	recover             bool
+}
+
+type fixture struct {
+	t    *testing.T
+	drv  *killable
+	pop  *probe.Population
+	set  *metrics.Set
+	took time.Duration // from start to the whole population online
+}
+
+// newFixture starts a population against the real server, waits until
+// every user is online and subscribed, then starts sending: a user that
+// is not yet subscribed would miss messages Centrifugo does not keep for
+// it, and the ledger would rightly count them lost.
+func newFixture(t *testing.T, name string, pc popConfig) *fixture {
+	t.Helper()
+	url, secret := realServer(t, "IMCANARYTEST_CENTRIFUGO_URL")
+	d, err := New(Options{URL: url, Secret: secret, Heartbeat: time.Second, Recover: pc.recover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &fixture{t: t, drv: &killable{Driver: d, live: map[string]*session{}, blocked: map[string]time.Time{}}}
+	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+	fx.pop, err = probe.New(probe.Options{
+		Driver: fx.drv, Set: fx.set, Run: uniquePrefix("run"), Prefix: uniquePrefix(name),
+		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: time.Second,
+		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		StartPaused: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Go(func() { _ = fx.pop.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	waitFor(t, 60*time.Second, "population online", fx.pop.Ready)
+	fx.took = time.Since(start)
+	fx.pop.SetSending(true)
+	return fx
+}
+
+// drain pauses sending and waits until every acked message is accounted
+// for (delivered or lost), then one more lost_after for stragglers and
+// duplicates.
+func (fx *fixture) drain(lostAfter time.Duration) {
+	fx.pop.SetSending(false)
+	end := time.Now().Add(2*lostAfter + 5*time.Second)
+	for time.Now().Before(end) {
+		time.Sleep(50 * time.Millisecond)
+		fx.pop.Sweep(time.Now())
+		c := fx.counts()
+		if c.expected > 0 && c.delivered+c.lost >= c.expected && fx.pop.Inflight() == 0 {
+			time.Sleep(lostAfter)
+			fx.pop.Sweep(time.Now())
+			return
+		}
+	}
+}
+
+type totals struct {
+	sent, expected, delivered, lost, late, dup, reordered, ignored float64
+}
+
+func (fx *fixture) counts() totals {
+	var c totals
+	for _, k := range fx.set.Kind {
+		c.sent += value(k.Sent)
+		c.expected += value(k.Expected)
+		c.delivered += value(k.Delivered)
+		c.lost += value(k.Lost)
+		c.late += value(k.Late)
+		c.dup += value(k.Duplicate)
+		c.reordered += value(k.Reordered)
+	}
+	for _, ig := range fx.set.Ignored {
+		c.ignored += value(ig)
+	}
+	return c
+}
+
+func value(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	_ = (<-ch).Write(&m)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return math.NaN()
+}
+
+// latency returns the merged delivery latency histogram: the count, and
+// the bucket bound below which each of the quantiles qs falls.
+func (fx *fixture) latency(qs ...float64) (uint64, []float64) {
+	var count uint64
+	below := map[float64]uint64{}
+	var bounds []float64
+	for _, k := range fx.set.Kind {
+		var m dto.Metric
+		_ = k.DeliveryLatency.(prometheus.Metric).Write(&m)
+		count += m.Histogram.GetSampleCount()
+		for _, b := range m.Histogram.Bucket {
+			if _, ok := below[b.GetUpperBound()]; !ok {
+				bounds = append(bounds, b.GetUpperBound())
+			}
+			below[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		out[i] = math.Inf(1)
+		for _, b := range bounds {
+			if float64(below[b]) >= q*float64(count) {
+				out[i] = b
+				break
+			}
+		}
+	}
+	return count, out
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
+
+// TestRealPopulation logs in 520 users, each subscribed to its group and
+// its direct channel, runs direct and group traffic through a real
+// population, and checks the ledger finds nothing wrong: every expected
+// delivery arrives once, in order, on time, and the server's offsets show
+// no gap. It lasts past two server pings, so the pongs are checked too.
+func TestRealPopulation(t *testing.T) {
+	const users = 520
+	pc := popConfig{users: users, groupSize: 5, rate: 1, deadline: 2 * time.Second, lostAfter: 5 * time.Second}
+	fx := newFixture(t, "pop", pc)
+	t.Logf("%d users online and subscribed in %v", users, fx.took.Round(time.Millisecond))
+	time.Sleep(8 * time.Second)
+	fx.drain(pc.lostAfter)
+	c := fx.counts()
+	n, q := fx.latency(0.5, 0.99, 1)
+	t.Logf("counts %+v; latency p50 ≤ %vs, p99 ≤ %vs, max ≤ %vs over %d deliveries; server %+v",
+		c, q[0], q[1], q[2], n, fx.drv.ServerStats())
+	if got := fx.pop.LoggedIn(); got != users {
+		t.Errorf("logged in %d users, want %d", got, users)
+	}
+	if c.expected < 4*users {
+		t.Fatalf("expected deliveries = %v, want thousands", c.expected)
+	}
+	if c.delivered != c.expected {
+		t.Errorf("delivered = %v, want every expected delivery (%v)", c.delivered, c.expected)
+	}
+	if c.lost != 0 || c.late != 0 || c.dup != 0 || c.reordered != 0 || c.ignored != 0 {
+		t.Errorf("lost/late/duplicate/reordered/ignored = %v/%v/%v/%v/%v against a healthy server, want all 0",
+			c.lost, c.late, c.dup, c.reordered, c.ignored)
+	}
+	if n != uint64(c.delivered) {
+		t.Errorf("latency observations = %d, want one per delivery (%v)", n, c.delivered)
+	}
+	for _, r := range metrics.DisconnectReasons {
+		if v := value(fx.set.Disconnects[r]); v != 0 {
+			t.Errorf("disconnects{reason=%q} = %v, want 0 (pings answered, nothing dropped)", r, v)
+		}
+	}
+	if st := fx.drv.ServerStats(); st != (ServerStats{}) {
+		t.Errorf("ServerStats() = %+v, want no gap", st)
+	}
+}
+
+// TestRealKilledReceiver cuts one user's connection mid-run and keeps it
+// out for two seconds. Without recovery, what was published to it
+// meanwhile is lost, and the ledger and the server's offsets agree on how
+// much; with recovery, it all arrives on resubscribe, late, and nothing is
+// lost.
+func TestRealKilledReceiver(t *testing.T) {
+	for _, recover := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recover=%v", recover), func(t *testing.T) {
+			pc := popConfig{users: 20, groupSize: 5, rate: 10, deadline: time.Second, lostAfter: 3 * time.Second, recover: recover}
+			fx := newFixture(t, "kill"+strconv.FormatBool(recover)[:1], pc)
+			time.Sleep(1500 * time.Millisecond)
+			const victim = 7
+			down := 2 * time.Second
+			fx.drv.kill(fx.pop.Plan().Users[victim], down)
+			waitFor(t, 5*time.Second, "the victim to go offline", func() bool { return fx.pop.Online() < pc.users })
+			waitFor(t, 10*time.Second, "the victim to come back", func() bool { return fx.pop.Online() == pc.users })
+			// Every sender sends again after the victim's return, so
+			// every gap in its streams shows.
+			time.Sleep(2 * time.Second)
+			fx.drain(pc.lostAfter)
+			c := fx.counts()
+			st := fx.drv.ServerStats()
+			t.Logf("counts %+v; server %+v; disconnects error=%v", c, st, value(fx.set.Disconnects[metrics.ReasonError]))
+			if d := value(fx.set.Disconnects[metrics.ReasonError]); d != 1 {
+				t.Errorf("disconnects{reason=error} = %v, want 1 (the victim)", d)
+			}
+			// A message the victim wrote just before its death may reach
+			// its peers without an ack: delivered, never expected.
+			if extra := c.delivered + c.lost - c.expected; extra < 0 || extra > 4 {
+				t.Errorf("delivered %v + lost %v - expected %v = %v, want 0..4: every acked message accounted once",
+					c.delivered, c.lost, c.expected, extra)
+			}
+			if c.dup != 0 || c.reordered != 0 {
+				t.Errorf("duplicate/reordered = %v/%v, want 0", c.dup, c.reordered)
+			}
+			if !recover {
+				// At 10 msg/s per user, the victim's group (4 peers
+				// sending half their messages there) and its direct
+				// peer send it about 25 messages a second.
+				if c.lost < 20 {
+					t.Errorf("lost = %v with a receiver down for %v, want dozens", c.lost, down)
+				}
+				// The offsets count every publication the victim did
+				// not see, its own last echoes too: a handful more.
+				if float64(st.Missed) < c.lost || float64(st.Missed) > c.lost+5 {
+					t.Errorf("server offsets missed %d, ledger lost %v: want them to agree within the victim's own echoes", st.Missed, c.lost)
+				}
+				if st.Gaps == 0 || st.Recovered != 0 {
+					t.Errorf("ServerStats() = %+v, want gaps and no recovery", st)
+				}
+				return
+			}
+			if c.lost != 0 {
+				t.Errorf("lost = %v with recovery, want 0", c.lost)
+			}
+			// What was published in the first of the two seconds down
+			// is past the 1 s deadline when recovered: a dozen or more.
+			if c.late < 10 {
+				t.Errorf("late = %v, want the messages recovered after %v down to arrive late", c.late, down)
+			}
+			if st.Recovered < uint64(c.late) || st.Missed != 0 || st.Gaps != 0 {
+				t.Errorf("ServerStats() = %+v, want at least %v recovered and nothing missed", st, c.late)
+			}
+		})
+	}
+}
+
+// TestRealSlowConsumer provokes Centrifugo's slow-consumer close: a
+// reader that falls behind a burst, on an instance whose per-connection
+// queue is 64 KiB, is disconnected with 3008 and classified slow_consumer,
+// while a reader that keeps up stays connected.
+func TestRealSlowConsumer(t *testing.T) {
+	url, secret := realServer(t, "IMCANARYTEST_CENTRIFUGO_SLOW_URL")
+	prefix := uniquePrefix("slow")
+	pubU, fastU, slowU := prefix+"-pub", prefix+"-fast", prefix+"-slow"
+	plan := probe.Plan{
+		Users:  []string{pubU, fastU, slowU},
+		Groups: []probe.Group{{Name: prefix + "-g", Members: []string{pubU, fastU, slowU}}},
+	}
+	newDrv := func() *Driver {
+		d, err := New(Options{URL: url, Secret: secret, Heartbeat: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Provision(context.Background(), plan); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d, slowD := newDrv(), newDrv()
+	// The slow reader's connection is what a slow link gives: small
+	// segments and a small receive window. Centrifugo's socket buffer for
+	// it then stays small too, so the server's queue, not megabytes of
+	// kernel buffers, takes the backlog, and the server's writes stay
+	// short enough (under its 1 s write timeout) for its close frame to
+	// get through. On plain loopback, with 64 KiB segments, the server
+	// buffers 4 MB before its queue grows, and a reader that stalls gets
+	// a connection cut without a close frame instead.
+	slowD.dialer.NetDialContext = (&net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		_ = c.Control(func(fd uintptr) {
+			if err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, 1400); err == nil {
+				err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 32<<10)
+			}
+		})
+		return err
+	}}).DialContext
+	ctx := context.Background()
+	pub, err := d.Connect(ctx, pubU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	fast, err := d.Connect(ctx, fastU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	slow, err := slowD.Connect(ctx, slowU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+
+	var burstOver atomic.Bool
+	var fastGot, slowGot atomic.Int64
+	results := make(chan struct {
+		who string
+		err error
+	}, 3)
+	run := func(who string, s probe.Session, h probe.Handler) {
+		go func() {
+			err := s.Serve(h)
+			results <- struct {
+				who string
+				err error
+			}{who, err}
+		}()
+	}
+	acks := &countHandler{}
+	run("publisher", pub, acks)
+	run("fast", fast, &countHandler{n: &fastGot})
+	run("slow", slow, &countHandler{n: &slowGot, delay: func() {
+		if !burstOver.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}})
+
+	// 6,000 publications of 1 KiB at about 2,000 a second: 2 MB/s,
+	// which the publisher (it gets its own publications back) and the fast
+	// reader take easily, and ten times what the slow reader takes.
+	const burst = 6000
+	body := make([]byte, 1<<10)
+	for i := range body {
+		body[i] = 'x'
+	}
+	tick := time.NewTicker(time.Millisecond)
+	for i := range burst {
+		if i%2 == 0 {
+			<-tick.C
+		}
+		if err := pub.Send(&probe.Message{Ref: uint64(i + 1), Group: prefix + "-g", Body: body}); err != nil {
+			t.Fatalf("Send %d: %v", i, err)
+		}
+	}
+	tick.Stop()
+	burstOver.Store(true)
+	waitFor(t, 10*time.Second, "replies to the burst", func() bool { return acks.acks.Load()+acks.rejects.Load() == burst })
+	if r := acks.rejects.Load(); r != 0 {
+		t.Errorf("%d publishes rejected, want none", r)
+	}
+	burstOver.Store(true)
+
+	var slowErr error
+	select {
+	case r := <-results:
+		if r.who != "slow" {
+			t.Fatalf("%s session ended first: %v", r.who, r.err)
+		}
+		slowErr = r.err
+	case <-time.After(15 * time.Second):
+		t.Fatal("the slow reader was not disconnected")
+	}
+	var disc *probe.Disconnect
+	if !errors.As(slowErr, &disc) || disc.Reason != metrics.ReasonSlowConsumer || disc.Code != CloseSlow {
+		t.Errorf("slow reader's Serve() = %v, want slow_consumer with close 3008", slowErr)
+	}
+	waitFor(t, 10*time.Second, "the fast reader to get the burst", func() bool { return fastGot.Load() == burst })
+	t.Logf("slow reader got %d of %d before %v; fast reader got %d", slowGot.Load(), burst, slowErr, fastGot.Load())
+	select {
+	case r := <-results:
+		t.Errorf("%s session ended too: %v", r.who, r.err)
+	default:
+	}
+}
+
+// countHandler counts acks and deliveries, optionally slowly.
+type countHandler struct {
+	acks, rejects atomic.Int64
+	n             *atomic.Int64
+	delay         func()
+}
+
+func (h *countHandler) OnAck(uint64, probe.Ack) { h.acks.Add(1) }
+func (h *countHandler) OnReject(uint64, string) { h.rejects.Add(1) }
+
+func (h *countHandler) OnDelivery(*probe.Delivery) {
+	if h.delay != nil {
+		h.delay()
+	}
+	if h.n != nil {
+		h.n.Add(1)
+	}
+}
