@@ -1,0 +1,662 @@
+package xmpp_test
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/xmpp"
+)
+
+// Integration tests against a real Prosody 0.12, started by
+// .ci/prosody.sh (which .ci/run calls) and named by
+// IMCANARYTEST_PROSODY_URL. They prove the driver the way the embedded
+// target proves the ledger: a real population, real traffic, and counts
+// that must come out exact.
+
+func prosodyURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("IMCANARYTEST_PROSODY_URL")
+	if url == "" {
+		t.Skip("set IMCANARYTEST_PROSODY_URL (.ci/run starts Prosody)")
+	}
+	return url
+}
+
+func prosodyDriver(t *testing.T, password string) *xmpp.Driver {
+	t.Helper()
+	drv, err := xmpp.New(xmpp.Options{
+		URL:      prosodyURL(t),
+		Domain:   "localhost",
+		Password: func(u string) string { return password + u },
+		Register: true,
+		// Logins queue behind each other on Prosody's single thread
+		// while hundreds ramp in.
+		DialTimeout: 20 * time.Second,
+		Heartbeat:   5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv
+}
+
+// recordingDriver remembers each user's latest session, so that a test can
+// break one, and can hold a user's next login back.
+type recordingDriver struct {
+	probe.Driver
+	mu   sync.Mutex
+	last map[string]probe.Session
+	hold map[string]time.Duration
+}
+
+func (r *recordingDriver) Connect(ctx context.Context, user string) (probe.Session, error) {
+	r.mu.Lock()
+	hold := r.hold[user]
+	delete(r.hold, user)
+	r.mu.Unlock()
+	select {
+	case <-time.After(hold):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s, err := r.Driver.Connect(ctx, user)
+	if err == nil {
+		r.mu.Lock()
+		r.last[user] = s
+		r.mu.Unlock()
+	}
+	return s, err
+}
+
+func (r *recordingDriver) session(user string) probe.Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[user]
+}
+
+// observer keeps every latency, for exact percentiles.
+type observer struct {
+	mu         sync.Mutex
+	logins     []time.Duration
+	loginErrs  int
+	acks       []time.Duration
+	deliveries []time.Duration
+	outcomes   [3]int
+}
+
+func (o *observer) Login(_ int, took time.Duration, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		o.loginErrs++
+		return
+	}
+	o.logins = append(o.logins, took)
+}
+
+func (o *observer) Disconnect(int, string, error) {}
+
+func (o *observer) Ack(_ uint64, _ bool, latency time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.acks = append(o.acks, latency)
+}
+
+func (o *observer) Unacked(uint64, string, string) {}
+
+func (o *observer) Received(_ int, _ *probe.Header, latency time.Duration, out probe.Outcome) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.outcomes[out]++
+	if out == probe.Delivered {
+		o.deliveries = append(o.deliveries, latency)
+	}
+}
+
+// percentile returns the q-quantile of d (nearest rank).
+func percentile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1)]
+}
+
+type popConfig struct {
+	prefix           string
+	users, groupSize int
+	rate             float64
+	ramp             time.Duration
+	paused           bool
+	deadline         time.Duration
+	lostAfter        time.Duration
+}
+
+// population is a running probe.Population against Prosody.
+type population struct {
+	t      *testing.T
+	pop    *probe.Population
+	set    *metrics.Set
+	obs    *observer
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *population {
+	t.Helper()
+	p := &population{t: t, obs: &observer{}}
+	p.set = metrics.New(prometheus.NewPedanticRegistry()).For("prosody", metrics.SourceBackground)
+	var err error
+	p.pop, err = probe.New(probe.Options{
+		Driver: drv, Set: p.set, Run: "xmpptest" + time.Now().Format("150405.000"), Prefix: pc.prefix,
+		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: pc.ramp,
+		Heartbeat: 5 * time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		MessageSize: 200, Observer: p.obs, StartPaused: pc.paused,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.wg.Go(func() { _ = p.pop.Run(ctx) })
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *population) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// settle pauses sending and waits until every acked message is accounted
+// for (delivered or lost), then one lost_after more for stragglers and
+// duplicates.
+func (p *population) settle(lostAfter time.Duration) {
+	p.pop.SetSending(false)
+	end := time.Now().Add(2*lostAfter + 2*time.Second)
+	for time.Now().Before(end) {
+		time.Sleep(50 * time.Millisecond)
+		p.pop.Sweep(time.Now())
+		c := p.counts(-1)
+		if c.expected > 0 && c.delivered+c.lost == c.expected && p.pop.Inflight() == 0 {
+			break
+		}
+	}
+	time.Sleep(lostAfter)
+	p.pop.Sweep(time.Now())
+}
+
+type totals struct {
+	sent, expected, delivered, lost, late, dup, reordered float64
+}
+
+// counts sums kind k (0 direct, 1 group), or both for -1.
+func (p *population) counts(k int) totals {
+	var c totals
+	for i, ks := range p.set.Kind {
+		if k >= 0 && i != k {
+			continue
+		}
+		c.sent += value(ks.Sent)
+		c.expected += value(ks.Expected)
+		c.delivered += value(ks.Delivered)
+		c.lost += value(ks.Lost)
+		c.late += value(ks.Late)
+		c.dup += value(ks.Duplicate)
+		c.reordered += value(ks.Reordered)
+	}
+	return c
+}
+
+func (p *population) disconnects(reason string) float64 { return value(p.set.Disconnects[reason]) }
+
+func (p *population) sendErrors() map[string]float64 {
+	m := map[string]float64{}
+	for _, r := range metrics.SendErrorReasons {
+		if v := value(p.set.SendErrors[r]); v > 0 {
+			m[r] = v
+		}
+	}
+	return m
+}
+
+func value(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	_ = (<-ch).Write(&m)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return math.NaN()
+}
+
+// histCount is the number of observations of a histogram.
+func histCount(o prometheus.Observer) uint64 {
+	var m dto.Metric
+	_ = o.(prometheus.Metric).Write(&m)
+	return m.Histogram.GetSampleCount()
+}
+
+// TestProsodyPopulation logs in a crowd of 500 idle users, then runs
+// traffic between 50 more while the crowd stays online, and checks the
+// ledger finds nothing wrong: every acked message delivered once, in
+// order, on time.
+func TestProsodyPopulation(t *testing.T) {
+	drv := prosodyDriver(t, "imc-")
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	t0 := time.Now()
+	// Prosody spends about 10 ms of its single thread on a login and its
+	// room join: a ramp at half that capacity keeps logins from queueing.
+	crowd := startPopulation(t, drv, popConfig{prefix: "crowd", users: 500, groupSize: 5, ramp: 10 * time.Second,
+		deadline: time.Second, lostAfter: 2 * time.Second})
+	waitFor(t, 60*time.Second, "500 users online", crowd.pop.Ready)
+	took := time.Since(t0)
+	crowd.obs.mu.Lock()
+	logins := slices.Clone(crowd.obs.logins)
+	loginErrs := crowd.obs.loginErrs
+	crowd.obs.mu.Unlock()
+	t.Logf("crowd: %d users logged in (provision, 10 s ramp, logins) in %v; login p50 %v p99 %v; %d failed attempts",
+		crowd.pop.LoggedIn(), took.Round(time.Millisecond), percentile(logins, 0.5), percentile(logins, 0.99), loginErrs)
+	if n := crowd.pop.LoggedIn(); n != 500 {
+		t.Fatalf("%d users logged in, want 500", n)
+	}
+	time.Sleep(time.Second)
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	t.Logf("crowd: heap %d KiB, %d goroutines for 500 idle sessions (race detector: %v)",
+		(int64(m1.HeapInuse)-int64(m0.HeapInuse))>>10, runtime.NumGoroutine(), raceEnabled)
+
+	const lostAfter = 2 * time.Second
+	// Sending starts once every talker is in its room: a room delivers
+	// only to its occupants, so a message sent before a member joined
+	// would be lost to it, by the rules of MUC rather than by a fault.
+	talk := startPopulation(t, drv, popConfig{prefix: "talk", users: 50, groupSize: 5, rate: 5, ramp: time.Second,
+		paused: true, deadline: time.Second, lostAfter: lostAfter})
+	waitFor(t, 30*time.Second, "50 talkers online", talk.pop.Ready)
+	talk.pop.SetSending(true)
+	time.Sleep(6 * time.Second)
+	talk.settle(lostAfter)
+	c := talk.counts(-1)
+	t.Logf("talk: %+v, send errors %v", c, talk.sendErrors())
+	if c.expected < 1000 {
+		t.Fatalf("expected deliveries = %v, want over a thousand", c.expected)
+	}
+	if c.delivered != c.expected {
+		t.Errorf("delivered = %v, want every expected delivery (%v)", c.delivered, c.expected)
+	}
+	if c.lost != 0 || c.late != 0 || c.dup != 0 || c.reordered != 0 {
+		t.Errorf("lost/late/duplicate/reordered = %v/%v/%v/%v, want all 0", c.lost, c.late, c.dup, c.reordered)
+	}
+	if e := talk.sendErrors(); len(e) > 0 {
+		t.Errorf("send errors %v, want none", e)
+	}
+	for i, k := range talk.set.Kind {
+		acks, dels := histCount(k.AckLatency), histCount(k.DeliveryLatency)
+		if float64(dels) != value(k.Delivered) || acks == 0 {
+			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, value(k.Delivered))
+		}
+	}
+	talk.obs.mu.Lock()
+	t.Logf("talk: %d acks, latency p50 %v p99 %v max %v; %d deliveries, latency p50 %v p99 %v max %v",
+		len(talk.obs.acks), percentile(talk.obs.acks, 0.5), percentile(talk.obs.acks, 0.99), percentile(talk.obs.acks, 1),
+		len(talk.obs.deliveries), percentile(talk.obs.deliveries, 0.5), percentile(talk.obs.deliveries, 0.99), percentile(talk.obs.deliveries, 1))
+	talk.obs.mu.Unlock()
+	for name, p := range map[string]*population{"crowd": crowd, "talk": talk} {
+		if d := p.disconnects(metrics.ReasonError) + p.disconnects(metrics.ReasonServerClose) + p.disconnects(metrics.ReasonSlowConsumer); d != 0 {
+			t.Errorf("%s: %v sessions ended before shutdown, want 0", name, d)
+		}
+	}
+	talk.stop()
+	crowd.stop()
+	for name, p := range map[string]*population{"crowd": crowd, "talk": talk} {
+		if d := p.disconnects(metrics.ReasonShutdown); int(d) != p.pop.Users() {
+			all := map[string]float64{}
+			for _, r := range metrics.DisconnectReasons {
+				all[r] = p.disconnects(r)
+			}
+			t.Errorf("%s: %v shutdown disconnects, want one per user (%d); all: %v", name, d, p.pop.Users(), all)
+		}
+	}
+}
+
+// TestProsodyReceiverKilled breaks one receiver's TCP connection mid-run
+// and keeps it away for longer than the deadline. With stream management
+// but no resumption Prosody stores the direct messages the dead session
+// had not acknowledged, and those sent while the user was away, offline,
+// and delivers them at its next login: late, never lost. Group messages
+// sent while it was out of its room are lost to it (a room delivers only
+// to occupants), and counted so. Nothing may be counted twice.
+func TestProsodyReceiverKilled(t *testing.T) {
+	rd := &recordingDriver{Driver: prosodyDriver(t, "imc-"), last: map[string]probe.Session{}, hold: map[string]time.Duration{}}
+	const (
+		lostAfter = 3 * time.Second
+		away      = 1500 * time.Millisecond
+		victim    = "kill-u3"
+	)
+	p := startPopulation(t, rd, popConfig{prefix: "kill", users: 20, groupSize: 5, rate: 5, ramp: 500 * time.Millisecond,
+		paused: true, deadline: time.Second, lostAfter: lostAfter})
+	waitFor(t, 30*time.Second, "population online", p.pop.Ready)
+	p.pop.SetSending(true)
+	time.Sleep(1500 * time.Millisecond)
+	rd.mu.Lock()
+	rd.hold[victim] = away
+	rd.mu.Unlock()
+	xmpp.KillConn(rd.session(victim))
+	waitFor(t, 10*time.Second, "the victim to reconnect", func() bool {
+		return p.disconnects(metrics.ReasonError) == 1 && p.pop.Online() == p.pop.Users()
+	})
+	time.Sleep(2 * time.Second)
+	p.settle(lostAfter)
+	direct, group := p.counts(0), p.counts(1)
+	t.Logf("direct %+v; group %+v; send errors %v", direct, group, p.sendErrors())
+	if direct.lost != 0 || direct.delivered != direct.expected {
+		t.Errorf("direct: lost %v, delivered %v of %v: offline storage must deliver every acked message", direct.lost, direct.delivered, direct.expected)
+	}
+	// The victim's peer sends it 2.5 direct messages/s: those of the
+	// time away arrive from offline storage after the deadline.
+	if direct.late < 1 {
+		t.Errorf("direct: late %v, want the messages stored while the victim was away", direct.late)
+	}
+	if group.delivered+group.lost != group.expected {
+		t.Errorf("group: delivered %v + lost %v != expected %v: every acked message must be accounted once", group.delivered, group.lost, group.expected)
+	}
+	// Four room-mates send 2.5 group messages/s each: about ten while
+	// the victim is out of its room.
+	if group.lost < 1 || group.lost > 25 {
+		t.Errorf("group: lost %v, want what the victim missed while out of its room (about 10)", group.lost)
+	}
+	if direct.dup+group.dup != 0 {
+		t.Errorf("duplicates %v/%v, want none", direct.dup, group.dup)
+	}
+	if r := direct.reordered + group.reordered; r != 0 {
+		t.Errorf("reordered %v, want 0", r)
+	}
+	if ok := value(p.set.ConnectOK); ok != float64(p.pop.Users()+1) {
+		t.Errorf("connects %v, want %d (one reconnect)", ok, p.pop.Users()+1)
+	}
+}
+
+// TestProsodyProvisioning: provisioning twice changes nothing, a user
+// whose password differs cannot log in (and Connect says why), and a
+// message as large as the driver sends arrives whole: Prosody refuses
+// fragmented frames.
+func TestProsodyProvisioning(t *testing.T) {
+	drv := prosodyDriver(t, "imc-")
+	ctx := context.Background()
+	plan := probe.Plan{Users: []string{"prov-a", "prov-b"}, Groups: []probe.Group{{Name: "prov-g", Members: []string{"prov-a", "prov-b"}}}}
+	for i := range 2 {
+		if err := drv.Provision(ctx, plan); err != nil {
+			t.Fatalf("Provision #%d = %v, want nil", i+1, err)
+		}
+	}
+	other := prosodyDriver(t, "other-")
+	if _, err := other.Connect(ctx, "prov-a"); err == nil || !strings.Contains(err.Error(), "not-authorized") {
+		t.Errorf("Connect with another password = %v, want not-authorized", err)
+	}
+
+	a, err := drv.Connect(ctx, "prov-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := drv.Connect(ctx, "prov-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, rb := &recorder{}, &recorder{}
+	da, db := serve(a, ra), serve(b, rb)
+	// Bodies unique to this run: the users' offline storage may still
+	// hold messages of earlier runs.
+	nonce := time.Now().Format(time.RFC3339Nano)
+	big := bytes.Repeat([]byte("x"), 60<<10)
+	copy(big, "imc1 big "+nonce+" ")
+	small := "imc1 <group> & 'quotes' " + nonce
+	if err := a.Send(&probe.Message{Ref: 1, To: "prov-b", Body: big}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(&probe.Message{Ref: 2, Group: "prov-g", Body: []byte(small)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(&probe.Message{Ref: 3, To: "prov-nobody", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"direct prov-a " + string(big), "group prov-a " + small}
+	waitFor(t, 5*time.Second, "two deliveries", func() bool {
+		_, _, d := rb.snapshot()
+		return slices.Contains(d, want[0]) && slices.Contains(d, want[1])
+	})
+	waitFor(t, 5*time.Second, "acks and the rejection", func() bool {
+		acks, rej, _ := ra.snapshot()
+		return len(acks) >= 2 && len(rej) == 1
+	})
+	acks, rejects, _ := ra.snapshot()
+	if !slices.Contains(acks, 1) || !slices.Contains(acks, 2) {
+		t.Errorf("acks = %v, want 1 (SM) and 2 (reflection)", acks)
+	}
+	if want := []string{"3 service-unavailable"}; !slices.Equal(rejects, want) {
+		t.Errorf("rejects = %q, want %q", rejects, want)
+	}
+	_, _ = a.Close(), b.Close()
+	for _, d := range []chan error{da, db} {
+		if r := probe.ReasonOf(wait(t, d)); r != metrics.ReasonShutdown {
+			t.Errorf("reason %s after Close, want shutdown", r)
+		}
+	}
+}
+
+// blockingHandler blocks the read loop at the first delivery until
+// released: a reader that stops reading.
+type blockingHandler struct {
+	recorder
+	blocked chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingHandler) OnDelivery(d *probe.Delivery) {
+	b.recorder.OnDelivery(d)
+	b.once.Do(func() {
+		close(b.blocked)
+		<-b.release
+	})
+}
+
+// TestProsodySlowReader stops a receiver's read loop while another user
+// sends it more than the socket buffers hold. Prosody 0.12 has no
+// slow-consumer close for c2s: it buffers without bound and, once the
+// socket has been unwritable for send_timeout (network_settings; 180 s by
+// default, so the test needs IMCANARYTEST_PROSODY_SEND_TIMEOUT, which
+// .ci/prosody.sh writes into the config), drops the TCP connection
+// without a stream error. The session must end as an error (nothing
+// distinguishes the drop from a network failure), and every message must
+// come back from offline storage at the next login.
+func TestProsodySlowReader(t *testing.T) {
+	prosodyURL(t)
+	timeout, err := time.ParseDuration(os.Getenv("IMCANARYTEST_PROSODY_SEND_TIMEOUT") + "s")
+	if err != nil || timeout <= 0 || timeout > 10*time.Second {
+		t.Skip("set IMCANARYTEST_PROSODY_SEND_TIMEOUT (seconds, at most 10) for the Prosody under test")
+	}
+	drv := prosodyDriver(t, "imc-")
+	ctx := context.Background()
+	if err := drv.Provision(ctx, probe.Plan{Users: []string{"slow-r", "slow-s"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := drv.Connect(ctx, "slow-r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := drv.Connect(ctx, "slow-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := &recorder{}
+	sdone := serve(s, sr)
+	bh := &blockingHandler{blocked: make(chan struct{}), release: make(chan struct{})}
+	rdone := serve(r, bh)
+	// 15 MB: more than loopback's socket buffers on both ends hold.
+	const n = 250
+	nonce := time.Now().Format(time.RFC3339Nano)
+	body := bytes.Repeat([]byte("x"), 60<<10)
+	want := map[string]bool{}
+	for i := range n {
+		b := slices.Clone(body)
+		id := "imc1 slow " + nonce + " " + strconv.Itoa(i) + " "
+		copy(b, id)
+		want[id] = true
+		if err := s.Send(&probe.Message{Ref: uint64(i + 1), To: "slow-r", Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-bh.blocked
+	waitFor(t, 30*time.Second, "the server to accept every message", func() bool { a, _, _ := sr.snapshot(); return len(a) == n })
+	time.Sleep(timeout + 2*time.Second)
+	close(bh.release)
+	err = wait(t, rdone)
+	if reason := probe.ReasonOf(err); reason != metrics.ReasonError {
+		t.Errorf("stalled reader: Serve() = %v (reason %s), want reason error", err, reason)
+	}
+	t.Logf("stalled reader ended: %v", err)
+
+	r2, err := drv.Connect(ctx, "slow-r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2r := &recorder{}
+	r2done := serve(r2, r2r)
+	got := map[string]bool{}
+	waitFor(t, 20*time.Second, "every message from offline storage", func() bool {
+		_, _, d := r2r.snapshot()
+		for _, x := range d {
+			body, _ := strings.CutPrefix(x, "direct slow-s ")
+			if id, _, ok := strings.Cut(body, "xxx"); ok && want[id] {
+				got[id] = true
+			}
+		}
+		return len(got) == n
+	})
+	for id := range want {
+		if !got[id] {
+			t.Errorf("message %q never arrived", id)
+		}
+	}
+	_, _ = r2.Close(), s.Close()
+	wait(t, r2done)
+	wait(t, sdone)
+}
+
+// TestProsodyResume: with Options.Resume a user whose connection broke
+// resumes its stream at the next login. Prosody kept the session, its
+// room included, and resends what it had queued: the messages sent
+// meanwhile arrive once each, nothing from before the break comes again,
+// and the resumed stream's acks count on from where the old one stopped.
+func TestProsodyResume(t *testing.T) {
+	prosodyURL(t)
+	drv, err := xmpp.New(xmpp.Options{
+		URL: prosodyURL(t), Domain: "localhost", Password: func(u string) string { return "imc-" + u },
+		Register: true, Resume: true, Heartbeat: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := drv.Provision(ctx, probe.Plan{Users: []string{"res-a", "res-b"}, Groups: []probe.Group{{Name: "res-g", Members: []string{"res-a", "res-b"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := drv.Connect(ctx, "res-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := drv.Connect(ctx, "res-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, rb := &recorder{}, &recorder{}
+	da, db := serve(a, ra), serve(b, rb)
+	nonce := time.Now().Format(time.RFC3339Nano)
+	ref := uint64(0)
+	sendBoth := func(label string) {
+		ref++
+		if err := b.Send(&probe.Message{Ref: ref, To: "res-a", Body: []byte("imc1 direct " + label + " " + nonce)}); err != nil {
+			t.Fatal(err)
+		}
+		ref++
+		if err := b.Send(&probe.Message{Ref: ref, Group: "res-g", Body: []byte("imc1 group " + label + " " + nonce)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours := func(r *recorder) []string {
+		_, _, d := r.snapshot()
+		var out []string
+		for _, x := range d {
+			if strings.HasSuffix(x, nonce) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	sendBoth("before")
+	waitFor(t, 5*time.Second, "deliveries before the break", func() bool { return len(ours(ra)) == 2 })
+	xmpp.KillConn(a)
+	if r := probe.ReasonOf(wait(t, da)); r != metrics.ReasonError {
+		t.Errorf("broken connection: reason %s, want error", r)
+	}
+	for i := range 3 {
+		sendBoth("during" + strconv.Itoa(i))
+	}
+	waitFor(t, 5*time.Second, "the sender's acks", func() bool { a, _, _ := rb.snapshot(); return len(a) == int(ref) })
+
+	a2, err := drv.Connect(ctx, "res-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !xmpp.Resumed(a2) {
+		t.Error("second login did not resume the stream")
+	}
+	ra2 := &recorder{}
+	da2 := serve(a2, ra2)
+	waitFor(t, 5*time.Second, "the messages sent during the break", func() bool { return len(ours(ra2)) >= 6 })
+	// And the resumed stream works both ways: its acks count on.
+	if err := a2.Send(&probe.Message{Ref: 1001, To: "res-b", Body: []byte("imc1 back " + nonce)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Send(&probe.Message{Ref: 1002, Group: "res-g", Body: []byte("imc1 back group " + nonce)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "acks on the resumed stream", func() bool { a, _, _ := ra2.snapshot(); return len(a) == 2 })
+	waitFor(t, 5*time.Second, "deliveries from the resumed stream", func() bool { return len(ours(rb)) == 2 })
+	time.Sleep(200 * time.Millisecond)
+	got := ours(ra2)
+	slices.Sort(got)
+	var want []string
+	for i := range 3 {
+		want = append(want, "direct res-b imc1 direct during"+strconv.Itoa(i)+" "+nonce, "group res-b imc1 group during"+strconv.Itoa(i)+" "+nonce)
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("after resuming: %q, want %q", got, want)
+	}
+	_, _ = a2.Close(), b.Close()
+	wait(t, da2)
+	wait(t, db)
+}

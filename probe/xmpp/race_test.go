@@ -1,0 +1,5 @@
+//go:build race
+
+package xmpp_test
+
+const raceEnabled = true

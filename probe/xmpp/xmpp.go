@@ -1,0 +1,378 @@
+// Package xmpp is the probe driver for XMPP over WebSocket (RFC 7395),
+// proven against Prosody 0.12.
+//
+// A session logs in with SASL (SCRAM-SHA-1, or PLAIN), binds a resource,
+// enables XEP-0198 stream management and joins one XEP-0045 room per group
+// of its user. Direct messages are acknowledged by stream management: each
+// is followed by <r/>, and the server's <a h="N"/> acknowledges every
+// stanza up to the Nth. Group messages are acknowledged by the room's
+// reflection of the message to its sender. Users are provisioned by in-band
+// registration (XEP-0077); rooms are created by their first occupant.
+//
+// XMPP has no per-conversation sequence the monitor could use (stanza-ids
+// are opaque, SM counts are per stream), so gaps are found by the sequence
+// in the probe body alone.
+package xmpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/probe"
+)
+
+var _ probe.Driver = (*Driver)(nil)
+
+// Options configures the driver.
+type Options struct {
+	// URL is the server's WebSocket endpoint,
+	// ws://127.0.0.1:5280/xmpp-websocket.
+	URL string
+	// Domain is the XMPP domain of the users (the host of their JIDs).
+	Domain string
+	// MUCService is the domain of the rooms. Default "conference."+Domain.
+	MUCService string
+	// Password returns the password of user. It is never logged.
+	Password func(user string) string
+	// Register creates every user of a plan by in-band registration
+	// (XEP-0077) in Provision. A user that exists already counts as
+	// provisioned: its password is checked at its first login.
+	Register bool
+	// Heartbeat is the session's ping interval; a session that reads
+	// nothing for two of them and a margin is declared dead.
+	Heartbeat time.Duration
+	// DialTimeout bounds connect and login together, and each reply of a
+	// registration. Default 10s.
+	DialTimeout time.Duration
+	// WriteTimeout bounds one write. Default 5s: a server that stops
+	// reading must not block the sender, which serves other users too,
+	// for longer.
+	WriteTimeout time.Duration
+	// Resume resumes a user's previous stream (XEP-0198 resumption) when
+	// it reconnects. Off by default: a server holds a dropped resumable
+	// session for minutes (Prosody: 600 s) and queues its messages
+	// silently, which turns a receiver's outage into late deliveries long
+	// after the fact instead of a prompt reconnect.
+	Resume bool
+}
+
+// Driver connects users to an XMPP server.
+type Driver struct {
+	opts   Options
+	dialer *websocket.Dialer
+	salts  saltCache
+
+	mu sync.Mutex
+	// roomsOf maps a user to the bare JIDs of its groups' rooms, which it
+	// joins at every login: rooms of a non-persistent kind exist only
+	// while occupied.
+	roomsOf map[string][]string
+	// resumable maps a user to the stream management state of its last
+	// stream that ended other than by Close, when Options.Resume is set.
+	resumable map[string]smState
+}
+
+// smState is what resuming a stream needs.
+type smState struct {
+	id string
+	h  uint32
+}
+
+const (
+	// closeGrace is how long Close waits for the server's close reply.
+	closeGrace = time.Second
+	// maxStanza is the largest stanza the driver writes. The dialer's
+	// write buffer holds it whole, so no stanza goes out as fragments:
+	// Prosody refuses continuation frames (RFC 7395 §3.3.3 forbids them).
+	maxStanza = 64 << 10
+	// resource is every session's resource. One fixed name makes a new
+	// login replace a stale session of the same user (Prosody's default
+	// conflict policy kicks the old one) rather than sit beside it and
+	// receive copies of its messages.
+	resource = "imcanary"
+	// registerWindow bounds the registrations in flight on one socket,
+	// and registerBatch the registrations per socket.
+	registerWindow = 16
+	registerBatch  = 250
+)
+
+// New returns a driver for the server at o.URL.
+func New(o Options) (*Driver, error) {
+	switch {
+	case o.URL == "":
+		return nil, errors.New("xmpp: no server url")
+	case o.Domain == "":
+		return nil, errors.New("xmpp: no domain")
+	case o.Password == nil:
+		return nil, errors.New("xmpp: no password function")
+	}
+	if err := checkDomain(o.Domain); err != nil {
+		return nil, fmt.Errorf("xmpp: domain %q: %w", o.Domain, err)
+	}
+	if o.MUCService == "" {
+		o.MUCService = "conference." + o.Domain
+	}
+	if err := checkDomain(o.MUCService); err != nil {
+		return nil, fmt.Errorf("xmpp: muc service %q: %w", o.MUCService, err)
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 30 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 5 * time.Second
+	}
+	return &Driver{
+		opts: o,
+		dialer: &websocket.Dialer{
+			HandshakeTimeout: o.DialTimeout,
+			Subprotocols:     []string{"xmpp"},
+			// A small read buffer keeps an idle session small; frames
+			// are read into pooled buffers. The write buffer comes from
+			// a pool and holds the largest stanza whole (see maxStanza).
+			ReadBufferSize:  512,
+			WriteBufferSize: maxStanza,
+			WriteBufferPool: writePool,
+		},
+		roomsOf:   map[string][]string{},
+		resumable: map[string]smState{},
+	}, nil
+}
+
+var writePool = &sync.Pool{}
+
+// Provision implements probe.Driver: it registers the plan's users when
+// Options.Register is set, and remembers the rooms each user joins at
+// login. Rooms need no provisioning: the first occupant creates one.
+func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
+	for _, u := range plan.Users {
+		if err := checkLocal(u); err != nil {
+			return fmt.Errorf("provision: user %q: %w", u, err)
+		}
+	}
+	// Several populations (background, canary, soak) share the driver,
+	// each with users of its own prefix: a plan replaces only its own
+	// users' rooms.
+	roomsOf := make(map[string][]string)
+	for _, g := range plan.Groups {
+		if err := checkLocal(g.Name); err != nil {
+			return fmt.Errorf("provision: group %q: %w", g.Name, err)
+		}
+		room := g.Name + "@" + d.opts.MUCService
+		for _, m := range g.Members {
+			roomsOf[m] = append(roomsOf[m], room)
+		}
+	}
+	d.mu.Lock()
+	for _, u := range plan.Users {
+		delete(d.roomsOf, u)
+	}
+	maps.Copy(d.roomsOf, roomsOf)
+	d.mu.Unlock()
+	if !d.opts.Register {
+		return nil
+	}
+	for start := 0; start < len(plan.Users); start += registerBatch {
+		batch := plan.Users[start:min(start+registerBatch, len(plan.Users))]
+		if err := d.register(ctx, batch); err != nil {
+			return fmt.Errorf("provision: %w", err)
+		}
+	}
+	return nil
+}
+
+// register creates users on one unauthenticated stream, a bounded window
+// of requests at a time. An existing user ("conflict") is success.
+func (d *Driver) register(ctx context.Context, users []string) error {
+	conn, err := d.dial(ctx)
+	if err != nil {
+		return err
+	}
+	// Shutdown must not wait for a server that stopped answering.
+	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
+	defer stop()
+	defer conn.Close()
+	s := &session{d: d, conn: conn}
+	if err := s.write(openStream(d.opts.Domain), false); err != nil {
+		return err
+	}
+	var (
+		offered    = false
+		sent, done int
+	)
+	step := func(st *stanza) error {
+		switch st.kind {
+		case kindStreamError:
+			return fmt.Errorf("registration stream error: %s", st.errorText())
+		case kindClose:
+			return errors.New("server closed the registration stream")
+		case kindFeatures:
+			if !st.featRegister {
+				return errors.New("server offers no in-band registration (XEP-0077)")
+			}
+			offered = true
+		case kindIQ:
+			i, ok := registerIndex(st.id, len(users))
+			if !ok {
+				return nil
+			}
+			switch {
+			case st.typ == "result":
+			case st.typ == "error" && st.cond == "conflict":
+				// Registered before; its password is proven at login.
+			case st.typ == "error":
+				return fmt.Errorf("register %s: %s", users[i], st.errorText())
+			default:
+				return nil
+			}
+			done++
+		}
+		return nil
+	}
+	st := new(stanza)
+	for done < len(users) {
+		for offered && sent < len(users) && sent-done < registerWindow {
+			u := users[sent]
+			if err := s.write(registerStanza("reg"+strconv.Itoa(sent), u, d.opts.Password(u)), false); err != nil {
+				return fmt.Errorf("register %s: %w", u, err)
+			}
+			sent++
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
+		bp, err := s.readFrame()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("registration: %w", err)
+		}
+		err = parseFrame(*bp, st, step)
+		readPool.Put(bp)
+		if err != nil {
+			return err
+		}
+	}
+	// A courtesy close; the deferred Close tears the socket down.
+	_ = s.write(closeStream, false)
+	return nil
+}
+
+// registerIndex parses the id of a registration request.
+func registerIndex(id string, n int) (int, bool) {
+	rest, ok := strings.CutPrefix(id, "reg")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0 && i < n
+}
+
+// Connect implements probe.Driver.
+func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error) {
+	if err := checkLocal(user); err != nil {
+		return nil, fmt.Errorf("login %q: %w", user, err)
+	}
+	d.mu.Lock()
+	rooms := d.roomsOf[user]
+	prev := d.resumable[user]
+	// A resumption is tried once: if it fails, the state is stale.
+	delete(d.resumable, user)
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, d.opts.DialTimeout)
+	defer cancel()
+	conn, err := d.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{d: d, conn: conn, user: user, nick: user}
+	// Interrupt the login exchange if ctx ends; the connection is closed
+	// below on every failure path.
+	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
+	err = s.login(rooms, prev)
+	// stop reports false if ctx ended meanwhile: the connection is closed
+	// then, even if the login got through.
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("login %s: %w", user, ctx.Err())
+		}
+		return nil, fmt.Errorf("login %s: %w", user, err)
+	}
+	return s, nil
+}
+
+func (d *Driver) dial(ctx context.Context) (*websocket.Conn, error) {
+	conn, resp, err := d.dialer.DialContext(ctx, d.opts.URL, nil)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("dial %s: %w (HTTP %d)", d.opts.URL, err, resp.StatusCode)
+		}
+		return nil, fmt.Errorf("dial %s: %w", d.opts.URL, err)
+	}
+	if p := conn.Subprotocol(); p != "xmpp" {
+		conn.Close()
+		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want xmpp", d.opts.URL, p)
+	}
+	conn.SetReadLimit(maxFrame)
+	return conn, nil
+}
+
+// forget drops what the driver remembers of user's stream, or keeps it for
+// a resumption.
+func (d *Driver) forget(user string, st smState, keep bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if keep && d.opts.Resume && st.id != "" {
+		d.resumable[user] = st
+		return
+	}
+	delete(d.resumable, user)
+}
+
+// checkLocal checks that s can be used verbatim as the localpart of a JID
+// and as a room nickname: printable ASCII without the characters JIDs
+// reserve. Anything else would need XEP-0106 escaping, and the names
+// would no longer match what the server reflects back.
+func checkLocal(s string) error {
+	if s == "" || len(s) > 1023 {
+		return errors.New("must be 1 to 1023 bytes")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("byte %#x at %d: only printable ASCII is allowed", c, i)
+		}
+		switch c {
+		case '"', '&', '\'', '/', ':', '<', '>', '@':
+			return fmt.Errorf("character %q at %d is reserved in JIDs", c, i)
+		}
+	}
+	return nil
+}
+
+func checkDomain(s string) error {
+	if s == "" || len(s) > 1023 {
+		return errors.New("must be 1 to 1023 bytes")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '[' || c == ']' || c == ':') {
+			return fmt.Errorf("character %q at %d is not allowed in a domain", c, i)
+		}
+	}
+	return nil
+}
