@@ -18,7 +18,7 @@ import (
 // Protocols lists the values target.protocol accepts. The package that wires
 // the protocol drivers appends each driver's name beside its entry in the
 // driver map, before loading the configuration.
-var Protocols = []string{"embedded", "centrifugo"}
+var Protocols = []string{"embedded", "xmpp", "centrifugo"}
 
 // namespaceRE is what a Centrifugo namespace may be named.
 var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)

@@ -16,6 +16,7 @@ import (
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/probe/xmpp"
 	"github.com/imcanary/imcanary/target"
 )
 
@@ -24,6 +25,19 @@ import (
 var drivers = map[string]func(cfg config.Config, secret []byte) (probe.Driver, error){
 	"embedded": func(cfg config.Config, secret []byte) (probe.Driver, error) {
 		return embedded.New(embedded.Options{URL: cfg.Target.URL, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
+	},
+	"xmpp": func(cfg config.Config, secret []byte) (probe.Driver, error) {
+		if secret == nil {
+			return nil, fmt.Errorf("xmpp derives the users' passwords from the target secret: set target.secret_file or %s", config.SecretEnv)
+		}
+		x := cfg.Target.XMPP
+		return xmpp.New(xmpp.Options{
+			URL: cfg.Target.URL, Domain: x.Domain, MUCService: x.MUCService, Register: x.Register, Resume: x.Resume,
+			Heartbeat: cfg.Population.Heartbeat,
+			// Each user's password is an HMAC of its name: one secret
+			// provisions and logs in every user, none is written down.
+			Password: func(user string) string { return target.Token(secret, user) },
+		})
 	},
 	"centrifugo": func(cfg config.Config, secret []byte) (probe.Driver, error) {
 		if secret == nil {

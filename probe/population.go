@@ -68,7 +68,18 @@ type Population struct {
 	// paused stops sending while sessions stay online: a drain phase lets
 	// every message in flight arrive before the counts are read.
 	paused atomic.Bool
+	// holdUntil (Unix ns) holds sending until the whole population is
+	// online, or this time at the latest: a group message sent before
+	// every member has logged in (joined the room, subscribed to the
+	// channel) would be lost for the late members on protocols that keep
+	// nothing for absent members, and counted as such.
+	holdUntil atomic.Int64
 }
+
+// readyGrace is how long after its ramp a population that is not fully
+// online starts sending anyway: a user that never logs in must not stop
+// the others from being measured.
+const readyGrace = 30 * time.Second
 
 // New builds a population; nothing runs until Run.
 func New(o Options) (*Population, error) {
@@ -285,6 +296,9 @@ func (p *Population) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	start := time.Now()
+	if !o.StartPaused {
+		p.holdUntil.Store(start.Add(o.Ramp + o.LateAfter + readyGrace).UnixNano())
+	}
 	for _, u := range p.users {
 		// Exits when ctx ends, after closing its session.
 		wg.Go(func() { p.runUser(ctx, u, start) })
@@ -600,7 +614,7 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 		} else if ctx.Err() != nil {
 			return
 		}
-		if !p.paused.Load() {
+		if !p.paused.Load() && (p.ready.Load() || u.next > p.holdUntil.Load()) {
 			buf = p.send(u, u.next, buf)
 		}
 		u.next += interval
