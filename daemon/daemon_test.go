@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -243,5 +245,22 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := json.Unmarshal([]byte(body), v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestLocalSecret: with no secret configured, the xmpp driver's passwords
+// come from a secret made once and kept, so a restart can log in again.
+func TestLocalSecret(t *testing.T) {
+	dir := t.TempDir()
+	a, err := localSecret(dir)
+	if err != nil || len(a) < 32 {
+		t.Fatalf("localSecret = %q, %v", a, err)
+	}
+	b, err := localSecret(dir)
+	if err != nil || string(a) != string(b) {
+		t.Errorf("second localSecret = %q, %v; want the same secret", b, err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "secret")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("secret file mode = %v, %v; want 0600", st.Mode().Perm(), err)
 	}
 }

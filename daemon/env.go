@@ -1,13 +1,16 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,6 +83,14 @@ func newEnv(cfg config.Config, users int, log *slog.Logger) (*env, error) {
 		return nil, err
 	}
 	e.secret = secret
+	if e.secret == nil && cfg.Target.Protocol == "xmpp" {
+		// XMPP passwords are imcanary's own: with no secret configured,
+		// one is made once and kept in the data directory, so that the
+		// users registered today can still log in after a restart.
+		if e.secret, err = localSecret(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	if inProcess {
 		if e.secret == nil {
 			e.secret = make([]byte, 32)
@@ -174,6 +185,34 @@ func loadSecret(cfg config.Config) ([]byte, error) {
 		return []byte(s), nil
 	}
 	return nil, nil
+}
+
+// localSecret reads DIR/secret, creating it with a random secret the first
+// time (mode 0600; the secret is never logged).
+func localSecret(dir string) ([]byte, error) {
+	path := filepath.Join(dir, "secret")
+	if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		return bytes.TrimSpace(b), nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	s := []byte(hex.EncodeToString(b))
+	// O_EXCL: if another process made it meanwhile, use theirs.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return localSecret(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	if _, err := f.Write(s); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	return s, f.Close()
 }
 
 func newRunID() string {
