@@ -32,6 +32,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
 
 var _ probe.Driver = (*Driver)(nil)
@@ -469,15 +470,15 @@ func (s *session) handshakeFrame(frame []byte, hs *loginState) error {
 	// for Serve is parsed again there.
 	raw := bytes.Clone(frame)
 	var m msg
-	p := parser{b: frame}
-	for p.more() {
-		start := p.i
+	p := parser{jsonscan.Scanner{B: frame}}
+	for p.More() {
+		start := p.I
 		if err := p.message(&m); err != nil {
 			return fmt.Errorf("malformed frame from server: %w", err)
 		}
 		switch {
 		case m.push == pushPub || m.push == pushUnsubscribe:
-			s.early = append(s.early, early{raw: raw[start:p.i]})
+			s.early = append(s.early, early{raw: raw[start:p.I]})
 		case m.push == pushDisconnect:
 			return fmt.Errorf("server disconnected: %d %q", m.code, m.reason)
 		case m.push != pushNone:
@@ -833,8 +834,8 @@ func (s *session) Serve(h probe.Handler) error {
 // *probe.Disconnect when the session must end.
 func (s *session) handleFrame(b []byte, h probe.Handler) error {
 	var m msg
-	p := parser{b: b}
-	for p.more() {
+	p := parser{jsonscan.Scanner{B: b}}
+	for p.More() {
 		if err := p.message(&m); err != nil {
 			// A frame we cannot read might have held a delivery: end
 			// the session rather than silently skip it.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
 
 // summary is a parsed message with its slices copied out, for comparing.
@@ -49,8 +50,8 @@ func summarize(m *msg, frame []byte) summary {
 func parseAll(frame []byte) ([]summary, error) {
 	var out []summary
 	var m msg
-	p := parser{b: frame}
-	for p.more() {
+	p := parser{jsonscan.Scanner{B: frame}}
+	for p.More() {
 		if err := p.message(&m); err != nil {
 			return out, err
 		}
@@ -275,8 +276,8 @@ func TestDeliveryPathAllocs(t *testing.T) {
 	var m msg
 	allocs := testing.AllocsPerRun(100, func() {
 		copy(buf, frame)
-		p := parser{b: buf}
-		for p.more() {
+		p := parser{jsonscan.Scanner{B: buf}}
+		for p.More() {
 			if err := p.message(&m); err != nil {
 				t.Fatal(err)
 			}
@@ -313,8 +314,8 @@ func BenchmarkDeliveryPath(b *testing.B) {
 		h.Intended = now + int64(i)
 		body = probe.AppendBody(body[:0], &h, 0)
 		frame = pushFrame(frame[:0], body, uint64(i+1))
-		p := parser{b: frame}
-		for p.more() {
+		p := parser{jsonscan.Scanner{B: frame}}
+		for p.More() {
 			if err := p.message(&m); err != nil {
 				b.Fatal(err)
 			}
