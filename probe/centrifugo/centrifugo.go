@@ -366,10 +366,24 @@ type session struct {
 
 	// Owned by the goroutine that runs the handshake, then by Serve.
 	early      []early
+	earlySize  int
 	serverPing time.Duration
 	refreshAt  int64 // Unix ns; 0 for none due
 	refreshID  uint32
 	delivery   probe.Delivery
+}
+
+// maxEarlyFactor bounds what the handshake keeps for Serve: a server that floods
+// a session before it is logged in must not make it allocate without end.
+const maxEarlyFactor = 4
+
+// keepEarly keeps e for Serve, within maxEarlyFactor frames' worth.
+func (s *session) keepEarly(e early) error {
+	if s.earlySize += len(e.raw); s.earlySize > maxEarlyFactor*int(s.d.opts.MaxFrame) {
+		return fmt.Errorf("too much traffic during login: over %d bytes before the session was ready", maxEarlyFactor*s.d.opts.MaxFrame)
+	}
+	s.early = append(s.early, e)
+	return nil
 }
 
 // early is what arrived during the handshake, before a handler existed:
@@ -478,7 +492,9 @@ func (s *session) handshakeFrame(frame []byte, hs *loginState) error {
 		}
 		switch {
 		case m.push == pushPub || m.push == pushUnsubscribe:
-			s.early = append(s.early, early{raw: raw[start:p.I]})
+			if err := s.keepEarly(early{raw: raw[start:p.I]}); err != nil {
+				return err
+			}
 		case m.push == pushDisconnect:
 			return fmt.Errorf("server disconnected: %d %q", m.code, m.reason)
 		case m.push != pushNone:
@@ -612,8 +628,7 @@ func (s *session) subscribed(ch string, r *result, pubs []byte, h probe.Handler)
 		return nil
 	}
 	if h == nil {
-		s.early = append(s.early, early{ch: ch, raw: pubs})
-		return nil
+		return s.keepEarly(early{ch: ch, raw: pubs})
 	}
 	return s.deliverRecovered(ch, pubs, h)
 }
@@ -804,7 +819,15 @@ func (s *session) Serve(h probe.Handler) error {
 		}
 		if err != nil {
 			s.early = nil
-			return err
+			var d *probe.Disconnect
+			if errors.As(err, &d) {
+				return err
+			}
+			// Serve's contract: every end is a classified Disconnect.
+			_ = s.conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.CloseUnsupportedData, "malformed frame"),
+				time.Now().Add(closeGrace))
+			return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
 		}
 		s.early[i] = early{}
 	}

@@ -778,9 +778,19 @@ func TestConnectErrors(t *testing.T) {
 			fc.drain()
 		}), "subscribe dm:#u1,u2 refused: 103 permission denied"},
 	}
+	tests = append(tests, struct{ name, url, want string }{"flood during login", startFake(t, func(fc *fakeConn) {
+		fc.acceptConnect(connectOK)
+		// Publications before the subscriptions are confirmed are kept
+		// for Serve, but not without bound.
+		pad := strings.Repeat("x", 2000)
+		for i := range 20 {
+			fc.send(fmt.Sprintf(`{"push":{"channel":"chat:g1","pub":{"data":{"b":"%s"},"offset":%d}}}`, pad, i+1))
+		}
+		fc.drain()
+	}), "too much traffic during login"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newTestDriver(t, tt.url, func(o *Options) { o.DialTimeout = 2 * time.Second })
+			d := newTestDriver(t, tt.url, func(o *Options) { o.DialTimeout = 2 * time.Second; o.MaxFrame = 4096 })
 			if _, err := d.Connect(context.Background(), "u1"); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
 			}

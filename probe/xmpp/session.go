@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -581,6 +582,14 @@ func (s *session) message(st *stanza, h probe.Handler, d *probe.Delivery) {
 	switch st.typ {
 	case "error":
 		if ref, ok := parseRef(st.id); ok {
+			// A bounced message still counts in the server's h: drop
+			// its pending ack, or the <a/> that follows would report
+			// as accepted what the server refused. (A bounce that
+			// comes after its <a/> is beyond repair: XEP-0198's h
+			// means received, not accepted.)
+			s.amu.Lock()
+			s.acks = slices.DeleteFunc(s.acks, func(a pendingAck) bool { return a.ref == ref })
+			s.amu.Unlock()
 			h.OnReject(ref, st.errorText())
 		}
 		return
