@@ -784,7 +784,11 @@ func TestConnectErrors(t *testing.T) {
 		// for Serve, but not without bound.
 		pad := strings.Repeat("x", 2000)
 		for i := range 20 {
-			fc.send(fmt.Sprintf(`{"push":{"channel":"chat:g1","pub":{"data":{"b":"%s"},"offset":%d}}}`, pad, i+1))
+			// The client hangs up part way: that is the point.
+			msg := fmt.Sprintf(`{"push":{"channel":"chat:g1","pub":{"data":{"b":"%s"},"offset":%d}}}`, pad, i+1)
+			if fc.c.WriteMessage(websocket.TextMessage, []byte(msg)) != nil {
+				return
+			}
 		}
 		fc.drain()
 	}), "too much traffic during login"})
