@@ -161,32 +161,18 @@ type totals struct {
 func (fx *fixture) counts() totals {
 	var c totals
 	for _, k := range fx.set.Kind {
-		c.sent += value(k.Sent)
-		c.expected += value(k.Expected)
-		c.delivered += value(k.Delivered)
-		c.lost += value(k.Lost)
-		c.late += value(k.Late)
-		c.dup += value(k.Duplicate)
-		c.reordered += value(k.Reordered)
+		c.sent += metrics.Value(k.Sent)
+		c.expected += metrics.Value(k.Expected)
+		c.delivered += metrics.Value(k.Delivered)
+		c.lost += metrics.Value(k.Lost)
+		c.late += metrics.Value(k.Late)
+		c.dup += metrics.Value(k.Duplicate)
+		c.reordered += metrics.Value(k.Reordered)
 	}
 	for _, ig := range fx.set.Ignored {
-		c.ignored += value(ig)
+		c.ignored += metrics.Value(ig)
 	}
 	return c
-}
-
-func value(c prometheus.Collector) float64 {
-	ch := make(chan prometheus.Metric, 1)
-	c.Collect(ch)
-	var m dto.Metric
-	_ = (<-ch).Write(&m)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return math.NaN()
 }
 
 // latency returns the merged delivery latency histogram: the count, and
@@ -261,7 +247,7 @@ func TestRealPopulation(t *testing.T) {
 		t.Errorf("latency observations = %d, want one per delivery (%v)", n, c.delivered)
 	}
 	for _, r := range metrics.DisconnectReasons {
-		if v := value(fx.set.Disconnects[r]); v != 0 {
+		if v := metrics.Value(fx.set.Disconnects[r]); v != 0 {
 			t.Errorf("disconnects{reason=%q} = %v, want 0 (pings answered, nothing dropped)", r, v)
 		}
 	}
@@ -292,8 +278,8 @@ func TestRealKilledReceiver(t *testing.T) {
 			fx.drain(pc.lostAfter)
 			c := fx.counts()
 			st := fx.drv.ServerStats()
-			t.Logf("counts %+v; server %+v; disconnects error=%v", c, st, value(fx.set.Disconnects[metrics.ReasonError]))
-			if d := value(fx.set.Disconnects[metrics.ReasonError]); d != 1 {
+			t.Logf("counts %+v; server %+v; disconnects error=%v", c, st, metrics.Value(fx.set.Disconnects[metrics.ReasonError]))
+			if d := metrics.Value(fx.set.Disconnects[metrics.ReasonError]); d != 1 {
 				t.Errorf("disconnects{reason=error} = %v, want 1 (the victim)", d)
 			}
 			// A message the victim wrote just before its death may reach

@@ -127,29 +127,15 @@ type totals struct {
 func (fx *fixture) counts() totals {
 	var c totals
 	for _, k := range fx.set.Kind {
-		c.sent += value(k.Sent)
-		c.expected += value(k.Expected)
-		c.delivered += value(k.Delivered)
-		c.lost += value(k.Lost)
-		c.late += value(k.Late)
-		c.dup += value(k.Duplicate)
-		c.reordered += value(k.Reordered)
+		c.sent += metrics.Value(k.Sent)
+		c.expected += metrics.Value(k.Expected)
+		c.delivered += metrics.Value(k.Delivered)
+		c.lost += metrics.Value(k.Lost)
+		c.late += metrics.Value(k.Late)
+		c.dup += metrics.Value(k.Duplicate)
+		c.reordered += metrics.Value(k.Reordered)
 	}
 	return c
-}
-
-func value(c prometheus.Collector) float64 {
-	ch := make(chan prometheus.Metric, 1)
-	c.Collect(ch)
-	var m dto.Metric
-	_ = (<-ch).Write(&m)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return math.NaN()
 }
 
 // latencies returns the delivery latency histograms of both kinds merged:
@@ -313,14 +299,14 @@ func TestTargetRestart(t *testing.T) {
 	defer func() { stop2(); wg2.Wait() }()
 	waitFor(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
 
-	disc := value(fx.set.Disconnects[metrics.ReasonServerClose]) + value(fx.set.Disconnects[metrics.ReasonError])
+	disc := metrics.Value(fx.set.Disconnects[metrics.ReasonServerClose]) + metrics.Value(fx.set.Disconnects[metrics.ReasonError])
 	if disc < float64(pc.users) {
 		t.Errorf("disconnects = %v, want at least one per user (%d)", disc, pc.users)
 	}
-	if ok := value(fx.set.ConnectOK); ok < float64(2*pc.users) {
+	if ok := metrics.Value(fx.set.ConnectOK); ok < float64(2*pc.users) {
 		t.Errorf("successful connects = %v, want at least %d", ok, 2*pc.users)
 	}
-	if off := value(fx.set.SendErrors[metrics.SendOffline]); off == 0 {
+	if off := metrics.Value(fx.set.SendErrors[metrics.SendOffline]); off == 0 {
 		t.Error("no sends counted as offline during the outage")
 	}
 

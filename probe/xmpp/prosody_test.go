@@ -213,41 +213,29 @@ func (p *population) counts(k int) totals {
 		if k >= 0 && i != k {
 			continue
 		}
-		c.sent += value(ks.Sent)
-		c.expected += value(ks.Expected)
-		c.delivered += value(ks.Delivered)
-		c.lost += value(ks.Lost)
-		c.late += value(ks.Late)
-		c.dup += value(ks.Duplicate)
-		c.reordered += value(ks.Reordered)
+		c.sent += metrics.Value(ks.Sent)
+		c.expected += metrics.Value(ks.Expected)
+		c.delivered += metrics.Value(ks.Delivered)
+		c.lost += metrics.Value(ks.Lost)
+		c.late += metrics.Value(ks.Late)
+		c.dup += metrics.Value(ks.Duplicate)
+		c.reordered += metrics.Value(ks.Reordered)
 	}
 	return c
 }
 
-func (p *population) disconnects(reason string) float64 { return value(p.set.Disconnects[reason]) }
+func (p *population) disconnects(reason string) float64 {
+	return metrics.Value(p.set.Disconnects[reason])
+}
 
 func (p *population) sendErrors() map[string]float64 {
 	m := map[string]float64{}
 	for _, r := range metrics.SendErrorReasons {
-		if v := value(p.set.SendErrors[r]); v > 0 {
+		if v := metrics.Value(p.set.SendErrors[r]); v > 0 {
 			m[r] = v
 		}
 	}
 	return m
-}
-
-func value(c prometheus.Collector) float64 {
-	ch := make(chan prometheus.Metric, 1)
-	c.Collect(ch)
-	var m dto.Metric
-	_ = (<-ch).Write(&m)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return math.NaN()
 }
 
 // histCount is the number of observations of a histogram.
@@ -314,8 +302,8 @@ func TestProsodyPopulation(t *testing.T) {
 	}
 	for i, k := range talk.set.Kind {
 		acks, dels := histCount(k.AckLatency), histCount(k.DeliveryLatency)
-		if float64(dels) != value(k.Delivered) || acks == 0 {
-			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, value(k.Delivered))
+		if float64(dels) != metrics.Value(k.Delivered) || acks == 0 {
+			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, metrics.Value(k.Delivered))
 		}
 	}
 	talk.obs.mu.Lock()
@@ -393,7 +381,7 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	if r := direct.reordered + group.reordered; r != 0 {
 		t.Errorf("reordered %v, want 0", r)
 	}
-	if ok := value(p.set.ConnectOK); ok != float64(p.pop.Users()+1) {
+	if ok := metrics.Value(p.set.ConnectOK); ok != float64(p.pop.Users()+1) {
 		t.Errorf("connects %v, want %d (one reconnect)", ok, p.pop.Users()+1)
 	}
 }
