@@ -2,6 +2,8 @@ package xmpp_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,4 +38,34 @@ func TestBouncedMessageIsNotAcked(t *testing.T) {
 	}
 	_ = s.Close()
 	wait(t, done)
+}
+
+// TestAckBeyondSentEndsSession: an <a h> larger than what was sent would
+// have every pending message reported as accepted; the session ends with
+// an error instead.
+func TestAckBeyondSentEndsSession(t *testing.T) {
+	url, _ := fakeServer(t, func(p *peer) {
+		p.login("alice")
+		p.expect(`id="7"`)
+		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
+		p.send(`<a xmlns='urn:xmpp:sm:3' h='99'/>`)
+		p.drain()
+	})
+	drv := newDriver(t, url)
+	s, err := drv.Connect(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	done := serve(s, r)
+	if err := s.Send(&probe.Message{Ref: 7, To: "bob", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait(t, done)
+	if probe.ReasonOf(err) != "error" || !strings.Contains(fmt.Sprint(err), "more than the") {
+		t.Errorf("Serve() = %v, want an error disconnect for the impossible count", err)
+	}
+	if acks, _, _ := r.snapshot(); len(acks) != 0 {
+		t.Errorf("acks = %v after an impossible <a h>, want none", acks)
+	}
 }

@@ -33,6 +33,9 @@ type session struct {
 	// every stanza written counts towards the server's h.
 	counting bool
 	out      uint32
+	// sent mirrors out for the read loop, which checks the server's
+	// counts against it without taking the write lock.
+	sent atomic.Uint32
 
 	// amu guards acks, the direct messages awaiting the server's <a/>,
 	// in the order written. The sender appends and the read loop pops.
@@ -129,6 +132,7 @@ func (s *session) write(b []byte, counted bool) error {
 	}
 	if counted && s.counting {
 		s.out++
+		s.sent.Store(s.out)
 	}
 	return s.writeLocked(b)
 }
@@ -273,6 +277,7 @@ func (s *session) login(rooms []string, prev smState) error {
 				// resends what we had not acknowledged.
 				s.wmu.Lock()
 				s.counting, s.out = true, st.h
+				s.sent.Store(s.out)
 				s.wmu.Unlock()
 				s.in, s.acked, s.smID, s.resumed, smIn = prev.h, prev.h, prev.id, true, true
 				state = loginDone
@@ -408,6 +413,7 @@ func (s *session) Send(m *probe.Message) error {
 		return errClosing
 	}
 	s.out++
+	s.sent.Store(s.out)
 	if direct {
 		// Recorded before the write: the answer can come before
 		// WriteMessage returns.
@@ -563,6 +569,13 @@ func (s *session) handle(st *stanza, h probe.Handler, d *probe.Delivery) error {
 		s.askedAck = true
 	case kindA:
 		if st.hasH {
+			if int32(st.h-s.sent.Load()) > 0 {
+				// More handled than we ever sent: a server that
+				// lies here would have us report unsent messages as
+				// accepted.
+				return &probe.Disconnect{Reason: metrics.ReasonError,
+					Err: fmt.Errorf("server acknowledged %d stanzas, more than the %d sent", st.h, s.sent.Load())}
+			}
 			s.acknowledge(st.h, h)
 		}
 	case kindStreamError:
