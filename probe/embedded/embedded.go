@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/wsframe"
 	"github.com/imcanary/imcanary/target"
 )
 
@@ -94,10 +94,6 @@ func New(o Options) (*Driver, error) {
 
 var writePool = &sync.Pool{}
 
-// readPool holds frame buffers. A session holds one only while it handles
-// a frame, never while it waits for the next.
-var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
 // Provision implements probe.Driver. Users need no provisioning: the target
 // creates a user at its first login. Groups are created through a
 // short-lived session of a provisioning user, and again at each member's
@@ -139,11 +135,11 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	var f frame
 	readOK := func() error {
 		_ = s.conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
-		buf, err := s.readFrame()
+		buf, err := wsframe.Read(s.conn)
 		if err != nil {
 			return err
 		}
-		defer readPool.Put(buf)
+		defer wsframe.Release(buf)
 		if err := parseFrame(*buf, &f); err != nil {
 			return err
 		}
@@ -272,7 +268,7 @@ func (s *session) login(user string) error {
 		return err
 	}
 	_ = s.conn.SetReadDeadline(time.Now().Add(s.d.opts.DialTimeout))
-	buf, err := s.readFrame()
+	buf, err := wsframe.Read(s.conn)
 	if err != nil {
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) && ce.Code == target.CloseUnauthorized {
@@ -280,7 +276,7 @@ func (s *session) login(user string) error {
 		}
 		return err
 	}
-	defer readPool.Put(buf)
+	defer wsframe.Release(buf)
 	var f frame
 	if err := parseFrame(*buf, &f); err != nil {
 		return fmt.Errorf("malformed login reply: %w", err)
@@ -362,33 +358,6 @@ func (s *session) Close() error {
 		time.Now().Add(closeGrace))
 }
 
-// readFrame reads one whole data frame into a pooled buffer, which the caller
-// returns to readPool.
-func (s *session) readFrame() (*[]byte, error) {
-	_, r, err := s.conn.NextReader()
-	if err != nil {
-		return nil, err
-	}
-	bp := readPool.Get().(*[]byte)
-	b := (*bp)[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			*bp = b
-			return bp, nil
-		}
-		if err != nil {
-			*bp = b
-			readPool.Put(bp)
-			return nil, err
-		}
-	}
-}
-
 // Serve implements probe.Session.
 func (s *session) Serve(h probe.Handler) error {
 	defer s.conn.Close()
@@ -400,12 +369,12 @@ func (s *session) Serve(h probe.Handler) error {
 	s.conn.SetPongHandler(func(string) error { return s.extendRead(idle) })
 	for {
 		_ = s.extendRead(idle)
-		bp, err := s.readFrame()
+		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			return s.classify(err)
 		}
 		if err := parseFrame(*bp, &f); err != nil {
-			readPool.Put(bp)
+			wsframe.Release(bp)
 			// A frame we cannot read might have been a delivery: end
 			// the session rather than silently skip it.
 			_ = s.conn.WriteControl(websocket.CloseMessage,
@@ -426,7 +395,7 @@ func (s *session) Serve(h probe.Handler) error {
 				h.OnReject(ref, string(f.code))
 			}
 		}
-		readPool.Put(bp)
+		wsframe.Release(bp)
 	}
 }
 

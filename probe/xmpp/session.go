@@ -3,7 +3,6 @@ package xmpp
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/wsframe"
 )
 
 // session is one logged-in stream.
@@ -88,10 +88,6 @@ const (
 	maxPendingLogin = 1 << 20
 )
 
-// readPool holds frame buffers. A session holds one only while it handles
-// a frame, never while it waits for the next.
-var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
 // sendPool holds encoded messages between uses.
 var sendPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
@@ -140,33 +136,6 @@ func (s *session) write(b []byte, counted bool) error {
 func (s *session) writeLocked(b []byte) error {
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
 	return s.fail(s.conn.WriteMessage(websocket.TextMessage, b))
-}
-
-// readFrame reads one whole data frame into a pooled buffer, which the caller
-// returns to readPool.
-func (s *session) readFrame() (*[]byte, error) {
-	_, r, err := s.conn.NextReader()
-	if err != nil {
-		return nil, err
-	}
-	bp := readPool.Get().(*[]byte)
-	b := (*bp)[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			*bp = b
-			return bp, nil
-		}
-		if err != nil {
-			*bp = b
-			readPool.Put(bp)
-			return nil, err
-		}
-	}
 }
 
 // Login states, in order.
@@ -332,7 +301,7 @@ func (s *session) login(rooms []string, prev smState) error {
 	st := stanzaPool.Get().(*stanza)
 	defer stanzaPool.Put(st)
 	for state != loginDone {
-		bp, err := s.readFrame()
+		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
@@ -341,7 +310,7 @@ func (s *session) login(rooms []string, prev smState) error {
 			return err
 		}
 		err = parseFrame(*bp, st, step)
-		readPool.Put(bp)
+		wsframe.Release(bp)
 		if err != nil {
 			return err
 		}
@@ -489,12 +458,12 @@ func (s *session) Serve(h probe.Handler) error {
 		} else {
 			_ = s.extendRead(idle)
 		}
-		bp, err := s.readFrame()
+		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			return s.end(s.classify(err))
 		}
 		err = s.frame(*bp, handle)
-		readPool.Put(bp)
+		wsframe.Release(bp)
 		if err != nil {
 			if s.closing.Load() {
 				// What ends a session we are closing is our close.

@@ -27,6 +27,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/wsframe"
 )
 
 var _ probe.Driver = (*Driver)(nil)
@@ -249,7 +250,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 			sent++
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
-		bp, err := s.readFrame()
+		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -257,7 +258,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 			return fmt.Errorf("registration: %w", err)
 		}
 		err = parseFrame(*bp, st, step)
-		readPool.Put(bp)
+		wsframe.Release(bp)
 		if err != nil {
 			return err
 		}
