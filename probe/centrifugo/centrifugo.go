@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -33,6 +32,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
+	"github.com/imcanary/imcanary/probe/internal/wsframe"
 )
 
 var _ probe.Driver = (*Driver)(nil)
@@ -112,6 +112,9 @@ type position struct {
 	offset uint64
 	epoch  string
 	known  bool
+	// recovered is the highest offset a recovery delivered: the live
+	// stream may bring those again, and they are not new deliveries.
+	recovered uint64
 }
 
 // closeGrace is how long Close waits for the server's close reply.
@@ -226,10 +229,6 @@ func (d *Driver) appendDirect(dst []byte, a, b string) []byte {
 }
 
 var writePool = &sync.Pool{}
-
-// readPool holds frame buffers. A session holds one only while it handles
-// a frame, never while it waits for the next.
-var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // Provision implements probe.Driver. Centrifugo creates channels on first
 // use and users are whoever holds a token, so nothing is created on the
@@ -388,10 +387,14 @@ func (s *session) keepEarly(e early) error {
 
 // early is what arrived during the handshake, before a handler existed:
 // a whole message (ch empty), or the publications a subscription
-// recovered in channel ch. Both are copies of the frame's bytes.
+// recovered in channel ch, with the reply's epoch and offset (top), which
+// the position reaches only once they are delivered. raw is a copy of the
+// frame's bytes.
 type early struct {
-	ch  string
-	raw []byte
+	ch    string
+	raw   []byte
+	epoch string
+	top   uint64
 }
 
 // newID returns the next command id. Centrifugo treats a command without
@@ -451,7 +454,7 @@ func (s *session) handshake(chans []string) error {
 	_ = s.conn.SetReadDeadline(time.Now().Add(s.d.opts.DialTimeout))
 	hs := loginState{connectID: connectID, chans: chans, subs: make(map[uint32]string, len(chans))}
 	for !hs.connected || len(hs.subs) > 0 {
-		bp, err := s.readFrame()
+		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
@@ -460,7 +463,7 @@ func (s *session) handshake(chans []string) error {
 			return err
 		}
 		err = s.handshakeFrame(*bp, &hs)
-		readPool.Put(bp)
+		wsframe.Release(bp)
 		if err != nil {
 			return err
 		}
@@ -609,12 +612,34 @@ func (s *session) subscribed(ch string, r *result, pubs []byte, h probe.Handler)
 	}
 	prev := pos.offset
 	if len(r.epoch) > 0 {
+		continues := pos.known && string(r.epoch) == pos.epoch
 		if string(r.epoch) != pos.epoch {
 			pos.epoch = string(r.epoch)
 		}
-		pos.offset, pos.known = r.offset, true
+		switch {
+		case len(pubs) == 0:
+			pos.offset = r.offset
+		case !continues:
+			// Nothing of this stream was seen yet: all it recovered
+			// is ahead of the position.
+			pos.offset = 0
+		default:
+			// The position stays at the last publication delivered
+			// until deliverRecovered has handed the recovered ones
+			// over: if the handshake fails, or the session ends
+			// before Serve gets to them, the next subscription
+			// recovers them again instead of asking from past them,
+			// which would lose them with no count anywhere.
+		}
+		pos.known = true
 	} else {
 		pos.known = false
+	}
+	// The epoch whose position deliverRecovered moves; none without
+	// positioning.
+	epoch := ""
+	if pos.known {
+		epoch = pos.epoch
 	}
 	st.mu.Unlock()
 	if gap {
@@ -628,30 +653,49 @@ func (s *session) subscribed(ch string, r *result, pubs []byte, h probe.Handler)
 		return nil
 	}
 	if h == nil {
-		return s.keepEarly(early{ch: ch, raw: pubs})
+		return s.keepEarly(early{ch: ch, raw: pubs, epoch: epoch, top: r.offset})
 	}
-	return s.deliverRecovered(ch, pubs, h)
+	return s.deliverRecovered(ch, pubs, epoch, r.offset, h)
 }
 
-// deliverRecovered delivers the publications of a subscribe reply.
-func (s *session) deliverRecovered(ch string, pubs []byte, h probe.Handler) error {
+// deliverRecovered delivers the publications of a subscribe reply, then
+// moves the user's position in ch up to the reply's offset top, if still
+// in epoch (none: no position to move). Only once they are delivered: see
+// subscribed.
+func (s *session) deliverRecovered(ch string, pubs []byte, epoch string, top uint64, h probe.Handler) error {
 	chb := []byte(ch)
 	err := parsePubs(pubs, func(pb *pub) error {
 		s.d.recovered.Add(1)
-		s.onPub(chb, pb, h)
+		s.onPub(chb, pb, h, true)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("recovered publications of %s: %w", ch, err)
 	}
+	if epoch == "" {
+		return nil
+	}
+	st := s.st
+	st.mu.Lock()
+	if pos := st.pos[ch]; pos != nil && pos.known && pos.epoch == epoch {
+		pos.offset = max(pos.offset, top)
+		pos.recovered = max(pos.recovered, top)
+	}
+	st.mu.Unlock()
 	return nil
 }
 
 // onPub tracks a publication's offset and delivers it, unless it is the
-// user's own.
-func (s *session) onPub(ch []byte, pb *pub, h probe.Handler) {
-	if pb.offset != 0 {
-		s.track(ch, pb)
+// user's own or one the user's position shows was delivered already.
+// recovered says it came in a subscribe reply.
+func (s *session) onPub(ch []byte, pb *pub, h probe.Handler, recovered bool) {
+	if pb.offset != 0 && !s.track(ch, pb, recovered) {
+		// At or below the position in the same epoch: offsets
+		// number a channel's publications within an epoch, so this
+		// one was delivered already, as when the live stream
+		// repeats one a recovery brought. Delivered again, the
+		// ledger would count it a duplicate.
+		return
 	}
 	if bytes.Equal(pb.user, s.userB) {
 		// Our own publication, echoed because we are subscribed: the
@@ -664,18 +708,23 @@ func (s *session) onPub(ch []byte, pb *pub, h probe.Handler) {
 }
 
 // track advances the user's position in ch and counts a gap when the
-// offsets skip or the epoch changes under a live subscription.
-func (s *session) track(ch []byte, pb *pub) {
+// offsets skip or the epoch changes under a live subscription. It reports
+// whether pb is fresh: false for an offset at or below a known position in
+// the same epoch, a publication already delivered. The gaps of recovered
+// publications are not counted here: subscribed counted them from the
+// reply's offset.
+func (s *session) track(ch []byte, pb *pub, recovered bool) (fresh bool) {
 	st := s.st
 	st.mu.Lock()
 	pos := st.pos[string(ch)]
 	if pos == nil || !pos.known {
 		st.mu.Unlock()
-		return
+		return true
 	}
 	prev := pos.offset
 	var missed uint64
 	gap := false
+	fresh = true
 	switch {
 	case len(pb.epoch) > 0 && pos.epoch != "" && string(pb.epoch) != pos.epoch:
 		gap = true
@@ -685,16 +734,22 @@ func (s *session) track(ch []byte, pb *pub) {
 		pos.offset = pb.offset
 	case pb.offset == pos.offset+1:
 		pos.offset = pb.offset
+	case pb.offset <= pos.recovered:
+		// A publication a recovery already delivered, which the live
+		// stream also brought: the server's overlap, not a duplicate.
+		fresh = false
 	}
-	// An offset at or below the position is a publication already
-	// accounted for (a recovered one the live stream also brought).
+	// Any other offset at or below the position is delivered again: a
+	// server that pushes the same publication twice is at fault, and the
+	// ledger counts the duplicate.
 	st.mu.Unlock()
-	if gap {
+	if gap && !recovered {
 		s.d.gaps.Add(1)
 		s.d.missed.Add(missed)
 		s.d.log.Debug("server offsets skipped publications", "user", s.user, "channel", string(ch),
 			"last_seen", prev, "offset", pb.offset, "missed", missed)
 	}
+	return fresh
 }
 
 // sendPool holds encoded publish commands between uses.
@@ -775,33 +830,6 @@ func (s *session) Close() error {
 		time.Now().Add(closeGrace))
 }
 
-// readFrame reads one whole data frame into a pooled buffer, which the caller
-// returns to readPool.
-func (s *session) readFrame() (*[]byte, error) {
-	_, r, err := s.conn.NextReader()
-	if err != nil {
-		return nil, err
-	}
-	bp := readPool.Get().(*[]byte)
-	b := (*bp)[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			*bp = b
-			return bp, nil
-		}
-		if err != nil {
-			*bp = b
-			readPool.Put(bp)
-			return nil, err
-		}
-	}
-}
-
 // Serve implements probe.Session.
 func (s *session) Serve(h probe.Handler) error {
 	defer s.conn.Close()
@@ -813,7 +841,7 @@ func (s *session) Serve(h probe.Handler) error {
 	for i, e := range s.early {
 		var err error
 		if e.ch != "" {
-			err = s.deliverRecovered(e.ch, e.raw, h)
+			err = s.deliverRecovered(e.ch, e.raw, e.epoch, e.top, h)
 		} else {
 			err = s.handleFrame(e.raw, h)
 		}
@@ -834,12 +862,12 @@ func (s *session) Serve(h probe.Handler) error {
 	s.early = nil
 	for {
 		_ = s.extendRead(idle)
-		bp, err := s.readFrame()
+		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			return s.classify(err)
 		}
 		err = s.handleFrame(*bp, h)
-		readPool.Put(bp)
+		wsframe.Release(bp)
 		if err != nil {
 			return err
 		}
@@ -870,7 +898,7 @@ func (s *session) handleFrame(b []byte, h probe.Handler) error {
 		var err error
 		switch {
 		case m.push == pushPub:
-			s.onPub(m.channel, &m.pub, h)
+			s.onPub(m.channel, &m.pub, h, false)
 		case m.push == pushUnsubscribe:
 			err = s.onUnsubscribe(&m)
 		case m.push == pushDisconnect:

@@ -520,8 +520,10 @@ func TestServerGaps(t *testing.T) {
 	for _, dl := range rec.got() {
 		seqs = append(seqs, dl.seq)
 	}
-	// Every publication is delivered, the repeated one too: the ledger,
-	// not the driver, judges duplicates.
+	// Every live publication is delivered, the repeated 5 too: a server
+	// that pushes one twice is at fault, and the ledger, not the driver,
+	// counts the duplicate. (Only what a recovery delivered is not passed
+	// on again: see TestRecoveredThenLiveDeliveredOnce.)
 	if fmt.Sprint(seqs) != "[1 2 5 5 6 1 2]" {
 		t.Errorf("delivered offsets = %v, want [1 2 5 5 6 1 2]", seqs)
 	}
@@ -650,6 +652,195 @@ func TestRecoveredDeliveredInOrder(t *testing.T) {
 	}
 	if got := strings.Join(bodies, ","); got != "imc1 recovered,imc1 between,imc1 after" {
 		t.Errorf("delivered %q, want recovered, between, after", got)
+	}
+}
+
+// TestRecoveredDuringFailedHandshakeRecoveredAgain: publications a
+// subscribe reply recovers during a handshake that then fails were never
+// delivered, so the position must not have moved past them: the next
+// session recovers from the old position, and the offsets count them.
+func TestRecoveredDuringFailedHandshakeRecoveredAgain(t *testing.T) {
+	var mu sync.Mutex
+	var third command
+	conns := 0
+	url := startFake(t, func(fc *fakeConn) {
+		mu.Lock()
+		conns++
+		n := conns
+		mu.Unlock()
+		fc.acceptConnect(connectOK)
+		switch n {
+		case 1:
+			fc.subscribes(2, positioned("EP", 10))
+			fc.close(websocket.CloseGoingAway, "")
+			fc.drain()
+		case 2:
+			// chat:g1 recovers 11-12, but dm:#u1,u2 is refused: the
+			// login fails before anything reaches a handler.
+			fc.subscribes(2, func(cmd command) string {
+				if cmd.Subscribe.Channel == "chat:g1" {
+					return `"subscribe":{"recoverable":true,"epoch":"EP","publications":[` +
+						`{"data":{"b":"imc1 r1"},"info":{"user":"u2"},"offset":11},` +
+						`{"data":{"b":"imc1 r2"},"info":{"user":"u3"},"offset":12}],` +
+						`"recovered":true,"offset":12,"positioned":true,"was_recovering":true}`
+				}
+				return `"error":{"code":103,"message":"permission denied"}`
+			})
+			fc.drain()
+		case 3:
+			cmds := fc.subscribes(2, positioned("EP", 12))
+			mu.Lock()
+			for _, c := range cmds {
+				if c.Subscribe.Channel == "chat:g1" {
+					third = c
+				}
+			}
+			mu.Unlock()
+			fc.close(websocket.CloseGoingAway, "")
+			fc.drain()
+		}
+	})
+	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
+	s, err := d.Connect(context.Background(), "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s, &recorder{})
+	if _, err := d.Connect(context.Background(), "u1"); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("second Connect() = %v, want the refused subscribe", err)
+	}
+	s, err = d.Connect(context.Background(), "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s, &recorder{})
+	mu.Lock()
+	defer mu.Unlock()
+	if sc := third.Subscribe; sc == nil || !sc.Recover || sc.Offset != 10 || sc.Epoch != "EP" {
+		t.Errorf("third subscribe = %s; want recover from 10 in EP (11-12 were never delivered)", third.raw)
+	}
+	// The third session gets 12 without 11-12 (the fake recovers
+	// nothing): the offsets count them missed, not recovered.
+	if got, want := d.ServerStats(), (ServerStats{Gaps: 2, Missed: 2 + 2}); got != want {
+		t.Errorf("ServerStats() = %+v, want %+v (chat:g1 11-12 and dm:#u1,u2 11-12 missed)", got, want)
+	}
+}
+
+// TestRecoveredNotServedRecoveredAgain: a session closed without being
+// served never delivered what its handshake recovered; the next session
+// asks for it again.
+func TestRecoveredNotServedRecoveredAgain(t *testing.T) {
+	var mu sync.Mutex
+	var third command
+	conns := 0
+	url := startFake(t, func(fc *fakeConn) {
+		mu.Lock()
+		conns++
+		n := conns
+		mu.Unlock()
+		fc.acceptConnect(connectOK)
+		switch n {
+		case 1:
+			fc.subscribes(2, positioned("EP", 10))
+		case 2:
+			fc.subscribes(2, func(cmd command) string {
+				if cmd.Subscribe.Channel == "chat:g1" {
+					return `"subscribe":{"recoverable":true,"epoch":"EP","publications":[` +
+						`{"data":{"b":"imc1 r1"},"info":{"user":"u2"},"offset":11}],` +
+						`"recovered":true,"offset":11,"positioned":true,"was_recovering":true}`
+				}
+				return positioned("EP", 10)(cmd)
+			})
+		case 3:
+			cmds := fc.subscribes(2, positioned("EP", 11))
+			mu.Lock()
+			for _, c := range cmds {
+				if c.Subscribe.Channel == "chat:g1" {
+					third = c
+				}
+			}
+			mu.Unlock()
+		}
+		fc.close(websocket.CloseGoingAway, "")
+		fc.drain()
+	})
+	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
+	for i := range 3 {
+		s, err := d.Connect(context.Background(), "u1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			// Closed and never served: the recovered 11 is never
+			// delivered. (Serve after Close would still deliver
+			// it.) The connection is released as Serve would.
+			_ = s.Close()
+			s.(*session).conn.Close()
+			continue
+		}
+		serve(t, s, &recorder{})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sc := third.Subscribe; sc == nil || sc.Offset != 10 {
+		t.Errorf("third subscribe = %s; want recover from 10 (11 was never delivered)", third.raw)
+	}
+}
+
+// TestRecoveredThenLiveDeliveredOnce: a live push of a publication a
+// recovery already brought (same epoch, offset at the position) is
+// delivered once, not counted a duplicate by the ledger.
+func TestRecoveredThenLiveDeliveredOnce(t *testing.T) {
+	var mu sync.Mutex
+	conns := 0
+	url := startFake(t, func(fc *fakeConn) {
+		mu.Lock()
+		conns++
+		n := conns
+		mu.Unlock()
+		fc.acceptConnect(connectOK)
+		if n == 1 {
+			fc.subscribes(2, positioned("EP", 10))
+			fc.close(websocket.CloseGoingAway, "")
+			fc.drain()
+			return
+		}
+		fc.subscribes(2, func(cmd command) string {
+			if cmd.Subscribe.Channel == "chat:g1" {
+				return `"subscribe":{"recoverable":true,"epoch":"EP","publications":[` +
+					`{"data":{"b":"imc1 r1"},"info":{"user":"u2"},"offset":11},` +
+					`{"data":{"b":"imc1 r2"},"info":{"user":"u3"},"offset":12}],` +
+					`"recovered":true,"offset":12,"positioned":true,"was_recovering":true}`
+			}
+			return `"subscribe":{"recoverable":true,"epoch":"EP","offset":10,"recovered":true,"positioned":true,"was_recovering":true}`
+		})
+		fc.send(`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 r2"},"info":{"user":"u3"},"offset":12}}}` + "\n" +
+			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 live"},"info":{"user":"u2"},"offset":13}}}`)
+		fc.close(websocket.CloseGoingAway, "")
+		fc.drain()
+	})
+	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
+	var rec recorder
+	for i := range 2 {
+		s, err := d.Connect(context.Background(), "u1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			serve(t, s, &recorder{})
+		} else {
+			serve(t, s, &rec)
+		}
+	}
+	var seqs []uint64
+	for _, dl := range rec.got() {
+		seqs = append(seqs, dl.seq)
+	}
+	if fmt.Sprint(seqs) != "[11 12 13]" {
+		t.Errorf("delivered offsets = %v, want [11 12 13]: 12 once", seqs)
+	}
+	if got, want := d.ServerStats(), (ServerStats{Recovered: 2}); got != want {
+		t.Errorf("ServerStats() = %+v, want %+v", got, want)
 	}
 }
 
