@@ -320,15 +320,6 @@ func (c *Canary) complete(rec *record, sent []checking) bool {
 	return true
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 var _ probe.Observer = (*Canary)(nil)
 
 // Login implements probe.Observer.

@@ -265,7 +265,7 @@ func (d *Daemon) schedule(jobs context.Context) (*cron.Cron, error) {
 func (d *Daemon) canaryJob(ctx context.Context) {
 	// Jitter the start so a fleet of daemons on the same schedule does not
 	// hit the target in the same second.
-	if j := d.cfg.Canary.Jitter; j > 0 && !sleepCtx(ctx, rand.N(j)) {
+	if j := d.cfg.Canary.Jitter; j > 0 && !probe.Sleep(ctx, rand.N(j)) {
 		return
 	}
 	if !d.canary.Ready() && time.Since(d.started) < canaryGrace(d.cfg) {
@@ -305,17 +305,6 @@ func (d *Daemon) soakJob(ctx context.Context, p config.Profile) {
 	}
 	if err := d.store.SaveSoak(rep); err != nil {
 		d.log.Error("saving soak report", "profile", p.Name, "err", err)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

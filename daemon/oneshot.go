@@ -12,6 +12,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -44,7 +45,7 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 	wg.Go(func() { _ = c.Run(popCtx) })
 	defer func() { stop(); wg.Wait() }()
 	for end := time.Now().Add(readyTimeout); !c.Ready() && time.Now().Before(end); {
-		if !sleepCtx(ctx, 20*time.Millisecond) {
+		if !probe.Sleep(ctx, 20*time.Millisecond) {
 			return nil, ctx.Err()
 		}
 	}

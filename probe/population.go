@@ -331,7 +331,7 @@ func (p *Population) provision(ctx context.Context) error {
 			return nil
 		}
 		p.log.Warn("provisioning failed, retrying", "err", err)
-		if !sleep(ctx, p.backoff(attempt)) {
+		if !Sleep(ctx, p.backoff(attempt)) {
 			return nil
 		}
 	}
@@ -356,7 +356,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 	if u.late && start.Add(o.LateAfter).After(at) {
 		at = start.Add(o.LateAfter)
 	}
-	if !sleep(ctx, time.Until(at)) {
+	if !Sleep(ctx, time.Until(at)) {
 		return
 	}
 	obs := o.Observer
@@ -372,7 +372,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			}
 			o.Set.ConnectFail.Inc()
 			p.log.Debug("connect failed", "user", u.name, "err", err)
-			if !sleep(ctx, p.backoff(attempt)) {
+			if !Sleep(ctx, p.backoff(attempt)) {
 				return
 			}
 			continue
@@ -410,7 +410,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		if time.Since(began) > o.BackoffMax {
 			attempt = 0
 		}
-		if !sleep(ctx, p.backoff(attempt)) {
+		if !Sleep(ctx, p.backoff(attempt)) {
 			return
 		}
 	}
@@ -770,8 +770,9 @@ func (p *Population) Sweep(now time.Time) {
 	set.Streams.Set(float64(p.ledger.Streams()))
 }
 
-// sleep waits for d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits for d or until ctx ends, and reports whether ctx is still
+// live.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

@@ -166,7 +166,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	// after the configured ramp: the verdict will say who never did.
 	rampEnd := start.Add(p.Ramp + 30*time.Second)
 	for pop.Online() < p.Users-late && time.Now().Before(rampEnd) {
-		if !pause(ctx, 20*time.Millisecond) {
+		if !probe.Sleep(ctx, 20*time.Millisecond) {
 			aborted = true
 			break
 		}
@@ -174,7 +174,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	if !aborted {
 		phase(PhaseSend)
 		pop.SetSending(true)
-		aborted = !pause(ctx, p.Duration)
+		aborted = !probe.Sleep(ctx, p.Duration)
 		// A sample inside the send phase, however short it was: the
 		// online ratio is judged on send-phase samples.
 		s.sample(time.Now())
@@ -188,7 +188,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 			if d := snapshot(set).sub(before); pop.Inflight() == 0 && d.all().Expected <= d.all().Delivered+d.all().Lost {
 				break
 			}
-			if !pause(ctx, 50*time.Millisecond) {
+			if !probe.Sleep(ctx, 50*time.Millisecond) {
 				aborted = true
 				break
 			}
@@ -655,16 +655,4 @@ func topErrors(m map[string]int64, n int) []ErrorCount {
 		out = out[:n]
 	}
 	return out
-}
-
-// pause waits for d or until ctx ends, and reports whether ctx is live.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
