@@ -11,7 +11,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -227,32 +226,8 @@ type session struct {
 	// wmu serialises writers: the sender and the login path. Pings and
 	// closes use WriteControl, which gorilla allows concurrently.
 	wmu sync.Mutex
-	// dmu orders read-deadline changes against closing: the read loop
-	// extends the deadline per frame, and must never undo the short
-	// deadline Close sets.
-	dmu     sync.Mutex
-	closing atomic.Bool
-}
-
-// extendRead moves the read deadline to d from now, unless the session is
-// closing.
-func (s *session) extendRead(d time.Duration) error {
-	s.dmu.Lock()
-	defer s.dmu.Unlock()
-	if s.closing.Load() {
-		return nil
-	}
-	return s.conn.SetReadDeadline(time.Now().Add(d))
-}
-
-// fail closes the connection under a failed write, so that Serve returns
-// and the user reconnects. gorilla keeps a write error for good: a session
-// left open after one could read but never send again.
-func (s *session) fail(err error) error {
-	if err != nil {
-		s.conn.NetConn().Close()
-	}
-	return err
+	// guard orders read-deadline changes against Close.
+	guard wsframe.Closer
 }
 
 func (s *session) login(user string) error {
@@ -309,7 +284,7 @@ func (s *session) write(b []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
-	return s.fail(s.conn.WriteMessage(websocket.TextMessage, b))
+	return wsframe.Fail(s.conn, s.conn.WriteMessage(websocket.TextMessage, b))
 }
 
 // sendPool holds encoded send frames between uses.
@@ -338,24 +313,16 @@ func (s *session) Send(m *probe.Message) error {
 
 // Ping implements probe.Session.
 func (s *session) Ping() error {
-	return s.fail(s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
+	return wsframe.Fail(s.conn, s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
 }
 
 // Close implements probe.Session: a normal-closure frame, then a bounded wait
 // for the target's reply, which Serve reads.
 func (s *session) Close() error {
-	s.dmu.Lock()
-	if s.closing.Swap(true) {
-		s.dmu.Unlock()
+	if !s.guard.Begin(s.conn, closeGrace) {
 		return nil
 	}
-	// Serve returns once the reply comes, or at this deadline if it
-	// never does.
-	_ = s.conn.SetReadDeadline(time.Now().Add(closeGrace))
-	s.dmu.Unlock()
-	return s.conn.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "imcanary shutdown"),
-		time.Now().Add(closeGrace))
+	return wsframe.CloseFrame(s.conn, closeGrace)
 }
 
 // Serve implements probe.Session.
@@ -366,9 +333,9 @@ func (s *session) Serve(h probe.Handler) error {
 	// Two missed heartbeats and a margin: the target answers every ping,
 	// so silence that long means the connection is dead.
 	idle := 2*s.d.opts.Heartbeat + 5*time.Second
-	s.conn.SetPongHandler(func(string) error { return s.extendRead(idle) })
+	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
 	for {
-		_ = s.extendRead(idle)
+		_ = s.guard.Extend(s.conn, idle)
 		bp, err := wsframe.Read(s.conn)
 		if err != nil {
 			return s.classify(err)
@@ -403,7 +370,7 @@ func (s *session) Serve(h probe.Handler) error {
 func (s *session) classify(err error) error {
 	var ce *websocket.CloseError
 	switch {
-	case s.closing.Load():
+	case s.guard.Closing():
 		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
 	case errors.As(err, &ce) && ce.Code == websocket.CloseAbnormalClosure:
 		// 1006 is gorilla's name for a connection that ended without a

@@ -66,11 +66,8 @@ type session struct {
 	ackBuf       []uint64
 	aBuf         []byte
 
-	// dmu orders read-deadline changes against closing: the read loop
-	// extends the deadline per frame, and must never undo the short
-	// deadline Close sets.
-	dmu     sync.Mutex
-	closing atomic.Bool
+	// guard orders read-deadline changes against Close.
+	guard wsframe.Closer
 }
 
 // pendingAck is a direct message written as the nth counted stanza.
@@ -91,27 +88,6 @@ const (
 // sendPool holds encoded messages between uses.
 var sendPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// extendRead moves the read deadline to d from now, unless the session is
-// closing.
-func (s *session) extendRead(d time.Duration) error {
-	s.dmu.Lock()
-	defer s.dmu.Unlock()
-	if s.closing.Load() {
-		return nil
-	}
-	return s.conn.SetReadDeadline(time.Now().Add(d))
-}
-
-// fail closes the connection under a failed write, so that Serve returns
-// and the user reconnects. gorilla keeps a write error for good: a session
-// left open after one could read but never send again.
-func (s *session) fail(err error) error {
-	if err != nil {
-		s.conn.NetConn().Close()
-	}
-	return err
-}
-
 // errClosing is the error of a write after Close: nothing may follow the
 // stream's <close/>.
 var errClosing = errors.New("session closing")
@@ -123,7 +99,7 @@ func (s *session) write(b []byte, counted bool) error {
 	defer s.wmu.Unlock()
 	// Close sets closing before it takes the lock, so no writer that
 	// holds the lock can follow its <close/>.
-	if s.closing.Load() {
+	if s.guard.Closing() {
 		return errClosing
 	}
 	if counted && s.counting {
@@ -135,7 +111,7 @@ func (s *session) write(b []byte, counted bool) error {
 
 func (s *session) writeLocked(b []byte) error {
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
-	return s.fail(s.conn.WriteMessage(websocket.TextMessage, b))
+	return wsframe.Fail(s.conn, s.conn.WriteMessage(websocket.TextMessage, b))
 }
 
 // Login states, in order.
@@ -378,7 +354,7 @@ func (s *session) Send(m *probe.Message) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if s.closing.Load() {
+	if s.guard.Closing() {
 		return errClosing
 	}
 	s.out++
@@ -405,21 +381,15 @@ func (s *session) Send(m *probe.Message) error {
 // Ping implements probe.Session with a WebSocket ping, which Prosody
 // answers and which, unlike an XMPP ping, does not count as a stanza.
 func (s *session) Ping() error {
-	return s.fail(s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
+	return wsframe.Fail(s.conn, s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
 }
 
 // Close implements probe.Session: the stream's <close/>, then a bounded wait
 // for the server's, which Serve reads.
 func (s *session) Close() error {
-	s.dmu.Lock()
-	if s.closing.Swap(true) {
-		s.dmu.Unlock()
+	if !s.guard.Begin(s.conn, closeGrace) {
 		return nil
 	}
-	// Serve returns once the server's close comes, or at this deadline
-	// if it never does.
-	_ = s.conn.SetReadDeadline(time.Now().Add(closeGrace))
-	s.dmu.Unlock()
 	// <close/> is a data frame and needs the write lock. A sender stuck
 	// on a full socket holds it for up to WriteTimeout: rather than wait,
 	// close at the WebSocket level.
@@ -431,9 +401,7 @@ func (s *session) Close() error {
 			return nil
 		}
 	}
-	return s.conn.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "imcanary shutdown"),
-		time.Now().Add(closeGrace))
+	return wsframe.CloseFrame(s.conn, closeGrace)
 }
 
 // Serve implements probe.Session.
@@ -442,7 +410,7 @@ func (s *session) Serve(h probe.Handler) error {
 	// Two missed heartbeats and a margin: the server answers every ping,
 	// so silence that long means the connection is dead.
 	idle := 2*s.d.opts.Heartbeat + 5*time.Second
-	s.conn.SetPongHandler(func(string) error { return s.extendRead(idle) })
+	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
 	d := new(probe.Delivery)
 	handle := func(st *stanza) error { return s.handle(st, h, d) }
 	for _, raw := range s.pending {
@@ -454,9 +422,9 @@ func (s *session) Serve(h probe.Handler) error {
 	for {
 		if s.serverClosed {
 			// Only the WebSocket close is left to read.
-			_ = s.extendRead(closeGrace)
+			_ = s.guard.Extend(s.conn, closeGrace)
 		} else {
-			_ = s.extendRead(idle)
+			_ = s.guard.Extend(s.conn, idle)
 		}
 		bp, err := wsframe.Read(s.conn)
 		if err != nil {
@@ -465,7 +433,7 @@ func (s *session) Serve(h probe.Handler) error {
 		err = s.frame(*bp, handle)
 		wsframe.Release(bp)
 		if err != nil {
-			if s.closing.Load() {
+			if s.guard.Closing() {
 				// What ends a session we are closing is our close.
 				return s.end(&probe.Disconnect{Reason: metrics.ReasonShutdown, Err: err})
 			}
@@ -550,7 +518,7 @@ func (s *session) handle(st *stanza, h probe.Handler, d *probe.Delivery) error {
 	case kindStreamError:
 		s.streamCond, s.streamText = st.cond, string(st.text)
 	case kindClose:
-		if !s.serverClosed && !s.closing.Load() {
+		if !s.serverClosed && !s.guard.Closing() {
 			// Answer in kind; the server then closes the WebSocket.
 			_ = s.write(closeStream, false)
 		}
@@ -645,7 +613,7 @@ func (s *session) classify(err error) error {
 		code = ce.Code
 	}
 	switch {
-	case s.closing.Load():
+	case s.guard.Closing():
 		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
 	case s.streamCond != "" || s.streamText != "":
 		text := s.streamCond

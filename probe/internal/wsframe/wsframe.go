@@ -1,12 +1,15 @@
-// Package wsframe reads whole WebSocket messages into pooled buffers for
-// the protocol adapters. A session holds a buffer only while it handles a
-// frame, never while it waits for the next: an idle session's memory is
-// its small bufio reader, not a frame-sized buffer.
+// Package wsframe is the WebSocket plumbing the protocol adapters share:
+// whole messages read into pooled buffers (a session holds a buffer only
+// while it handles a frame, never while it waits for the next, so an idle
+// session's memory is its small bufio reader), the read deadline guarded
+// against Close, and a write failure that ends the session.
 package wsframe
 
 import (
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -50,4 +53,57 @@ func Release(bp *[]byte) {
 	if cap(*bp) <= keepMax {
 		pool.Put(bp)
 	}
+}
+
+// Closer orders a session's read-deadline changes against its closing: the
+// read loop extends the deadline for every frame and must never undo the
+// short one Close sets, or a server that never answers the close would
+// hold Serve for a whole idle timeout.
+type Closer struct {
+	mu      sync.Mutex
+	closing atomic.Bool
+}
+
+// Closing reports whether Begin has been called.
+func (g *Closer) Closing() bool { return g.closing.Load() }
+
+// Extend moves c's read deadline to d from now, unless the session is
+// closing.
+func (g *Closer) Extend(c *websocket.Conn, d time.Duration) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing.Load() {
+		return nil
+	}
+	return c.SetReadDeadline(time.Now().Add(d))
+}
+
+// Begin marks the session closing and leaves the peer grace to answer:
+// Serve returns once the reply comes, or at that deadline if it never does.
+// It reports false if the session was already closing.
+func (g *Closer) Begin(c *websocket.Conn, grace time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing.Swap(true) {
+		return false
+	}
+	_ = c.SetReadDeadline(time.Now().Add(grace))
+	return true
+}
+
+// CloseFrame writes a normal-closure frame, bounded by grace.
+func CloseFrame(c *websocket.Conn, grace time.Duration) error {
+	return c.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "imcanary shutdown"),
+		time.Now().Add(grace))
+}
+
+// Fail closes c under a failed write, so that Serve returns and the user
+// reconnects: gorilla keeps a write error for good, and a session left
+// open after one could read but never send again.
+func Fail(c *websocket.Conn, err error) error {
+	if err != nil {
+		c.NetConn().Close()
+	}
+	return err
 }
