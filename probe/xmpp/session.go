@@ -390,16 +390,21 @@ func (s *session) Close() error {
 	if !s.guard.Begin(s.conn, closeGrace) {
 		return nil
 	}
-	// <close/> is a data frame and needs the write lock. A sender stuck
-	// on a full socket holds it for up to WriteTimeout: rather than wait,
-	// close at the WebSocket level.
-	if s.wmu.TryLock() {
-		_ = s.conn.SetWriteDeadline(time.Now().Add(closeGrace))
-		err := s.conn.WriteMessage(websocket.TextMessage, closeStream)
-		s.wmu.Unlock()
-		if err == nil {
-			return nil
+	// <close/> is a data frame and needs the write lock. A write in
+	// progress (the read loop's <a/>, a send) ends within microseconds and
+	// is waited for; a sender stuck on a full socket holds the lock for up
+	// to WriteTimeout, and rather than wait for it, close at the WebSocket
+	// level.
+	for wait := time.Now().Add(closeGrace / 10); !s.wmu.TryLock(); time.Sleep(time.Millisecond) {
+		if time.Now().After(wait) {
+			return wsframe.CloseFrame(s.conn, closeGrace)
 		}
+	}
+	_ = s.conn.SetWriteDeadline(time.Now().Add(closeGrace))
+	err := s.conn.WriteMessage(websocket.TextMessage, closeStream)
+	s.wmu.Unlock()
+	if err == nil {
+		return nil
 	}
 	return wsframe.CloseFrame(s.conn, closeGrace)
 }
