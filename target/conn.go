@@ -68,6 +68,13 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("upgrade failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
+	if n := s.opts.SendBuffer; n > 0 {
+		if tc, ok := ws.NetConn().(*net.TCPConn); ok {
+			if err := tc.SetWriteBuffer(n); err != nil {
+				s.log.Debug("setting the send buffer", "remote", r.RemoteAddr, "err", err)
+			}
+		}
+	}
 	s.stats.connections.Add(1)
 	defer s.stats.connections.Add(-1)
 	c := &conn{
@@ -115,7 +122,11 @@ func (c *conn) closeWith(code int, reason string) bool {
 	}
 	c.closing.Store(true)
 	c.code, c.reason = code, reason
-	c.closeBy = time.Now().Add(closeGrace)
+	grace := closeGrace
+	if code == CloseSlowConsumer {
+		grace = slowCloseGrace
+	}
+	c.closeBy = time.Now().Add(grace)
 	// The reader keeps reading until the peer echoes the close frame,
 	// but no longer than closeGrace.
 	c.ws.SetReadDeadline(c.closeBy)
@@ -128,6 +139,17 @@ func (c *conn) closeInfo() (code int, reason string, by time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.code, c.reason, c.closeBy
+}
+
+// hurry cuts a close in progress to closeGrace from now, for the server's
+// shutdown.
+func (c *conn) hurry() {
+	c.mu.Lock()
+	if by := time.Now().Add(closeGrace); c.closing.Load() && by.Before(c.closeBy) {
+		c.closeBy = by
+		c.ws.SetReadDeadline(by)
+	}
+	c.mu.Unlock()
 }
 
 // extend pushes the idle deadline out after any frame from the peer.
@@ -232,6 +254,14 @@ func (c *conn) finish() {
 	select {
 	case <-c.writerDone:
 	case <-t.C:
+	case <-s.done:
+		// Shutting down: a slow consumer's longer grace gives way to
+		// the server's own bound.
+		t.Reset(min(time.Until(by), closeGrace))
+		select {
+		case <-c.writerDone:
+		case <-t.C:
+		}
 	}
 	t.Stop()
 	c.ws.Close()
@@ -357,8 +387,14 @@ func (c *conn) login(f *inFrame) {
 		for _, b := range q.frames {
 			s.offBytes -= int64(len(b))
 		}
-		batch = append(batch, q.frames...)
-		s.stats.deliveries.Add(uint64(len(q.frames)))
+		if s.stalls(f.User) {
+			// The backlog is delivered to this session like anything
+			// else, so the stall discards it like anything else.
+			s.stats.stalled.Add(uint64(len(q.frames)))
+		} else {
+			batch = append(batch, q.frames...)
+			s.stats.deliveries.Add(uint64(len(q.frames)))
+		}
 	}
 	// Sent under mu, so nothing routed to c afterwards can overtake it;
 	// start has room for exactly this one batch.

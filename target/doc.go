@@ -98,4 +98,20 @@
 // at the moment of delivery, so a delivery bound for an offline user is
 // dropped, duplicated or delayed on its way into the offline queue, but not
 // reordered there.
+//
+// The stall fault reproduces a server that stops delivering to a session
+// without closing it, as Tinode silently detaches a slow session from its
+// topics: every delivery to a stalled user's session is discarded, while
+// the connection stays open, its WebSocket and protocol pings are
+// answered, and its own sends are acked and delivered to others, so that
+// nothing on the connection tells the client. It is set per user rather
+// than drawn per delivery, and holds for the user's current session and
+// every later one until it is turned off (imcanary target --stall
+// USER[,USER…] from the start, Server.Stall at run time). Like the other
+// faults it applies at the moment of delivery, after drop, duplicate and
+// delay: a delivery delayed into a stall is discarded when it comes due.
+// Deliveries to a stalled user who is offline go to the offline queue as
+// usual, and that backlog is discarded at login while the stall holds.
+// Turning the stall off resumes delivery with the next message; nothing
+// discarded is replayed. Stats.Stalled counts the discarded deliveries.
 package target

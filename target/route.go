@@ -173,9 +173,15 @@ func (s *Server) deliver(user, stream string, frame []byte, f *Faults) {
 }
 
 // toUser hands frame to user's live session, or to the user's offline
-// queue if there is none or it is closing. Called with mu held.
+// queue if there is none or it is closing. A stalled session gets nothing:
+// the frame is discarded there, at the moment of delivery, after the
+// other faults. Called with mu held.
 func (s *Server) toUser(user, stream string, frame []byte, reorder bool) {
 	if c := s.users[user]; c != nil && !c.closing.Load() {
+		if s.stalls(user) {
+			s.stats.stalled.Add(1)
+			return
+		}
 		s.handoff(c, stream, frame, reorder)
 		return
 	}

@@ -49,6 +49,12 @@ const (
 	// the wait for the peer's echo all end by then. It is what keeps
 	// Close and Serve's shutdown within about a second.
 	closeGrace = time.Second
+	// slowCloseGrace is closeGrace for a slow consumer. Its socket is
+	// full when the queue overflows, so its close frame waits behind a
+	// write that ends only when the reader reads again; cutting the
+	// connection sooner would leave the client a bare TCP close (1006)
+	// that cannot tell it why.
+	slowCloseGrace = 10 * time.Second
 	// writeTimeout is how long one frame may take to leave. It is long
 	// because a reader that is merely slow is the send queue's business
 	// (CloseSlowConsumer); this only frees a writer stuck on a dead peer.
@@ -124,8 +130,17 @@ type Options struct {
 	Secret []byte
 	// Faults are the initial faults; SetFaults changes them later.
 	Faults Faults
+	// Stall lists the users whose sessions are stalled from the start
+	// (see Server.Stall, which changes it later).
+	Stall []string
 	// SendQueue is the per-connection send queue length (default 256).
 	SendQueue int
+	// SendBuffer, if above 0, fixes each connection's kernel send buffer
+	// (SO_SNDBUF) at this many bytes instead of letting the kernel grow it
+	// to megabytes. A reader that stops then fills the send queue within
+	// seconds, and its slow-consumer close frame is not stuck behind
+	// megabytes it will never read; many servers fix it for that reason.
+	SendBuffer int
 	// OfflineQueue is the per-user offline queue length (default 1000).
 	OfflineQueue int
 	// IdleTimeout closes a connection that sends nothing, not even a ping,
@@ -157,6 +172,10 @@ type Stats struct {
 	// Reordered counts held-back deliveries released after a later one;
 	// one released by the reorderHold timeout was not reordered.
 	Reordered uint64
+	// Stalled counts deliveries discarded by the stall fault (see
+	// Server.Stall), offline backlogs discarded at a stalled login
+	// included.
+	Stalled uint64
 	// SlowConsumerKicks counts connections closed with CloseSlowConsumer.
 	SlowConsumerKicks uint64
 	// OfflineQueued counts deliveries put in an offline queue, and
@@ -168,6 +187,7 @@ type counters struct {
 	connections                                   atomic.Int64
 	logins, sent, deliveries                      atomic.Uint64
 	dropped, duplicated, reordered, delayed       atomic.Uint64
+	stalled                                       atomic.Uint64
 	slowConsumerKicks, offlineQueued, offlineDrop atomic.Uint64
 }
 
@@ -204,6 +224,8 @@ type Server struct {
 	offline  map[string]*offlineQueue
 	offBytes int64
 	groups   map[string]*group
+	// stalled holds the users under the stall fault.
+	stalled  map[string]struct{}
 	seqs     map[string]uint64
 	msgID    uint64
 	delays   delayHeap
@@ -228,6 +250,9 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Faults.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("target: Options.%w", err))
 	}
+	if opts.SendBuffer < 0 {
+		errs = append(errs, fmt.Errorf("target: Options.SendBuffer = %d: must not be negative", opts.SendBuffer))
+	}
 	if opts.SendQueue < 0 {
 		errs = append(errs, fmt.Errorf("target: Options.SendQueue = %d: must not be negative", opts.SendQueue))
 	}
@@ -239,6 +264,13 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxFrame < 0 {
 		errs = append(errs, fmt.Errorf("target: Options.MaxFrame = %d: must not be negative", opts.MaxFrame))
+	}
+	for i, u := range opts.Stall {
+		if u == "" {
+			// No user has an empty name: this is a mistake, such as
+			// a doubled comma, that would stall nobody.
+			errs = append(errs, fmt.Errorf("target: Options.Stall[%d] is empty: want a user name", i))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -272,11 +304,17 @@ func New(opts Options) (*Server, error) {
 		users:   make(map[string]*conn),
 		offline: make(map[string]*offlineQueue),
 		groups:  make(map[string]*group),
+		stalled: make(map[string]struct{}, len(opts.Stall)),
 		seqs:    make(map[string]uint64),
 		wake:    make(chan struct{}, 1),
 	}
 	f := opts.Faults
 	s.faults.Store(&f)
+	for _, u := range opts.Stall {
+		s.stalled[u] = struct{}{}
+	}
+	// s.stalled is the truth from here on; the caller's slice is not kept.
+	s.opts.Stall = nil
 	s.up = websocket.Upgrader{
 		// Small buffers and a shared write pool keep an idle connection
 		// to a few KiB: the server is meant to hold 10k+ of them.
@@ -355,7 +393,9 @@ func (s *Server) Close() {
 		s.mu.Unlock()
 		close(s.done)
 		for _, c := range conns {
-			c.closeWith(websocket.CloseGoingAway, "server shutting down")
+			if !c.closeWith(websocket.CloseGoingAway, "server shutting down") {
+				c.hurry()
+			}
 		}
 		s.conns.Wait()
 		s.bg.Wait()
@@ -374,9 +414,45 @@ func (s *Server) SetFaults(f Faults) {
 	s.faults.Store(&f)
 }
 
+// Stall turns the stall fault on or off for user, from the next delivery
+// on. While it is on, every session of user, the current one and those of
+// later logins, is stalled: it stays open, its pings are answered and its
+// own sends acked and delivered, but every delivery to it is discarded
+// and counted in Stats.Stalled, as Tinode does to a session it has
+// detached from a topic for reading too slowly. The user need not have
+// logged in yet. Turning the stall off resumes deliveries; what was
+// discarded meanwhile stays lost.
+func (s *Server) Stall(user string, on bool) {
+	s.mu.Lock()
+	_, was := s.stalled[user]
+	if on {
+		s.stalled[user] = struct{}{}
+	} else {
+		delete(s.stalled, user)
+	}
+	s.mu.Unlock()
+	if was != on {
+		s.log.Info("stall fault", "user", user, "on", on)
+	}
+}
+
+// stalls reports whether user is under the stall fault. Called with mu
+// held.
+func (s *Server) stalls(user string) bool {
+	if len(s.stalled) == 0 {
+		return false
+	}
+	_, ok := s.stalled[user]
+	return ok
+}
+
 // Stats returns a snapshot of the server's counters. Each counter is read
 // atomically, the snapshot as a whole is not.
 func (s *Server) Stats() Stats {
+	// Routing counts under mu, after handing a frame to its writer: taking
+	// mu here means a frame the caller has read is already counted.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	c := &s.stats
 	return Stats{
 		Connections:       c.connections.Load(),
@@ -386,6 +462,7 @@ func (s *Server) Stats() Stats {
 		Dropped:           c.dropped.Load(),
 		Duplicated:        c.duplicated.Load(),
 		Reordered:         c.reordered.Load(),
+		Stalled:           c.stalled.Load(),
 		Delayed:           c.delayed.Load(),
 		SlowConsumerKicks: c.slowConsumerKicks.Load(),
 		OfflineQueued:     c.offlineQueued.Load(),

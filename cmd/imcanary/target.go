@@ -26,7 +26,11 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&f.Reorder, "reorder", 0, "fraction of deliveries held back behind the next one (0..1)")
 	fs.DurationVar(&f.Delay, "delay", 0, "delay added to every delivery")
 	fs.DurationVar(&f.Jitter, "jitter", 0, "uniform random extra delay, 0..jitter, per delivery")
+	// StringArray, not StringSlice: the latter parses CSV, whose quoting
+	// rules would only make odd user names fail obscurely.
+	stall := fs.StringArray("stall", nil, "users whose sessions get no deliveries but stay open, pinged and acked (USER[,USER…]; repeatable)")
 	sendQueue := fs.Int("send-queue", 256, "per-connection send queue; a reader that lets it fill is disconnected (close 4008)")
+	sendBuffer := fs.Int("send-buffer", 0, "fixed kernel send buffer (SO_SNDBUF) per connection in bytes; 0 lets the kernel grow it")
 	offlineQueue := fs.Int("offline-queue", 1000, "per-user queue of deliveries kept while the user is offline")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log.format", "text", "log format: text or json")
@@ -46,6 +50,10 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if d < 0 {
 			return badConfig(fmt.Errorf("%s %v: must not be negative", name, d))
 		}
+	}
+	stalled, err := stallUsers(*stall)
+	if err != nil {
+		return badConfig(err)
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -67,7 +75,7 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		secret = []byte(os.Getenv(config.SecretEnv))
 	}
 	srv, err := target.New(target.Options{
-		Secret: secret, Faults: f, SendQueue: *sendQueue, OfflineQueue: *offlineQueue, Logger: log,
+		Secret: secret, Faults: f, Stall: stalled, SendQueue: *sendQueue, SendBuffer: *sendBuffer, OfflineQueue: *offlineQueue, Logger: log,
 	})
 	if err != nil {
 		return badConfig(err)
@@ -78,6 +86,24 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "imcanary target: ws://%s/ws\n", ln.Addr())
 	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "duplicate", f.Duplicate,
-		"reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "send_queue", *sendQueue, "auth", secret != nil)
+		"reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue, "auth", secret != nil)
 	return srv.Serve(ctx, ln)
+}
+
+// stallUsers splits the values of --stall at commas, trimming the spaces
+// of a list like "a, b". An empty name, as in "a,,b" or --stall "", is
+// refused rather than skipped: it stalls nobody, which is never what was
+// meant.
+func stallUsers(values []string) ([]string, error) {
+	var users []string
+	for _, v := range values {
+		for u := range strings.SplitSeq(v, ",") {
+			u = strings.TrimSpace(u)
+			if u == "" {
+				return nil, fmt.Errorf("--stall %q: empty user name; want USER[,USER…]", v)
+			}
+			users = append(users, u)
+		}
+	}
+	return users, nil
 }
