@@ -108,6 +108,10 @@ type Delivery struct {
 	Body  []byte
 	// ServerSeq is the server's per-conversation sequence, or 0.
 	ServerSeq uint64
+	// At is when the bytes that completed the frame were read off the
+	// socket (Unix ns), or 0 if the adapter does not know. The time from At
+	// to the ledger's record is the prober's own receive lag.
+	At int64
 }
 
 // Disconnect says why a session ended. Reason is one of the
@@ -143,4 +147,22 @@ func ReasonOf(err error) string {
 		return d.Reason
 	}
 	return metrics.ReasonError
+}
+
+type slowLinkKey struct{}
+
+// WithSlowLink marks the context of a Connect for a slow reader's session.
+// Adapters dial it as a slow link does: small segments and a small receive
+// window. A reader that stops then backs up into the server's own queue
+// within seconds, as on a mobile link, instead of into megabytes of
+// loopback socket buffers, and the server's slow-consumer close frame can
+// still get through to it.
+func WithSlowLink(ctx context.Context) context.Context {
+	return context.WithValue(ctx, slowLinkKey{}, true)
+}
+
+// SlowLink reports whether ctx was marked by WithSlowLink.
+func SlowLink(ctx context.Context) bool {
+	v, _ := ctx.Value(slowLinkKey{}).(bool)
+	return v
 }

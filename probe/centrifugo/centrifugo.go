@@ -174,6 +174,8 @@ func New(o Options) (*Driver, error) {
 			ReadBufferSize:  512,
 			WriteBufferSize: 4096,
 			WriteBufferPool: writePool,
+			// Stamps each read, for Delivery.At.
+			NetDialContext: wsframe.NetDialContext,
 		},
 		groupPrefix: []byte(o.GroupNamespace + ":"),
 		chans:       map[string][]string{},
@@ -318,7 +320,7 @@ func (d *Driver) connect(ctx context.Context, user string, chans []string, st *u
 		return nil, fmt.Errorf("dial %s: %w", d.opts.URL, err)
 	}
 	conn.SetReadLimit(d.opts.MaxFrame)
-	s := &session{d: d, conn: conn, user: user, userB: []byte(user), st: st}
+	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn), user: user, userB: []byte(user), st: st}
 	// Interrupt the login exchange if ctx ends; the net.Conn is closed
 	// below on every failure path.
 	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
@@ -340,8 +342,10 @@ func (d *Driver) connect(ctx context.Context, user string, chans []string, st *u
 
 // session is one logged-in connection.
 type session struct {
-	d     *Driver
-	conn  *websocket.Conn
+	d    *Driver
+	conn *websocket.Conn
+	// stamp tells when the frame just read came off the socket.
+	stamp *wsframe.StampConn
 	user  string
 	userB []byte
 	st    *userState
@@ -366,18 +370,24 @@ type session struct {
 	serverPing time.Duration
 	refreshAt  int64 // Unix ns; 0 for none due
 	refreshID  uint32
-	delivery   probe.Delivery
+	// delivery is reused for every delivery; its At is the stamp of the
+	// frame being handled, set when the frame is read, so that every
+	// publication of a batched frame shares it.
+	delivery probe.Delivery
 }
 
 // maxEarlyFactor bounds what the handshake keeps for Serve: a server that floods
 // a session before it is logged in must not make it allocate without end.
 const maxEarlyFactor = 4
 
-// keepEarly keeps e for Serve, within maxEarlyFactor frames' worth.
+// keepEarly keeps e for Serve, within maxEarlyFactor frames' worth. It
+// stamps e with the last read, which is its frame's: the handshake handles
+// each frame before it reads the next.
 func (s *session) keepEarly(e early) error {
 	if s.earlySize += len(e.raw); s.earlySize > maxEarlyFactor*int(s.d.opts.MaxFrame) {
 		return fmt.Errorf("too much traffic during login: over %d bytes before the session was ready", maxEarlyFactor*s.d.opts.MaxFrame)
 	}
+	e.at = s.stamp.Last()
 	s.early = append(s.early, e)
 	return nil
 }
@@ -386,12 +396,13 @@ func (s *session) keepEarly(e early) error {
 // a whole message (ch empty), or the publications a subscription
 // recovered in channel ch, with the reply's epoch and offset (top), which
 // the position reaches only once they are delivered. raw is a copy of the
-// frame's bytes.
+// frame's bytes, and at its stamp (Delivery.At).
 type early struct {
 	ch    string
 	raw   []byte
 	epoch string
 	top   uint64
+	at    int64
 }
 
 // newID returns the next command id. Centrifugo treats a command without
@@ -807,6 +818,7 @@ func (s *session) Serve(h probe.Handler) error {
 	idle := max(2*s.d.opts.Heartbeat, 2*s.serverPing) + 5*time.Second
 	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
 	for i, e := range s.early {
+		s.delivery.At = e.at
 		var err error
 		if e.ch != "" {
 			err = s.deliverRecovered(e.ch, e.raw, e.epoch, e.top, h)
@@ -834,6 +846,7 @@ func (s *session) Serve(h probe.Handler) error {
 		if err != nil {
 			return s.classify(err)
 		}
+		s.delivery.At = s.stamp.Last()
 		err = s.handleFrame(*bp, h)
 		wsframe.Release(bp)
 		if err != nil {

@@ -206,6 +206,10 @@ type recorder struct {
 	acks       []uint64
 	rejects    map[uint64]string
 	deliveries []delivered
+	// ats holds each delivery's At, and badAt the deliveries whose At
+	// was unset or later than their OnDelivery.
+	ats   []int64
+	badAt []string
 }
 
 func (r *recorder) OnAck(ref uint64, _ probe.Ack) {
@@ -226,7 +230,23 @@ func (r *recorder) OnReject(ref uint64, reason string) {
 func (r *recorder) OnDelivery(d *probe.Delivery) {
 	r.mu.Lock()
 	r.deliveries = append(r.deliveries, delivered{string(d.From), d.Group, string(d.Body), d.ServerSeq})
+	r.ats = append(r.ats, d.At)
+	if now := time.Now().UnixNano(); d.At == 0 || d.At > now {
+		r.badAt = append(r.badAt, fmt.Sprintf("%q: At %d, OnDelivery at %d", d.Body, d.At, now))
+	}
 	r.mu.Unlock()
+}
+
+// stamps returns each delivery's At so far, after checking every one was
+// set and no later than its OnDelivery.
+func (r *recorder) stamps(t *testing.T) []int64 {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.badAt {
+		t.Errorf("delivery %s: want At set and at most the time of OnDelivery", b)
+	}
+	return append([]int64(nil), r.ats...)
 }
 
 func (r *recorder) got() []delivered {
@@ -246,6 +266,9 @@ func serve(t *testing.T, s probe.Session, h probe.Handler) *probe.Disconnect {
 		if !errors.As(err, &d) {
 			t.Fatalf("Serve() = %v, want a *probe.Disconnect", err)
 		}
+		if r, ok := h.(*recorder); ok {
+			r.stamps(t)
+		}
 		return d
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return")
@@ -260,9 +283,11 @@ func TestConnectFlow(t *testing.T) {
 	pong := make(chan string, 1)
 	claimsC := make(chan *jwt.RegisteredClaims, 1)
 	subsC := make(chan []command, 1)
+	sentAt := make(chan int64, 1)
 	url := startFake(t, func(fc *fakeConn) {
 		claimsC <- fc.acceptConnect(connectOK)
 		subsC <- fc.subscribes(2, positioned("EP", 7))
+		sentAt <- time.Now().UnixNano()
 		fc.send(`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 from u2"},"info":{"user":"u2","client":"x"},"offset":8}}}` + "\n" +
 			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 own"},"info":{"user":"u1","client":"y"},"offset":9}}}` + "\n" +
 			`{"push":{"channel":"dm:#u1,u2","pub":{"data":{"b":"esc \"q\" \\ \u00e9 \n"},"info":{"user":"u2"},"offset":8}}}` + "\n" +
@@ -306,6 +331,10 @@ func TestConnectFlow(t *testing.T) {
 	}
 	if got := rec.got(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("deliveries = %+v, want %+v (own publication skipped)", got, want)
+	}
+	// One frame, one read: both publications share its stamp.
+	if ats, sent := rec.stamps(t), <-sentAt; len(ats) != 2 || ats[0] != ats[1] || ats[0] < sent {
+		t.Errorf("delivery At = %v, want two equal stamps, at or after the server's write at %d", ats, sent)
 	}
 	select {
 	case p := <-pong:
@@ -614,6 +643,10 @@ func TestReconnectCountsMissed(t *testing.T) {
 // TestRecoveredDeliveredInOrder checks publications recovered during the
 // handshake and pushes that came meanwhile reach the handler in order.
 func TestRecoveredDeliveredInOrder(t *testing.T) {
+	// sent[0] is taken before the frame of the first two deliveries is
+	// written, sent[1] before the next frame (a ping), sent[2] before the
+	// last delivery's frame.
+	sent := make(chan int64, 3)
 	url := startFake(t, func(fc *fakeConn) {
 		fc.acceptConnect(connectOK)
 		var cmds []command
@@ -627,14 +660,19 @@ func TestRecoveredDeliveredInOrder(t *testing.T) {
 		}
 		// The first subscription is confirmed, a publication arrives
 		// on it, and only then is the second confirmed.
+		sent <- time.Now().UnixNano()
 		fc.send(fmt.Sprintf(`{"id":%d,"subscribe":{"epoch":"EP","offset":3,"positioned":true,"publications":[`+
 			`{"data":{"b":"imc1 recovered"},"info":{"user":"u2"},"offset":3}],"recovered":true}}`, cmds[0].ID) + "\n" +
 			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 between"},"info":{"user":"u3"},"offset":4}}}`)
+		// A pause, so that the next frame cannot share the first's read.
+		time.Sleep(100 * time.Millisecond)
+		sent <- time.Now().UnixNano()
 		fc.send(`{}`)
 		if cmd, _ := fc.read(); cmd.raw != "{}" {
 			t.Errorf("answer to a ping during the handshake = %q, want {}", cmd.raw)
 		}
 		fc.send(fmt.Sprintf(`{"id":%d,"subscribe":{"epoch":"E2","positioned":true}}`, cmds[1].ID))
+		sent <- time.Now().UnixNano()
 		fc.send(`{"push":{"channel":"dm:#u1,u2","pub":{"data":{"b":"imc1 after"},"info":{"user":"u2"},"offset":1}}}`)
 		fc.close(websocket.CloseGoingAway, "")
 		fc.drain()
@@ -651,7 +689,16 @@ func TestRecoveredDeliveredInOrder(t *testing.T) {
 		bodies = append(bodies, dl.body)
 	}
 	if got := strings.Join(bodies, ","); got != "imc1 recovered,imc1 between,imc1 after" {
-		t.Errorf("delivered %q, want recovered, between, after", got)
+		t.Fatalf("delivered %q, want recovered, between, after", got)
+	}
+	// Those kept from the handshake carry the stamp of their own frame,
+	// not of the handshake's last one or of Serve's start.
+	ats, first, ping, last := rec.stamps(t), <-sent, <-sent, <-sent
+	if ats[0] != ats[1] || ats[0] < first || ats[0] >= ping {
+		t.Errorf("handshake deliveries stamped %d and %d, want one stamp of their frame, in [%d, %d)", ats[0], ats[1], first, ping)
+	}
+	if ats[2] < last {
+		t.Errorf("last delivery stamped %d, before the server wrote it at %d", ats[2], last)
 	}
 }
 

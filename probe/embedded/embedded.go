@@ -86,6 +86,8 @@ func New(o Options) (*Driver, error) {
 			ReadBufferSize:  512,
 			WriteBufferSize: 4096,
 			WriteBufferPool: writePool,
+			// Stamps each read, for Delivery.At.
+			NetDialContext: wsframe.NetDialContext,
 		},
 		groupsOf: map[string][]probe.Group{},
 	}, nil
@@ -194,7 +196,7 @@ func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group)
 		return nil, fmt.Errorf("dial %s: %w", d.opts.URL, err)
 	}
 	conn.SetReadLimit(d.opts.MaxFrame)
-	s := &session{d: d, conn: conn}
+	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn)}
 	// Interrupt the login exchange if ctx ends; the net.Conn is closed
 	// below on every failure path.
 	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
@@ -223,6 +225,8 @@ func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group)
 type session struct {
 	d    *Driver
 	conn *websocket.Conn
+	// stamp tells when the frame just read came off the socket.
+	stamp *wsframe.StampConn
 	// wmu serialises writers: the sender and the login path. Pings and
 	// closes use WriteControl, which gorilla allows concurrently.
 	wmu sync.Mutex
@@ -340,6 +344,7 @@ func (s *session) Serve(h probe.Handler) error {
 		if err != nil {
 			return s.classify(err)
 		}
+		at := s.stamp.Last()
 		if err := parseFrame(*bp, &f); err != nil {
 			wsframe.Release(bp)
 			// A frame we cannot read might have been a delivery: end
@@ -351,7 +356,7 @@ func (s *session) Serve(h probe.Handler) error {
 		}
 		switch string(f.typ) {
 		case "msg":
-			d.From, d.Group, d.Body, d.ServerSeq = f.from, len(f.group) > 0, f.body, f.seq
+			d.From, d.Group, d.Body, d.ServerSeq, d.At = f.from, len(f.group) > 0, f.body, f.seq, at
 			h.OnDelivery(d)
 		case "ack":
 			if ref, ok := parseRef(f.id); ok {

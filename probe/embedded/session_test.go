@@ -184,3 +184,80 @@ func TestWriteTimeoutEndsSession(t *testing.T) {
 		t.Fatal("session still serving after its write failed")
 	}
 }
+
+// stamped is what stampRecorder keeps of one delivery.
+type stamped struct {
+	body string
+	at   int64 // Delivery.At
+	now  int64 // time.Now in OnDelivery
+}
+
+// stampRecorder passes each delivery's At on, with the time OnDelivery ran.
+type stampRecorder struct {
+	nopHandler
+	got chan stamped
+}
+
+func (r stampRecorder) OnDelivery(d *probe.Delivery) {
+	r.got <- stamped{body: string(d.Body), at: d.At, now: time.Now().UnixNano()}
+}
+
+// TestDeliveryAt checks every delivery says when its frame came off the
+// socket: not zero, not after OnDelivery, and not before the server began
+// writing the frame, or for a frame written in two parts, its last part.
+func TestDeliveryAt(t *testing.T) {
+	const gap = 50 * time.Millisecond
+	msgs := []string{
+		`{"type":"msg","from":"u2","to":"u1","conv":"d:u1:u2","msg_id":"1","seq":1,"body":"direct"}`,
+		`{"type":"msg","from":"u3","group":"g1","conv":"g:g1","msg_id":"2","seq":1,"body":"group"}`,
+		`{"type":"msg","from":"u2","to":"u1","conv":"d:u1:u2","msg_id":"3","seq":2,"body":"split"}`,
+	}
+	// sent[i] is taken just before the server writes (the end of)
+	// message i.
+	sent := make(chan int64, len(msgs))
+	url := fakeServer(t, func(c *websocket.Conn) {
+		for _, m := range msgs[:2] {
+			time.Sleep(gap)
+			sent <- time.Now().UnixNano()
+			_ = c.WriteMessage(websocket.TextMessage, []byte(m))
+		}
+		// The last one by hand, as an unmasked frame split in two
+		// writes: its stamp must be the second's.
+		raw := append([]byte{0x81, byte(len(msgs[2]))}, msgs[2]...)
+		_, _ = c.NetConn().Write(raw[:20])
+		time.Sleep(gap)
+		sent <- time.Now().UnixNano()
+		_, _ = c.NetConn().Write(raw[20:])
+		_, _, _ = c.ReadMessage()
+	})
+	drv, err := embedded.New(embedded.Options{URL: url, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := drv.Connect(context.Background(), "u1")
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	r := stampRecorder{got: make(chan stamped, len(msgs))}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(r) }()
+	for i, want := range []string{"direct", "group", "split"} {
+		var d stamped
+		select {
+		case d = <-r.got:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("delivery %d (%s) did not come", i, want)
+		}
+		before := <-sent
+		if d.body != want || d.at == 0 || d.at > d.now || d.at < before {
+			t.Errorf("delivery %d = %q at %d (OnDelivery at %d), want %q at or after %d, the server's write, and at most OnDelivery's time",
+				i, d.body, d.at, d.now, want, before)
+		}
+	}
+	_ = s.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after Close")
+	}
+}

@@ -22,8 +22,10 @@ import (
 type session struct {
 	d    *Driver
 	conn *websocket.Conn
-	user string
-	nick string
+	// stamp tells when the frame just read came off the socket.
+	stamp *wsframe.StampConn
+	user  string
+	nick  string
 
 	// wmu serialises writers (the sender, the read loop's SM answers,
 	// Close) and guards the outbound stanza count. Pings use
@@ -55,7 +57,7 @@ type session struct {
 	// management was enabled: Serve handles (and counts) them first, so
 	// that nothing read before the handler existed is lost or acked
 	// unseen.
-	pending     [][]byte
+	pending     []pendingElem
 	pendingSize int
 	// streamCond and streamText are the server's stream error, if any;
 	// serverClosed is set by its <close/>.
@@ -68,6 +70,13 @@ type session struct {
 
 	// guard orders read-deadline changes against Close.
 	guard wsframe.Closer
+}
+
+// pendingElem is an element read during login, kept for Serve with the
+// stamp of the frame it came in.
+type pendingElem struct {
+	raw []byte
+	at  int64
 }
 
 // pendingAck is a direct message written as the nth counted stanza.
@@ -139,6 +148,8 @@ func (s *session) login(rooms []string, prev smState) error {
 		scram    *scramClient
 		smIn     bool
 		password = d.opts.Password(s.user)
+		// at is the stamp of the frame being handled.
+		at int64
 		// joining maps each room not yet joined to the id of its
 		// owner-form request, "" while its self-presence is awaited.
 		joining = make(map[string]string, len(rooms))
@@ -151,7 +162,7 @@ func (s *session) login(rooms []string, prev smState) error {
 			if s.pendingSize += len(st.raw); s.pendingSize > maxPendingLogin {
 				return errors.New("too much traffic during login")
 			}
-			s.pending = append(s.pending, append([]byte(nil), st.raw...))
+			s.pending = append(s.pending, pendingElem{raw: append([]byte(nil), st.raw...), at: at})
 		}
 		switch st.kind {
 		case kindStreamError:
@@ -285,6 +296,7 @@ func (s *session) login(rooms []string, prev smState) error {
 			}
 			return err
 		}
+		at = s.stamp.Last()
 		err = parseFrame(*bp, st, step)
 		wsframe.Release(bp)
 		if err != nil {
@@ -418,8 +430,9 @@ func (s *session) Serve(h probe.Handler) error {
 	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
 	d := new(probe.Delivery)
 	handle := func(st *stanza) error { return s.handle(st, h, d) }
-	for _, raw := range s.pending {
-		if err := s.frame(raw, handle); err != nil {
+	for _, e := range s.pending {
+		d.At = e.at
+		if err := s.frame(e.raw, handle); err != nil {
 			return s.end(err)
 		}
 	}
@@ -435,6 +448,8 @@ func (s *session) Serve(h probe.Handler) error {
 		if err != nil {
 			return s.end(s.classify(err))
 		}
+		// Every stanza of the frame came with its last byte.
+		d.At = s.stamp.Last()
 		err = s.frame(*bp, handle)
 		wsframe.Release(bp)
 		if err != nil {

@@ -214,6 +214,10 @@ type recorder struct {
 	acks       []uint64
 	rejects    []string
 	deliveries []string
+	// ats holds each delivery's At, and badAt the deliveries whose At
+	// was unset or later than their OnDelivery.
+	ats   []int64
+	badAt []string
 }
 
 func (r *recorder) OnAck(ref uint64, _ probe.Ack) {
@@ -236,6 +240,30 @@ func (r *recorder) OnDelivery(d *probe.Delivery) {
 		kind = "group"
 	}
 	r.deliveries = append(r.deliveries, fmt.Sprintf("%s %s %s", kind, d.From, d.Body))
+	r.ats = append(r.ats, d.At)
+	if now := time.Now().UnixNano(); d.At == 0 || d.At > now {
+		r.badAt = append(r.badAt, fmt.Sprintf("%s %s: At %d, OnDelivery at %d", kind, d.Body, d.At, now))
+	}
+}
+
+// checkAt checks that every delivery so far had its At set, no later than
+// its OnDelivery and not before notBefore[i] (Unix ns), the time before
+// the server wrote delivery i.
+func (r *recorder) checkAt(t *testing.T, notBefore ...int64) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.badAt {
+		t.Errorf("delivery %s: want At set and at most the time of OnDelivery", b)
+	}
+	if len(notBefore) != len(r.ats) {
+		t.Fatalf("%d deliveries, want %d", len(r.ats), len(notBefore))
+	}
+	for i, at := range r.ats {
+		if at < notBefore[i] {
+			t.Errorf("delivery %d (%s): At %d is %v before the server wrote it", i, r.deliveries[i], at, time.Duration(notBefore[i]-at))
+		}
+	}
 }
 
 func (r *recorder) snapshot() (acks []uint64, rejects, deliveries []string) {
@@ -332,9 +360,11 @@ func TestLogin(t *testing.T) {
 // frame, stanzas only), and maps the server's <a h/> back to the refs of
 // its direct messages, in order; group messages are acked by reflection.
 func TestStreamManagement(t *testing.T) {
+	sentAt := make(chan int64, 1)
 	url, peers := fakeServer(t, func(p *peer) {
 		p.login("alice")
 		// Three stanzas and a request in one frame: h must be 3.
+		sentAt <- time.Now().UnixNano()
 		p.send(`<message from='bob@localhost/imcanary' type='chat' id='m1' xmlns='jabber:client'><body>hi</body></message>` +
 			`<presence from='bob@localhost/imcanary' xmlns='jabber:client'/>` +
 			`<iq type='result' id='x' xmlns='jabber:client'/>` + srvR)
@@ -398,6 +428,7 @@ func TestStreamManagement(t *testing.T) {
 	if want := []string{"direct bob hi"}; !slices.Equal(deliveries, want) {
 		t.Errorf("deliveries = %q, want %q", deliveries, want)
 	}
+	r.checkAt(t, <-sentAt)
 	_ = s.Close()
 	if r := probe.ReasonOf(wait(t, done)); r != metrics.ReasonShutdown {
 		t.Errorf("reason %s, want shutdown", r)
@@ -411,8 +442,10 @@ func TestStreamManagement(t *testing.T) {
 // reflections (acks), the room's history replay, subjects or bodiless
 // messages; errors are rejections.
 func TestDeliveries(t *testing.T) {
+	sentAt := make(chan int64, 1)
 	url, _ := fakeServer(t, func(p *peer) {
 		p.login("alice", "room")
+		sentAt <- time.Now().UnixNano()
 		p.send(
 			`<message from='room@conference.localhost/bob' id='b1' type='groupchat' xmlns='jabber:client'><body>imc1 group</body></message>`,
 			`<message from='room@conference.localhost/alice' id='7' type='groupchat' xmlns='jabber:client'><body>mine</body></message>`,
@@ -457,6 +490,64 @@ func TestDeliveries(t *testing.T) {
 	}
 	if want := []string{"9 service-unavailable"}; !slices.Equal(rejects, want) {
 		t.Errorf("rejects = %q, want %q", rejects, want)
+	}
+	sent := <-sentAt
+	r.checkAt(t, sent, sent, sent)
+}
+
+// TestDeliveryAtDuringLogin: a message that arrives while Connect is still
+// logging in (offline storage, flushed in the frame that enables stream
+// management, before the room join completes in a later frame) is handled
+// only when Serve starts, but its At is when its own frame was read, not
+// the login's last frame or Serve's start; one that arrives later is
+// stamped later.
+func TestDeliveryAtDuringLogin(t *testing.T) {
+	const gap = 100 * time.Millisecond
+	sentAt := make(chan int64, 2)
+	joinedAt := make(chan int64, 1)
+	url, _ := fakeServer(t, func(p *peer) {
+		p.expect(`<open xmlns="urn:ietf:params:xml:ns:xmpp-framing"`)
+		p.send(srvOpen + srvFeatures)
+		p.expect(`<auth xmlns="urn:ietf:params:xml:ns:xmpp-sasl" mechanism="PLAIN">`)
+		p.send(srvSuccess)
+		p.expect(`<open xmlns="urn:ietf:params:xml:ns:xmpp-framing"`)
+		p.send(srvOpen + srvBound)
+		p.expect(`id="bind"`)
+		p.send(srvBindResult("alice"))
+		p.expect(`<enable xmlns="urn:xmpp:sm:3"/>`)
+		p.expect(`<presence xmlns="jabber:client"/>`)
+		p.expect(`to="room@conference.localhost/alice"`)
+		sentAt <- time.Now().UnixNano()
+		p.send(srvEnabled + `<message from='carol@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 early</body></message>`)
+		time.Sleep(gap)
+		joinedAt <- time.Now().UnixNano()
+		p.send(srvSelf("room", "alice", false))
+		time.Sleep(2 * gap)
+		sentAt <- time.Now().UnixNano()
+		p.send(`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 late</body></message>`)
+		p.drain()
+	})
+	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
+	s, err := drv.Connect(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	connected := time.Now().UnixNano()
+	time.Sleep(gap)
+	r := &recorder{}
+	done := serve(s, r)
+	waitFor(t, 3*time.Second, "two deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 2 })
+	_ = s.Close()
+	wait(t, done)
+	if _, _, d := r.snapshot(); !slices.Equal(d, []string{"direct carol imc1 early", "direct bob imc1 late"}) {
+		t.Fatalf("deliveries = %q, want the early one, then the late one", d)
+	}
+	r.checkAt(t, <-sentAt, <-sentAt)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if joined := <-joinedAt; r.ats[0] >= joined || r.ats[0] > connected {
+		t.Errorf("delivery read during login: At %d, want the time its frame was read: before the join's frame was written (%d) and Connect returned (%d)",
+			r.ats[0], joined, connected)
 	}
 }
 

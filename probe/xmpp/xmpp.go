@@ -144,6 +144,8 @@ func New(o Options) (*Driver, error) {
 			ReadBufferSize:  512,
 			WriteBufferSize: maxStanza,
 			WriteBufferPool: writePool,
+			// Stamps each read, for Delivery.At.
+			NetDialContext: wsframe.NetDialContext,
 		},
 		roomsOf:   map[string][]string{},
 		resumable: map[string]smState{},
@@ -296,7 +298,7 @@ func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error
 	if err != nil {
 		return nil, err
 	}
-	s := &session{d: d, conn: conn, user: user, nick: user}
+	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn), user: user, nick: user}
 	// Interrupt the login exchange if ctx ends; the connection is closed
 	// below on every failure path.
 	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })

@@ -2,7 +2,8 @@
 // whole messages read into pooled buffers (a session holds a buffer only
 // while it handles a frame, never while it waits for the next, so an idle
 // session's memory is its small bufio reader), the read deadline guarded
-// against Close, and a write failure that ends the session.
+// against Close, a write failure that ends the session, and the time each
+// frame came off the socket (StampConn).
 package wsframe
 
 import (

@@ -1,0 +1,83 @@
+package wsframe
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/probe"
+)
+
+// StampConn is a net.Conn that remembers when a read last brought data,
+// so that a session can tell when a frame came off the socket, as opposed
+// to when its read loop got round to it: the difference is the prober's
+// own receive lag, which must not count as the server's latency.
+//
+// Last is meant for the goroutine that reads the connection, and only
+// that one. gorilla/websocket reads its net.Conn only from the goroutine
+// that calls its read methods: the HTTP handshake reads on the dialing
+// goroutine (a TLS handshake's context watcher only closes the conn),
+// the login exchange on Connect's, and then Serve alone, which starts
+// after Connect has returned. So last needs no lock or atomic, and the
+// wrapper costs an idle session one small allocation and no goroutine.
+type StampConn struct {
+	net.Conn
+	last int64 // Unix ns at the end of the last Read that returned data
+}
+
+// Read reads from the connection and stamps the time when it returns data.
+func (c *StampConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.last = time.Now().UnixNano()
+	}
+	return n, err
+}
+
+// Last returns when the last read that returned data ended, in Unix ns, or
+// 0 before the first one and for a nil c. Taken right after a message is
+// read whole (after Read, or NextReader and reading to io.EOF), it is when
+// the bytes that completed the message arrived, however many reads it
+// spanned: gorilla reads the socket only for bytes it does not have yet,
+// so no later read has overwritten the stamp. Bytes that came in an
+// earlier read, with the end of a previous message, keep that read's
+// stamp, which is when they did arrive.
+func (c *StampConn) Last() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.last
+}
+
+// NetDialContext dials as gorilla's Dialer does without one (a zero
+// net.Dialer under the handshake's context) and wraps the connection in a
+// StampConn. It is meant for websocket.Dialer.NetDialContext; a wss
+// connection is then TLS over the StampConn, and the stamp is when the
+// encrypted bytes arrived.
+//
+// A context marked by probe.WithSlowLink dials a slow link (see slowLink).
+func NetDialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	if probe.SlowLink(ctx) {
+		d.Control = slowLink
+	}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &StampConn{Conn: c}, nil
+}
+
+// StampOf returns the StampConn under c, looking through TLS, or nil if c
+// was not dialled through NetDialContext; a nil StampConn's Last is 0,
+// which a Delivery reads as "time unknown".
+func StampOf(c *websocket.Conn) *StampConn {
+	nc := c.NetConn()
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = t.NetConn()
+	}
+	sc, _ := nc.(*StampConn)
+	return sc
+}
