@@ -35,6 +35,9 @@ type Options struct {
 	BackoffMin time.Duration
 	BackoffMax time.Duration
 	Logger     *slog.Logger
+	// Health, if set, is the prober's self-monitor; the canary's receive
+	// lag feeds it like every population's.
+	Health probe.Health
 }
 
 // Canary keeps the canary users online and runs rounds on demand.
@@ -81,7 +84,7 @@ func New(o Options) (*Canary, error) {
 		Users: o.Users, GroupSize: o.Users, Rate: 0,
 		Heartbeat: o.Heartbeat, Deadline: o.Deadline, LostAfter: 2 * o.Deadline,
 		BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
-		Observer: c,
+		Observer: c, Health: o.Health,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("canary: %w", err)

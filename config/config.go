@@ -16,6 +16,8 @@ type Config struct {
 	History History `koanf:"history"`
 	Canary  Canary  `koanf:"canary"`
 	Soak    Soak    `koanf:"soak"`
+	// Saturation sets when imcanary declares itself saturated.
+	Saturation Saturation `koanf:"saturation"`
 }
 
 // HTTP configures the daemon's own HTTP server (/metrics, /healthz, /readyz).
@@ -102,6 +104,58 @@ type Population struct {
 	MessageSize int `koanf:"message_size"`
 	// Backoff bounds the reconnect delay (exponential with full jitter).
 	Backoff Backoff `koanf:"backoff"`
+	// LagThreshold is how long a message the server acknowledged may go
+	// unreceived by an online recipient (nothing later of its stream
+	// received either) before the session counts as lagging: a silent
+	// stall. 0 means half of Deadline.
+	LagThreshold time.Duration `koanf:"lag_threshold"`
+	// SlowReaders turns part of the population into slow readers: an
+	// always-on slow-reader drill.
+	SlowReaders SlowReaders `koanf:"slow_readers"`
+}
+
+// SlowReaders configures a slow-reader drill: a fraction of the users read
+// deliberately slowly, to see what the server does to them and whether the
+// other users suffer. Slow readers receive but do not send.
+type SlowReaders struct {
+	// Fraction of the users, 0 to below 1, spread evenly; 0 turns the
+	// drill off.
+	Fraction float64 `koanf:"fraction"`
+	// ReadDelay is a pause after each delivery a slow reader reads.
+	ReadDelay time.Duration `koanf:"read_delay"`
+	// Pause stops a slow reader from reading for this long at its first
+	// delivery, then every PauseEvery (0: once per session).
+	Pause      time.Duration `koanf:"pause"`
+	PauseEvery time.Duration `koanf:"pause_every"`
+}
+
+// Saturation sets when imcanary declares itself saturated: its own delays
+// or resources past these limits mean its numbers may be its own, so SLO
+// alerts are inhibited and soak verdicts that fail become inconclusive.
+type Saturation struct {
+	// Interval is how often the prober samples its own health.
+	Interval time.Duration `koanf:"interval"`
+	// Window is the span each limit is judged over: a whole number of
+	// intervals.
+	Window time.Duration `koanf:"window"`
+	// MaxSendLag is the highest 99th percentile of send lag (actual minus
+	// intended send time).
+	MaxSendLag time.Duration `koanf:"max_send_lag"`
+	// MaxReceiveLag is the highest 99th percentile of receive lag (frame
+	// read off the socket to the ledger's record).
+	MaxReceiveLag time.Duration `koanf:"max_receive_lag"`
+	// MaxSchedLatency is the highest 99th percentile of the Go scheduler's
+	// latency (runnable goroutines waiting for a CPU).
+	MaxSchedLatency time.Duration `koanf:"max_sched_latency"`
+	// MaxGCPause is the longest stop-the-world GC pause.
+	MaxGCPause time.Duration `koanf:"max_gc_pause"`
+	// MaxCPU is the highest CPU use per core the process may use, 0 to 1.
+	MaxCPU float64 `koanf:"max_cpu"`
+	// MaxFDs is the highest ratio of open files to the file limit.
+	MaxFDs float64 `koanf:"max_fds"`
+	// MaxPorts is the highest ratio of used to available ephemeral ports
+	// of any local address.
+	MaxPorts float64 `koanf:"max_ports"`
 }
 
 // Backoff is a capped exponential backoff with full jitter.
@@ -196,6 +250,9 @@ type Profile struct {
 	// LateAfter is how long after the start of the run the late users log
 	// in; it must fall within Duration when LateLogins is above 0.
 	LateAfter time.Duration `koanf:"late_after"`
+	// SlowReaders makes the run a slow-reader drill, as
+	// population.slow_readers.
+	SlowReaders SlowReaders `koanf:"slow_readers"`
 	// Thresholds are the limits the run must stay within to pass.
 	Thresholds Thresholds `koanf:"thresholds"`
 }
@@ -290,5 +347,16 @@ func Default() Config {
 		},
 		// No profiles: soak tests are opt-in, as they load the target.
 		Soak: Soak{},
+		Saturation: Saturation{
+			Interval:        time.Second,
+			Window:          5 * time.Second,
+			MaxSendLag:      100 * time.Millisecond,
+			MaxReceiveLag:   100 * time.Millisecond,
+			MaxSchedLatency: 50 * time.Millisecond,
+			MaxGCPause:      50 * time.Millisecond,
+			MaxCPU:          0.9,
+			MaxFDs:          0.9,
+			MaxPorts:        0.9,
+		},
 	}
 }

@@ -59,6 +59,11 @@ const (
 	maxCanaryMessages = 100
 	// A soak profile needs a sender and a receiver.
 	minProfileUsers = 2
+	// The saturation monitor keeps one slot per interval of its window.
+	minSaturationInterval = 10 * time.Millisecond
+	maxSaturationSteps    = 600
+	// A slow reader that stops for longer is a dead one.
+	maxSlowRead = 10 * time.Minute
 )
 
 var (
@@ -207,6 +212,47 @@ func (c Config) problems() []*ValidationError {
 	if b.Max < b.Initial {
 		fail("population.backoff.max", b.Max, "must be at least population.backoff.initial (%v)", b.Initial)
 	}
+	switch {
+	case p.LagThreshold < 0:
+		fail("population.lag_threshold", p.LagThreshold, "must not be negative")
+	case p.Deadline > 0 && p.LagThreshold >= p.Deadline:
+		// A stall must be flagged before its messages are late.
+		fail("population.lag_threshold", p.LagThreshold, "must be less than population.deadline (%v)", p.Deadline)
+	}
+	checkSlowReaders("population.slow_readers", p.SlowReaders, fail)
+
+	sa := c.Saturation
+	if sa.Interval < minSaturationInterval {
+		fail("saturation.interval", sa.Interval, "must be at least %v", minSaturationInterval)
+	}
+	if sa.Interval > 0 && (sa.Window < sa.Interval || sa.Window%sa.Interval != 0 || sa.Window/sa.Interval > maxSaturationSteps) {
+		fail("saturation.window", sa.Window, "must be 1 to %d times saturation.interval (%v)", maxSaturationSteps, sa.Interval)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"saturation.max_send_lag", sa.MaxSendLag},
+		{"saturation.max_receive_lag", sa.MaxReceiveLag},
+		{"saturation.max_sched_latency", sa.MaxSchedLatency},
+		{"saturation.max_gc_pause", sa.MaxGCPause},
+	} {
+		if d.v <= 0 {
+			fail(d.key, d.v, "must be positive")
+		}
+	}
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{
+		{"saturation.max_cpu", sa.MaxCPU},
+		{"saturation.max_fds", sa.MaxFDs},
+		{"saturation.max_ports", sa.MaxPorts},
+	} {
+		if !(r.v > 0 && r.v <= 1) {
+			fail(r.key, r.v, "must be above 0 and at most 1")
+		}
+	}
 
 	if c.DataDir == "" {
 		fail("data_dir", c.DataDir, "must not be empty")
@@ -331,6 +377,8 @@ func (p Profile) problems(at string) []*ValidationError {
 		fail("late_after", p.LateAfter, "must be less than %s.duration (%v) when %s.late_logins is above 0", at, p.Duration, at)
 	}
 
+	checkSlowReaders("slow_readers", p.SlowReaders, fail)
+
 	t := p.Thresholds
 	ratio("thresholds.max_loss", t.MaxLoss)
 	ratio("thresholds.max_late", t.MaxLate)
@@ -353,4 +401,26 @@ func quoteList(s []string) string {
 		q[i] = fmt.Sprintf("%q", v)
 	}
 	return strings.Join(q, ", ")
+}
+
+// checkSlowReaders validates a slow-reader drill under key.
+func checkSlowReaders(key string, sr SlowReaders, fail func(key string, value any, format string, args ...any)) {
+	if !(sr.Fraction >= 0 && sr.Fraction < 1) {
+		// Below 1: a drill needs normal users to compare with.
+		fail(key+".fraction", sr.Fraction, "must be at least 0 and less than 1")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read_delay", sr.ReadDelay}, {"pause", sr.Pause}, {"pause_every", sr.PauseEvery}} {
+		switch {
+		case d.v < 0:
+			fail(key+"."+d.name, d.v, "must not be negative")
+		case d.v > maxSlowRead:
+			fail(key+"."+d.name, d.v, "must be at most %v", maxSlowRead)
+		}
+	}
+	if sr.Fraction > 0 && sr.ReadDelay == 0 && sr.Pause == 0 {
+		fail(key+".read_delay", sr.ReadDelay, "must be positive, or %s.pause must be, when %s.fraction (%v) is above 0", key, key, sr.Fraction)
+	}
 }

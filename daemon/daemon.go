@@ -24,6 +24,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/saturation"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -41,6 +42,8 @@ type Daemon struct {
 	pop     *probe.Population
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
+	// health is the prober's self-monitor, shared by every population.
+	health  *saturation.Monitor
 	store   *soak.Store
 	started time.Time
 
@@ -87,35 +90,44 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 	}
 	d.metrics = metrics.New(reg)
 	name := d.cfg.Target.Name
+	if d.health, err = newMonitor(d.cfg, d.metrics, log); err != nil {
+		return nil, err
+	}
 	p := d.cfg.Population
 	d.pop, err = probe.New(probe.Options{
-		Driver:      e.driver,
-		Set:         d.metrics.For(name, metrics.SourceBackground),
-		Logger:      log.With("target", name, "source", metrics.SourceBackground),
-		Run:         e.run,
-		Prefix:      p.Prefix,
-		Users:       p.Users,
-		Ramp:        p.Ramp,
-		GroupSize:   p.GroupSize,
-		Rate:        p.Rate,
-		Heartbeat:   p.Heartbeat,
-		Deadline:    p.Deadline,
-		LostAfter:   p.LostAfter,
-		MessageSize: p.MessageSize,
-		BackoffMin:  p.Backoff.Initial,
-		BackoffMax:  p.Backoff.Max,
+		Driver:       e.driver,
+		Set:          d.metrics.For(name, metrics.SourceBackground),
+		Logger:       log.With("target", name, "source", metrics.SourceBackground),
+		Run:          e.run,
+		Prefix:       p.Prefix,
+		Users:        p.Users,
+		Ramp:         p.Ramp,
+		GroupSize:    p.GroupSize,
+		Rate:         p.Rate,
+		Heartbeat:    p.Heartbeat,
+		Deadline:     p.Deadline,
+		LostAfter:    p.LostAfter,
+		MessageSize:  p.MessageSize,
+		BackoffMin:   p.Backoff.Initial,
+		BackoffMax:   p.Backoff.Max,
+		LagThreshold: p.LagThreshold,
+		Health:       d.health,
+		SlowReaders: probe.SlowReaders{
+			Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
+			Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
-		if d.canary, err = newCanary(d.cfg, e, d.metrics, log, cohortCanary); err != nil {
+		if d.canary, err = newCanary(d.cfg, e, d.metrics, d.health, log, cohortCanary); err != nil {
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, e, d.metrics, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, e, d.metrics, d.health, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
-		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted} {
+		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
 			d.metrics.SoakRuns.WithLabelValues(name, pr.Name, r)
 		}
 		d.metrics.SoakSkipped.WithLabelValues(name, pr.Name)
@@ -139,7 +151,18 @@ const (
 	cohortOneshotSoak   = "oneshot-soak"
 )
 
-func newCanary(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger, cohort string) (*canary.Canary, error) {
+// newMonitor builds the prober's self-monitor from saturation.*.
+func newMonitor(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*saturation.Monitor, error) {
+	s := cfg.Saturation
+	return saturation.New(saturation.Config{
+		Interval: s.Interval, Window: s.Window,
+		MaxSendLag: s.MaxSendLag, MaxReceiveLag: s.MaxReceiveLag,
+		MaxSchedLatency: s.MaxSchedLatency, MaxGCPause: s.MaxGCPause,
+		MaxCPU: s.MaxCPU, MaxFDs: s.MaxFDs, MaxPorts: s.MaxPorts,
+	}, m.Probe(cfg.Target.Name), log.With("target", cfg.Target.Name, "component", "saturation"))
+}
+
+func newCanary(cfg config.Config, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) (*canary.Canary, error) {
 	c := cfg.Canary
 	return canary.New(canary.Options{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
@@ -147,16 +170,18 @@ func newCanary(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger, 
 		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
+		Health: h,
 	})
 }
 
-func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
 		Prefix: cfg.Population.Prefix + "-" + cohort, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		MessageSize: cfg.Population.MessageSize,
 		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
+		Health:      h,
 	})
 }
 
@@ -202,6 +227,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		"url", d.TargetURL(), "users", d.cfg.Population.Users)
 
 	var wg sync.WaitGroup
+	// Exits when jobs ends.
+	wg.Go(func() { d.health.Run(jobs) })
 	// Exits when jobs ends, after closing every session.
 	wg.Go(func() { _ = d.pop.Run(jobs) })
 	if d.canary != nil {
@@ -351,7 +378,9 @@ func (d *Daemon) Status() Status {
 	for _, src := range metrics.Sources {
 		set := d.metrics.For(d.cfg.Target.Name, src)
 		for i, k := range metrics.Kinds {
-			ks := set.Kind[i]
+			// The normal cohort only: a slow-reader drill's losses are
+			// its subject, not the service's.
+			ks := set.Kind[i].Cohort[0]
 			fast, _ := metrics.Below(ks.DeliveryLatency, 1)
 			st.SLIs = append(st.SLIs, newSLI(src, k,
 				metrics.Value(ks.Expected), metrics.Value(ks.Delivered), metrics.Value(ks.Lost), fast))

@@ -35,14 +35,20 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 	}
 	defer e.close()
 	e.startTarget(log)
-	c, err := newCanary(e.cfg, e, metrics.New(prometheus.NewRegistry()), log, cohortOneshotCanary)
+	m := metrics.New(prometheus.NewRegistry())
+	h, err := newMonitor(e.cfg, m, log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCanary(e.cfg, e, m, h, log, cohortOneshotCanary)
 	if err != nil {
 		return nil, err
 	}
 	popCtx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	// Exits when stop is called.
+	// Both exit when stop is called.
 	wg.Go(func() { _ = c.Run(popCtx) })
+	wg.Go(func() { h.Run(popCtx) })
 	defer func() { stop(); wg.Wait() }()
 	for end := time.Now().Add(readyTimeout); !c.Ready() && time.Now().Before(end); {
 		if !probe.Sleep(ctx, 20*time.Millisecond) {
@@ -83,8 +89,19 @@ func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
-	r := newSoakRunner(e.cfg, e, metrics.New(prometheus.NewRegistry()), log, cohortOneshotSoak)
+	m := metrics.New(prometheus.NewRegistry())
+	h, err := newMonitor(e.cfg, m, log)
+	if err != nil {
+		return nil, err
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	// Exits when stop is called, once the run is over.
+	wg.Go(func() { h.Run(hctx) })
+	r := newSoakRunner(e.cfg, e, m, h, log, cohortOneshotSoak)
 	rep, err := r.Run(ctx, p, progress)
+	stop()
+	wg.Wait()
 	if err != nil {
 		return nil, err
 	}

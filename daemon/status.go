@@ -402,6 +402,7 @@ th{font-weight:600}
 .n{text-align:right;font-variant-numeric:tabular-nums}
 .pass{color:#1a7f37;font-weight:600}
 .fail{color:#cf222e;font-weight:600}
+.inconclusive{color:#8250df;font-weight:600}
 .muted{color:#888}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em;margin:.8em 0}
 dt{color:#888}
@@ -537,6 +538,9 @@ func resultClass(result string) string {
 		return "pass"
 	case "fail", "aborted":
 		return "fail"
+	case "inconclusive":
+		// Neither: the prober was saturated when a threshold was missed.
+		return "inconclusive"
 	}
 	return ""
 }

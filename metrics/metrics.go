@@ -21,11 +21,37 @@ const (
 	KindGroup  = "group"
 )
 
-// Sources and Kinds list every value of the source and kind labels.
+// Cohorts of receiving users: the slow readers of a drill are counted
+// apart, so that what the server does to them never blurs the SLIs of
+// everyone else.
+const (
+	CohortNormal     = "normal"
+	CohortSlowReader = "slow_reader"
+)
+
+// Sources, Kinds and Cohorts list every value of the source, kind and
+// cohort labels.
 var (
 	Sources = []string{SourceBackground, SourceCanary, SourceSoak}
 	Kinds   = []string{KindDirect, KindGroup}
+	Cohorts = []string{CohortNormal, CohortSlowReader}
 )
+
+// Causes of the prober's saturation: each is a reason its own numbers may
+// be wrong.
+const (
+	CauseSendLag      = "send_lag"      // sends leave late against their schedule
+	CauseReceiveLag   = "receive_lag"   // frames wait between the socket read and the ledger
+	CauseSchedLatency = "sched_latency" // runnable goroutines wait for a CPU
+	CauseGCPause      = "gc_pause"      // stop-the-world pauses
+	CauseCPU          = "cpu"           // the process uses nearly all its cores
+	CauseFDs          = "fds"           // open files near the limit
+	CausePorts        = "ports"         // ephemeral ports of a source address nearly used up
+)
+
+// Causes lists every value of the cause label of
+// imcanary_probe_saturation_cause.
+var Causes = []string{CauseSendLag, CauseReceiveLag, CauseSchedLatency, CauseGCPause, CauseCPU, CauseFDs, CausePorts}
 
 // Disconnect reasons: why a session ended.
 const (
@@ -75,6 +101,17 @@ var LatencyBuckets = []float64{
 	1, 2, 5, 10, 20, 30,
 }
 
+// LagBuckets resolve the prober's own lags, 100 µs to 5 s: its noise must
+// be told apart from the server's latency well below a millisecond.
+var LagBuckets = []float64{
+	0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+	0.1, 0.2, 0.5, 1, 2, 5,
+}
+
+// DeliveryLagBuckets count messages a session is behind; 0 is a bucket of
+// its own, the healthy case.
+var DeliveryLagBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+
 // Metrics holds every imcanary series, registered on one registry.
 type Metrics struct {
 	SessionsOnline     *prometheus.GaugeVec
@@ -95,8 +132,19 @@ type Metrics struct {
 	DeliveriesIgnored   *prometheus.CounterVec
 	DeliveryLatency     *prometheus.HistogramVec
 
-	StreamsTracked *prometheus.GaugeVec
-	Ready          *prometheus.GaugeVec
+	DeliveriesSaturated *prometheus.CounterVec
+
+	StreamsTracked  *prometheus.GaugeVec
+	Ready           *prometheus.GaugeVec
+	DeliveryLag     *prometheus.HistogramVec
+	SessionsLagging *prometheus.GaugeVec
+
+	ProbeSendLag         *prometheus.HistogramVec
+	ProbeReceiveLag      *prometheus.HistogramVec
+	ProbeSaturated       *prometheus.GaugeVec
+	ProbeSaturationCause *prometheus.GaugeVec
+	ProbeCPUUsage        *prometheus.GaugeVec
+	ProbePortUsage       *prometheus.GaugeVec
 
 	CanaryRounds        *prometheus.CounterVec
 	CanaryFailures      *prometheus.CounterVec
@@ -128,6 +176,10 @@ const (
 	ResultPass    = "pass"
 	ResultFail    = "fail"
 	ResultAborted = "aborted"
+	// ResultInconclusive is a soak run that missed a threshold while the
+	// prober was saturated: its numbers cannot tell the server's fault
+	// from imcanary's own.
+	ResultInconclusive = "inconclusive"
 )
 
 // New creates the series and registers them on reg. Tests pass a pedantic
@@ -167,27 +219,27 @@ func New(reg prometheus.Registerer) *Metrics {
 		DeliveriesExpected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_expected_total",
 			Help: "Deliveries owed by the server: one per recipient of every acked message.",
-		}, []string{"target", "source", "kind"}),
+		}, []string{"target", "source", "kind", "cohort"}),
 		Deliveries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_total",
 			Help: "First deliveries of probe messages, on time or late (duplicates excluded).",
-		}, []string{"target", "source", "kind"}),
+		}, []string{"target", "source", "kind", "cohort"}),
 		DeliveriesLost: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_lost_total",
 			Help: "Deliveries still missing lost_after past their intended send time.",
-		}, []string{"target", "source", "kind"}),
+		}, []string{"target", "source", "kind", "cohort"}),
 		DeliveriesLate: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_late_total",
 			Help: "Deliveries that arrived after the deadline (a subset of imcanary_deliveries_total).",
-		}, []string{"target", "source", "kind"}),
+		}, []string{"target", "source", "kind", "cohort"}),
 		DeliveriesDuplicate: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_duplicate_total",
 			Help: "Deliveries of a message the recipient had already received.",
-		}, []string{"target", "source", "kind"}),
+		}, []string{"target", "source", "kind", "cohort"}),
 		DeliveriesReordered: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_reordered_total",
 			Help: "Deliveries that arrived after a later message of the same stream (a subset of imcanary_deliveries_total).",
-		}, []string{"target", "source", "kind"}),
+		}, []string{"target", "source", "kind", "cohort"}),
 		DeliveriesIgnored: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_ignored_total",
 			Help: "Received frames not counted as deliveries, by reason.",
@@ -196,7 +248,46 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name:    "imcanary_delivery_latency_seconds",
 			Help:    "Time from a message's intended send time to its delivery (open-loop: includes any delay in sending).",
 			Buckets: LatencyBuckets,
+		}, []string{"target", "source", "kind", "cohort"}),
+		DeliveriesSaturated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_saturated_total",
+			Help: "Deliveries recorded while the prober was saturated (imcanary_probe_saturated 1): their latency samples include imcanary's own delay.",
 		}, []string{"target", "source", "kind"}),
+		DeliveryLag: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_session_delivery_lag_messages",
+			Help:    "Messages the server acknowledged to a session's conversations that the session has not received, sampled once per sweep for every online session.",
+			Buckets: DeliveryLagBuckets,
+		}, []string{"target", "source"}),
+		SessionsLagging: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_sessions_lagging",
+			Help: "Online sessions with a message acknowledged by the server longer ago than population.lag_threshold and neither it nor a later one of its stream received: a silent stall.",
+		}, []string{"target", "source"}),
+		ProbeSendLag: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_probe_send_lag_seconds",
+			Help:    "How late imcanary wrote each message against its intended send time: the prober's own scheduling delay.",
+			Buckets: LagBuckets,
+		}, []string{"target"}),
+		ProbeReceiveLag: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_probe_receive_lag_seconds",
+			Help:    "Time from reading a frame off the socket to the ledger recording its delivery: the prober's own receive-path delay.",
+			Buckets: LagBuckets,
+		}, []string{"target"}),
+		ProbeSaturated: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_probe_saturated",
+			Help: "1 while imcanary is saturated and its latency and loss numbers cannot be trusted; imcanary_probe_saturation_cause says why.",
+		}, []string{"target"}),
+		ProbeSaturationCause: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_probe_saturation_cause",
+			Help: "1 for each cause currently saturating imcanary, else 0.",
+		}, []string{"target", "cause"}),
+		ProbeCPUUsage: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_probe_cpu_usage_ratio",
+			Help: "CPU time imcanary used over the last saturation window, per core it may use (GOMAXPROCS): 1 is every core busy.",
+		}, []string{"target"}),
+		ProbePortUsage: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_probe_ephemeral_port_usage_ratio",
+			Help: "TCP sockets on ephemeral ports of a local address, per port of the ephemeral range (net.ipv4.ip_local_port_range): near 1, new connections from it fail.",
+		}, []string{"target", "address"}),
 		StreamsTracked: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "imcanary_ledger_streams",
 			Help: "Message streams the ledger is tracking (memory grows with these, not with uptime).",
@@ -227,7 +318,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"target"}),
 		SoakRuns: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_soak_runs_total",
-			Help: "Soak runs by profile and result (pass, fail, aborted).",
+			Help: "Soak runs by profile and result (pass, fail, aborted, inconclusive: a threshold missed while imcanary was saturated).",
 		}, []string{"target", "profile", "result"}),
 		SoakSkipped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_soak_runs_skipped_total",
@@ -264,6 +355,8 @@ func Value(m prometheus.Metric) float64 {
 // so that the delivery path records without a map lookup or an allocation.
 type Set struct {
 	Online, Target, Streams, Ready prometheus.Gauge
+	SessionsLagging                prometheus.Gauge
+	DeliveryLag                    prometheus.Observer
 
 	ConnectOK, ConnectFail prometheus.Counter
 	Disconnects            map[string]prometheus.Counter
@@ -273,10 +366,20 @@ type Set struct {
 	Kind [2]KindSet // indexed by KindIndex
 }
 
-// KindSet is the per-kind part of a Set.
+// KindSet is the per-kind part of a Set: what the sender records, and what
+// the receivers record by cohort.
 type KindSet struct {
-	Sent, Expected, Delivered, Lost, Late, Duplicate, Reordered prometheus.Counter
-	AckLatency, DeliveryLatency                                 prometheus.Observer
+	Sent       prometheus.Counter
+	AckLatency prometheus.Observer
+	// Saturated counts deliveries recorded while the prober was saturated.
+	Saturated prometheus.Counter
+	Cohort    [2]RecvSet // indexed by CohortIndex
+}
+
+// RecvSet is what the receivers of one cohort record for one kind.
+type RecvSet struct {
+	Expected, Delivered, Lost, Late, Duplicate, Reordered prometheus.Counter
+	DeliveryLatency                                       prometheus.Observer
 }
 
 // KindIndex returns the index of kind in Set.Kind: 0 direct, 1 group.
@@ -287,18 +390,29 @@ func KindIndex(group bool) int {
 	return 0
 }
 
+// CohortIndex returns the index of a cohort in KindSet.Cohort: 0 normal,
+// 1 slow reader.
+func CohortIndex(slow bool) int {
+	if slow {
+		return 1
+	}
+	return 0
+}
+
 // For resolves the series of target and source, creating them at zero.
 func (m *Metrics) For(target, source string) *Set {
 	s := &Set{
-		Online:      m.SessionsOnline.WithLabelValues(target, source),
-		Target:      m.SessionsTarget.WithLabelValues(target, source),
-		Streams:     m.StreamsTracked.WithLabelValues(target, source),
-		Ready:       m.Ready.WithLabelValues(target, source),
-		ConnectOK:   m.SessionConnects.WithLabelValues(target, source, "success"),
-		ConnectFail: m.SessionConnects.WithLabelValues(target, source, "failure"),
-		Disconnects: map[string]prometheus.Counter{},
-		SendErrors:  map[string]prometheus.Counter{},
-		Ignored:     map[string]prometheus.Counter{},
+		Online:          m.SessionsOnline.WithLabelValues(target, source),
+		Target:          m.SessionsTarget.WithLabelValues(target, source),
+		Streams:         m.StreamsTracked.WithLabelValues(target, source),
+		Ready:           m.Ready.WithLabelValues(target, source),
+		SessionsLagging: m.SessionsLagging.WithLabelValues(target, source),
+		DeliveryLag:     m.DeliveryLag.WithLabelValues(target, source),
+		ConnectOK:       m.SessionConnects.WithLabelValues(target, source, "success"),
+		ConnectFail:     m.SessionConnects.WithLabelValues(target, source, "failure"),
+		Disconnects:     map[string]prometheus.Counter{},
+		SendErrors:      map[string]prometheus.Counter{},
+		Ignored:         map[string]prometheus.Counter{},
 	}
 	for _, r := range DisconnectReasons {
 		s.Disconnects[r] = m.SessionDisconnects.WithLabelValues(target, source, r)
@@ -310,19 +424,59 @@ func (m *Metrics) For(target, source string) *Set {
 		s.Ignored[r] = m.DeliveriesIgnored.WithLabelValues(target, source, r)
 	}
 	for i, k := range Kinds {
-		s.Kind[i] = KindSet{
-			Sent:            m.MessagesSent.WithLabelValues(target, source, k),
-			Expected:        m.DeliveriesExpected.WithLabelValues(target, source, k),
-			Delivered:       m.Deliveries.WithLabelValues(target, source, k),
-			Lost:            m.DeliveriesLost.WithLabelValues(target, source, k),
-			Late:            m.DeliveriesLate.WithLabelValues(target, source, k),
-			Duplicate:       m.DeliveriesDuplicate.WithLabelValues(target, source, k),
-			Reordered:       m.DeliveriesReordered.WithLabelValues(target, source, k),
-			AckLatency:      m.AckLatency.WithLabelValues(target, source, k),
-			DeliveryLatency: m.DeliveryLatency.WithLabelValues(target, source, k),
+		ks := KindSet{
+			Sent:       m.MessagesSent.WithLabelValues(target, source, k),
+			AckLatency: m.AckLatency.WithLabelValues(target, source, k),
+			Saturated:  m.DeliveriesSaturated.WithLabelValues(target, source, k),
 		}
+		for j, c := range Cohorts {
+			ks.Cohort[j] = RecvSet{
+				Expected:        m.DeliveriesExpected.WithLabelValues(target, source, k, c),
+				Delivered:       m.Deliveries.WithLabelValues(target, source, k, c),
+				Lost:            m.DeliveriesLost.WithLabelValues(target, source, k, c),
+				Late:            m.DeliveriesLate.WithLabelValues(target, source, k, c),
+				Duplicate:       m.DeliveriesDuplicate.WithLabelValues(target, source, k, c),
+				Reordered:       m.DeliveriesReordered.WithLabelValues(target, source, k, c),
+				DeliveryLatency: m.DeliveryLatency.WithLabelValues(target, source, k, c),
+			}
+		}
+		s.Kind[i] = ks
 	}
 	return s
+}
+
+// ProbeSet is the prober's own health series for one target: one per
+// process, whatever the sources.
+type ProbeSet struct {
+	SendLag, ReceiveLag prometheus.Observer
+	Saturated, CPU      prometheus.Gauge
+	Cause               map[string]prometheus.Gauge
+	m                   *Metrics
+	target              string
+}
+
+// Probe resolves the prober's health series of target, creating them at
+// zero.
+func (m *Metrics) Probe(target string) *ProbeSet {
+	p := &ProbeSet{
+		SendLag:    m.ProbeSendLag.WithLabelValues(target),
+		ReceiveLag: m.ProbeReceiveLag.WithLabelValues(target),
+		Saturated:  m.ProbeSaturated.WithLabelValues(target),
+		CPU:        m.ProbeCPUUsage.WithLabelValues(target),
+		Cause:      map[string]prometheus.Gauge{},
+		m:          m,
+		target:     target,
+	}
+	for _, c := range Causes {
+		p.Cause[c] = m.ProbeSaturationCause.WithLabelValues(target, c)
+	}
+	return p
+}
+
+// PortUsage returns the port-usage gauge of a local address. Addresses are
+// the few the population dials from, so the series stay few.
+func (p *ProbeSet) PortUsage(addr string) prometheus.Gauge {
+	return p.m.ProbePortUsage.WithLabelValues(p.target, addr)
 }
 
 // Below returns how many observations of a histogram were at most le, and

@@ -20,7 +20,9 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // here is a change to the contract with every dashboard and alert.
 func TestInitialScrape(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	New(reg).For("staging", SourceBackground)
+	m := New(reg)
+	m.For("staging", SourceBackground)
+	m.Probe("staging")
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

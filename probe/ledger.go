@@ -52,6 +52,9 @@ type Ledger struct {
 	streams   atomic.Int64
 	// obs, if set, sees every received message; nil for the background.
 	obs Observer
+	// health, if set, says whether the prober is saturated: deliveries
+	// recorded meanwhile are counted as such.
+	health Health
 }
 
 // NewLedger returns a ledger that records into set. run is this process's
@@ -77,6 +80,8 @@ func (l *Ledger) Streams() int64 { return l.streams.Load() }
 type Inbox struct {
 	l    *Ledger
 	user int // the receiving user's index, for the observer
+	// cohort is metrics.CohortIndex of the receiving user.
+	cohort int
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.
 	mu      sync.Mutex
@@ -151,7 +156,8 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		in.streams[string(key)] = st
 		l.streams.Add(1)
 	}
-	ks := &l.set.Kind[st.kind]
+	kset := &l.set.Kind[st.kind]
+	ks := &kset.Cohort[in.cohort]
 	st.last = now
 	if h.VoidHi != 0 {
 		st.addVoid(h.VoidLo, h.VoidHi)
@@ -182,6 +188,9 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		lat := now - h.Intended
 		ks.Delivered.Inc()
 		ks.DeliveryLatency.Observe(float64(lat) / 1e9)
+		if l.health != nil && l.health.Saturated() {
+			kset.Saturated.Inc()
+		}
 		if lat > l.deadline {
 			ks.Late.Inc()
 		}
@@ -224,7 +233,7 @@ func (in *Inbox) Sweep(now int64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for key, st := range in.streams {
-		ks := &l.set.Kind[st.kind]
+		ks := &l.set.Kind[st.kind].Cohort[in.cohort]
 		for len(st.pending) > 0 && now-st.pending[0].intended > l.lostAfter {
 			st.writeOff(ks, st.pending[0].seq)
 		}
@@ -246,7 +255,7 @@ func (in *Inbox) Forget() {
 
 // writeOff resolves every seq below upTo as lost, but for those the sender
 // declared void, then advances past what is resolved.
-func (st *stream) writeOff(ks *metrics.KindSet, upTo uint64) {
+func (st *stream) writeOff(ks *metrics.RecvSet, upTo uint64) {
 	if upTo <= st.base {
 		return
 	}

@@ -44,6 +44,46 @@ type Options struct {
 	// offline delivery.
 	LateFraction float64
 	LateAfter    time.Duration
+	// SlowReaders makes a fraction of the users read deliberately slowly:
+	// a slow-reader drill.
+	SlowReaders SlowReaders
+	// LagThreshold is how long a message the server acknowledged may go
+	// unreceived by an online recipient, with nothing later of its stream
+	// received either, before the recipient counts as lagging. 0 means
+	// half the Deadline, so that a stalled session is flagged within one
+	// deadline.
+	LagThreshold time.Duration
+	// Health, if set, records the prober's own send and receive lags and
+	// says when it is saturated.
+	Health Health
+}
+
+// SlowReaders configures a slow-reader drill. The slow readers are spread
+// evenly over the users; they receive but do not send, since their acks
+// would wait behind their own slow reads and measure imcanary, not the
+// server.
+type SlowReaders struct {
+	// Fraction of the users, 0 to below 1, who read slowly.
+	Fraction float64
+	// ReadDelay is a pause after every delivery a slow reader reads.
+	ReadDelay time.Duration
+	// Pause stops a slow reader's reading for this long, at its first
+	// delivery and then every PauseEvery (0: only once per session).
+	Pause      time.Duration
+	PauseEvery time.Duration
+}
+
+// Health is the prober's self-monitor (probe/saturation.Monitor). Its
+// methods are on the hot paths and must not block or allocate.
+type Health interface {
+	// SendLag records how late a message was written against its
+	// intended send time.
+	SendLag(time.Duration)
+	// ReceiveLag records the time from a frame's read off the socket to
+	// the ledger's record of it.
+	ReceiveLag(time.Duration)
+	// Saturated reports whether the prober's numbers are now suspect.
+	Saturated() bool
 }
 
 // Population keeps Users sessions online, sends open-loop traffic between
@@ -74,6 +114,16 @@ type Population struct {
 	// channel) would be lost for the late members on protocols that keep
 	// nothing for absent members, and counted as such.
 	holdUntil atomic.Int64
+	// ctx is Run's context: slow readers sleep on it, so that shutdown
+	// does not wait out a pause.
+	ctx context.Context
+	// slowLag is the largest delivery lag of a slow reader at the last
+	// sweep, for the drill report.
+	slowLag atomic.Int64
+	// sweepMu serialises sweeps: the sweeper's and a test's may overlap,
+	// and the lag state of each link belongs to the sweep.
+	sweepMu    sync.Mutex
+	lagScratch []uint64
 }
 
 // readyGrace is how long after its ramp a population that is not fully
@@ -94,6 +144,15 @@ func New(o Options) (*Population, error) {
 		return nil, fmt.Errorf("population: lost_after %v must be at least twice deadline %v > 0", o.LostAfter, o.Deadline)
 	case o.Heartbeat <= 0 || o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
 		return nil, errors.New("population: heartbeat and backoff must be positive")
+	case o.SlowReaders.Fraction < 0 || o.SlowReaders.Fraction >= 1:
+		return nil, fmt.Errorf("population: slow_readers.fraction %v: must be at least 0 and below 1", o.SlowReaders.Fraction)
+	case o.SlowReaders.ReadDelay < 0 || o.SlowReaders.Pause < 0 || o.SlowReaders.PauseEvery < 0:
+		return nil, errors.New("population: slow_readers durations must not be negative")
+	case o.LagThreshold < 0:
+		return nil, fmt.Errorf("population: lag_threshold %v: must not be negative", o.LagThreshold)
+	}
+	if o.LagThreshold == 0 {
+		o.LagThreshold = o.Deadline / 2
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -105,6 +164,7 @@ func New(o Options) (*Population, error) {
 		run:    []byte(o.Run),
 	}
 	p.ledger.obs = o.Observer
+	p.ledger.health = o.Health
 	p.paused.Store(o.StartPaused)
 	p.layout()
 	return p, nil
@@ -122,6 +182,17 @@ type user struct {
 	late bool
 	// everOnline is set at the user's first login.
 	everOnline atomic.Bool
+	// slow users read deliberately slowly (a drill) and do not send.
+	slow bool
+	// nextPause (Unix ns) is when a slow reader next pauses; 0 is at its
+	// next delivery. Owned by the read loop.
+	nextPause int64
+	// incoming are the streams that deliver to this user, with the state
+	// of its lag on each; touched only by the sweep.
+	incoming []link
+	// sessStart (Unix ns) is when the current session logged in; guarded
+	// by mu.
+	sessStart int64
 
 	// mu guards the fields below: the sender, the read loop (acks) and the
 	// sweeper (ack timeouts) all touch them.
@@ -136,7 +207,8 @@ type user struct {
 	next int64
 }
 
-// sendStream is one of a user's outgoing sequences.
+// sendStream is one of a user's outgoing sequences. Its fields are guarded
+// by the sending user's mu.
 type sendStream struct {
 	name   []byte // "d.PEER" or "g.GROUP"
 	nameS  string // name, for Sent without an allocation per send
@@ -144,6 +216,18 @@ type sendStream struct {
 	group  string
 	kind   int
 	fanout int
+	// slowFanout is how many of the recipients are slow readers: their
+	// expected deliveries are counted in the slow_reader cohort.
+	slowFanout int
+	// key is the inbox key of the stream ("RUN SENDER NAME"), from the
+	// index of its sender.
+	key  string
+	from int
+	// acked is the highest seq the server acknowledged; acks holds the
+	// time of the last few acks, by seq modulo its length, so that a
+	// recipient's lag is timed from the ack of the first message it misses.
+	acked uint64
+	acks  [ackRing]ackStamp
 	// recipients are the indices of the users this stream delivers to.
 	recipients []int
 	seq        uint64
@@ -159,6 +243,24 @@ type flight struct {
 	st     *sendStream
 	seq    uint64
 	sentAt int64
+}
+
+// ackRing is how many recent acks a stream remembers the time of. A
+// recipient further behind than this is timed from the oldest one kept,
+// which can only make its lag look shorter, never longer.
+const ackRing = 8
+
+type ackStamp struct {
+	seq uint64
+	at  int64
+}
+
+// link is a recipient's view of one stream that delivers to it: waitSeq is
+// the first seq it is waiting for (0: none) and since when (Unix ns).
+type link struct {
+	st      *sendStream
+	waitSeq uint64
+	since   int64
 }
 
 type voidCarry struct {
@@ -188,8 +290,11 @@ func (p *Population) layout() {
 		p.users[i].toggle = i%2 == 1
 		// Spread late users evenly: user i is late when the running
 		// count of late users steps up at i.
-		f := o.LateFraction
-		p.users[i].late = f > 0 && int(float64(i+1)*f) > int(float64(i)*f)
+		p.users[i].late = spread(i, o.LateFraction)
+		// Offset by half a user, so that a run with both late users and
+		// slow readers does not pick the same users for both.
+		p.users[i].slow = spread(i+len(p.users)/2, o.SlowReaders.Fraction)
+		p.users[i].inbox.cohort = metrics.CohortIndex(p.users[i].slow)
 	}
 	n := o.Users
 	for i, u := range p.users {
@@ -229,6 +334,28 @@ func (p *Population) layout() {
 		p.groups = append(p.groups, grp)
 		start = end
 	}
+	for _, u := range p.users {
+		for _, st := range []*sendStream{u.direct, u.group} {
+			if st == nil {
+				continue
+			}
+			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
+			for _, r := range st.recipients {
+				rcpt := p.users[r]
+				rcpt.incoming = append(rcpt.incoming, link{st: st})
+				if rcpt.slow {
+					st.slowFanout++
+				}
+			}
+		}
+	}
+}
+
+// spread reports whether user i is one of a fraction f of the users,
+// spread evenly: it is when the running count of chosen users steps up at
+// i.
+func spread(i int, f float64) bool {
+	return f > 0 && int(float64(i+1)*f) > int(float64(i)*f)
 }
 
 // Plan returns the users and groups the population needs on the server.
@@ -249,6 +376,13 @@ func (p *Population) Users() int { return len(p.users) }
 
 // Late reports whether user i logs in late.
 func (p *Population) Late(i int) bool { return p.users[i].late }
+
+// Slow reports whether user i is a slow reader.
+func (p *Population) Slow(i int) bool { return p.users[i].slow }
+
+// SlowReaderLag returns the largest delivery lag, in messages, of an online
+// slow reader at the last sweep.
+func (p *Population) SlowReaderLag() int64 { return p.slowLag.Load() }
 
 // LoggedIn returns how many distinct users have logged in at least once.
 func (p *Population) LoggedIn() int {
@@ -290,6 +424,7 @@ func (p *Population) Ledger() *Ledger { return p.ledger }
 // goroutine it started has exited.
 func (p *Population) Run(ctx context.Context) error {
 	o := p.opts
+	p.ctx = ctx
 	o.Set.Target.Set(float64(o.Users))
 	if err := p.provision(ctx); err != nil {
 		return err
@@ -362,7 +497,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 	obs := o.Observer
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		t0 := time.Now()
-		sess, err := p.connect(ctx, u.name)
+		sess, err := p.connect(ctx, u)
 		if obs != nil && ctx.Err() == nil {
 			obs.Login(u.idx, time.Since(t0), err)
 		}
@@ -381,7 +516,9 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		began := time.Now()
 		u.mu.Lock()
 		u.sess = sess
+		u.sessStart = time.Now().UnixNano()
 		u.mu.Unlock()
+		u.nextPause = 0
 		u.everOnline.Store(true)
 		o.Set.Online.Inc()
 		if p.online.Add(1) == int64(o.Users) && !p.ready.Swap(true) {
@@ -420,15 +557,18 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 // login (TLS, HTTP upgrade) runs deep and would grow the calling goroutine's
 // stack for good; the user's goroutine then spends its life in the shallow
 // read loop, and an idle session keeps a small stack.
-func (p *Population) connect(ctx context.Context, user string) (Session, error) {
+func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
 	type result struct {
 		s   Session
 		err error
 	}
 	ch := make(chan result, 1)
+	if u.slow {
+		ctx = WithSlowLink(ctx)
+	}
 	// Exits when Connect returns, which ctx bounds.
 	go func() {
-		s, err := p.opts.Driver.Connect(ctx, user)
+		s, err := p.opts.Driver.Connect(ctx, u.name)
 		ch <- result{s, err}
 	}()
 	r := <-ch
@@ -457,6 +597,11 @@ func (u *user) OnAck(ref uint64, _ Ack) {
 	now := time.Now().UnixNano()
 	u.mu.Lock()
 	f, ok := u.take(ref)
+	if ok {
+		st := f.st
+		st.acked = max(st.acked, f.seq)
+		st.acks[f.seq%ackRing] = ackStamp{seq: f.seq, at: now}
+	}
 	u.mu.Unlock()
 	if !ok {
 		// Already written off after an ack timeout.
@@ -464,7 +609,12 @@ func (u *user) OnAck(ref uint64, _ Ack) {
 	}
 	ks := &u.p.opts.Set.Kind[f.st.kind]
 	ks.AckLatency.Observe(float64(now-f.sentAt) / 1e9)
-	ks.Expected.Add(float64(f.st.fanout))
+	if n := f.st.fanout - f.st.slowFanout; n > 0 {
+		ks.Cohort[0].Expected.Add(float64(n))
+	}
+	if f.st.slowFanout > 0 {
+		ks.Cohort[1].Expected.Add(float64(f.st.slowFanout))
+	}
 	if obs := u.p.opts.Observer; obs != nil {
 		obs.Ack(ref, f.st.kind == 1, time.Duration(now-f.sentAt))
 	}
@@ -492,9 +642,39 @@ func (u *user) OnReject(ref uint64, reason string) {
 	}
 }
 
-// OnDelivery implements Handler.
+// OnDelivery implements Handler. Latency is measured to when the frame was
+// read off the socket when the adapter says so; the time from there to the
+// ledger is the prober's own receive lag, recorded apart.
 func (u *user) OnDelivery(d *Delivery) {
-	u.inbox.Receive(d.Body, time.Now().UnixNano())
+	at := d.At
+	if at == 0 {
+		at = time.Now().UnixNano()
+	}
+	u.inbox.Receive(d.Body, at)
+	p := u.p
+	if u.slow {
+		u.readSlowly()
+		return
+	}
+	if h := p.opts.Health; h != nil && d.At != 0 {
+		h.ReceiveLag(time.Duration(time.Now().UnixNano() - d.At))
+	}
+}
+
+// readSlowly holds a slow reader's read loop: the frames behind this one
+// wait in the socket buffers, and then on the server.
+func (u *user) readSlowly() {
+	sr := u.p.opts.SlowReaders
+	if sr.Pause > 0 && u.nextPause >= 0 && time.Now().UnixNano() >= u.nextPause {
+		u.nextPause = -1
+		if sr.PauseEvery > 0 {
+			u.nextPause = time.Now().Add(sr.Pause + sr.PauseEvery).UnixNano()
+		}
+		Sleep(u.p.ctx, sr.Pause)
+	}
+	if sr.ReadDelay > 0 {
+		Sleep(u.p.ctx, sr.ReadDelay)
+	}
 }
 
 // take removes the flight with ref. Acks come nearly in order, so the
@@ -587,7 +767,7 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 	var h userHeap
 	for i := shard; i < len(p.users); i += shards {
 		u := p.users[i]
-		if u.direct == nil && u.group == nil {
+		if (u.direct == nil && u.group == nil) || u.slow {
 			continue
 		}
 		// First send: after the user's ramp slot, at a random phase, so
@@ -615,6 +795,9 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 			return
 		}
 		if !p.paused.Load() && (p.ready.Load() || u.next > p.holdUntil.Load()) {
+			if h := o.Health; h != nil {
+				h.SendLag(time.Duration(time.Now().UnixNano() - u.next))
+			}
 			buf = p.send(u, u.next, buf)
 		}
 		u.next += interval
@@ -731,7 +914,9 @@ func (p *Population) heartbeat(ctx context.Context) {
 // sweeper writes off acks that did not come within the deadline and
 // deliveries missing past lost_after.
 func (p *Population) sweeper(ctx context.Context) {
-	every := min(max(p.opts.LostAfter/4, 10*time.Millisecond), time.Second)
+	// Often enough to write off losses on time and to flag a stalled
+	// session within a deadline: the lag threshold is half of one.
+	every := max(min(p.opts.LostAfter/4, p.opts.LagThreshold/2, time.Second), 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -750,6 +935,9 @@ func (p *Population) Sweep(now time.Time) {
 	set := p.opts.Set
 	ns := now.UnixNano()
 	deadline := int64(p.opts.Deadline)
+	var lagging, slowLag int64
+	p.sweepMu.Lock()
+	defer p.sweepMu.Unlock()
 	for _, u := range p.users {
 		u.mu.Lock()
 		n := 0
@@ -764,10 +952,82 @@ func (p *Population) Sweep(now time.Time) {
 			n++
 		}
 		u.inflight = u.inflight[:n]
+		online := u.sess != nil
+		sessStart := u.sessStart
 		u.mu.Unlock()
 		u.inbox.Sweep(ns)
+		lag, stalled := p.lag(u, online, sessStart, ns)
+		switch {
+		case !online:
+		case u.slow:
+			slowLag = max(slowLag, lag)
+		default:
+			set.DeliveryLag.Observe(float64(lag))
+			if stalled {
+				lagging++
+			}
+		}
 	}
 	set.Streams.Set(float64(p.ledger.Streams()))
+	set.SessionsLagging.Set(float64(lagging))
+	p.slowLag.Store(slowLag)
+}
+
+// lag returns how many messages the server acknowledged to u's streams that
+// u has not received, and whether one of them has waited, with nothing
+// later of its stream received, longer than the lag threshold while u was
+// online: a session the server has silently stopped serving. A message
+// lost on the way is not lag once a later one of its stream arrives; the
+// ledger counts it as lost.
+func (p *Population) lag(u *user, online bool, sessStart, now int64) (lag int64, stalled bool) {
+	if !online {
+		for i := range u.incoming {
+			u.incoming[i].waitSeq = 0
+		}
+		return 0, false
+	}
+	seen := p.lagScratch[:0]
+	u.inbox.mu.Lock()
+	for _, l := range u.incoming {
+		var m uint64
+		if st := u.inbox.streams[l.st.key]; st != nil {
+			m = st.maxSeen
+		}
+		seen = append(seen, m)
+	}
+	u.inbox.mu.Unlock()
+	p.lagScratch = seen
+	threshold := int64(p.opts.LagThreshold)
+	for i := range u.incoming {
+		l := &u.incoming[i]
+		sender := p.users[l.st.from]
+		sender.mu.Lock()
+		acked := l.st.acked
+		want := seen[i] + 1
+		var ackedAt int64
+		if acked >= want {
+			a := l.st.acks[want%ackRing]
+			if a.seq != want {
+				// Too far behind for the ring: time it from the
+				// oldest ack kept, which is later than its own.
+				a = l.st.acks[(acked+1)%ackRing]
+			}
+			ackedAt = a.at
+		}
+		sender.mu.Unlock()
+		if acked < want {
+			l.waitSeq = 0
+			continue
+		}
+		lag += int64(acked - seen[i])
+		if l.waitSeq != want {
+			l.waitSeq, l.since = want, max(ackedAt, sessStart)
+		}
+		if now-l.since > threshold {
+			stalled = true
+		}
+	}
+	return lag, stalled
 }
 
 // Sleep waits for d or until ctx ends, and reports whether ctx is still

@@ -203,6 +203,33 @@ func TestReportInBrowser(t *testing.T) {
 		renderCheckRun(t, run)
 	})
 
+	// The drill and saturation sections, and the shaded bands, render as
+	// the page's own elements.
+	t.Run("drill dom", func(t *testing.T) {
+		drill := filepath.Join(t.TempDir(), "drill.html")
+		var b bytes.Buffer
+		if err := WriteHTML(&b, renderDrillReport()); err != nil {
+			t.Fatalf("WriteHTML: %v", err)
+		}
+		if err := os.WriteFile(drill, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := renderRunChromium(ctx, t, bin, drill, "--dump-dom")
+		dom := string(run.stdout)
+		if n := strings.Count(dom, "<svg "); n != 4 {
+			t.Errorf("dumped DOM has %d <svg> elements, want 4 (%d bytes of DOM)", n, len(dom))
+		}
+		for _, want := range []string{
+			`aria-label="verdict INCONCLUSIVE">INCONCLUSIVE</div>`, "Slow-reader drill", "imcanary saturated",
+			"disconnected as slow consumers (close 4008)", `<rect class="saturated"`,
+		} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("dumped DOM lacks %q", want)
+			}
+		}
+		renderCheckRun(t, run)
+	})
+
 	t.Run("screenshot", func(t *testing.T) {
 		shot := filepath.Join(t.TempDir(), "report.png")
 		run := renderRunChromium(ctx, t, bin, page, "--screenshot="+shot, "--window-size=1280,2400")

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/imcanary/imcanary/metrics"
 )
 
 // WriteJSON writes r as indented JSON. Field names are the struct tags and
@@ -48,16 +50,18 @@ func ReadJSON(rd io.Reader) (*Report, error) {
 	return &r, nil
 }
 
-// renderVerdict is the word a person reads first: PASS, FAIL or ABORTED.
-// Anything but "pass" is a failure to the reader, so an unknown result is
-// shown upper-cased rather than hidden.
+// renderVerdict is the word a person reads first: PASS, FAIL,
+// INCONCLUSIVE or ABORTED. Anything but "pass" is a failure to the reader,
+// so an unknown result is shown upper-cased rather than hidden.
 func renderVerdict(result string) string {
 	switch result {
-	case "pass":
+	case metrics.ResultPass:
 		return "PASS"
-	case "fail":
+	case metrics.ResultFail:
 		return "FAIL"
-	case "aborted":
+	case metrics.ResultInconclusive:
+		return "INCONCLUSIVE"
+	case metrics.ResultAborted:
 		return "ABORTED"
 	case "":
 		return "UNKNOWN"
@@ -279,4 +283,76 @@ func renderTruncate(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// renderIf returns s when cond holds, else "": an optional tail of a line.
+func renderIf(cond bool, s string) string {
+	if cond {
+		return s
+	}
+	return ""
+}
+
+// renderPercentiles prints percentiles on one line, "p50 1.5s, p95 2.4s,
+// p99 2.4s, max 2.5s (186)", or "none" when nothing was measured.
+func renderPercentiles(p Percentiles) string {
+	if p.Count == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("p50 %s, p95 %s, p99 %s, max %s (%s)", renderLatency(p.P50), renderLatency(p.P95),
+		renderLatency(p.P99), renderLatency(p.Max), renderCount(p.Count))
+}
+
+// renderDrillRows are the lines of the slow-reader drill, the same in the
+// text and HTML reports; the reaction is shown apart, first.
+func renderDrillRows(r *Report) []renderKV {
+	d := r.Drill
+	users := r.Users.Configured
+	if users == 0 {
+		users = r.Profile.Users
+	}
+	dl := d.Deliveries
+	return []renderKV{
+		{"slow readers", fmt.Sprintf("%s of %s users (%s), who never send", renderCount(int64(d.SlowReaders)),
+			renderCount(int64(users)), renderPercent(d.Fraction))},
+		{"reading", drillHow(d)},
+		{"deliveries", fmt.Sprintf("%s expected, %s delivered, %s lost, %s undelivered (%s loss), %s late",
+			renderCount(dl.Expected), renderCount(dl.Delivered), renderCount(dl.Lost), renderCount(dl.Undelivered),
+			renderPercent(dl.LossRatio), renderCount(dl.Late))},
+		{"latency", renderPercentiles(d.Latency)},
+		{"normal users' p99", renderLatency(d.NormalP99)},
+		{"disconnects", renderCountsTotal(d.Disconnects)},
+		{"close codes", renderCounts(d.CloseCodes)},
+		{"time to disconnect", renderPercentiles(d.TimeToDisconnect)},
+		{"max lag", renderCount(d.MaxLagMessages) + " messages"},
+	}
+}
+
+// renderSaturationSummary is the saturation section's first line.
+func renderSaturationSummary(s *Saturation) string {
+	causes := "none named"
+	if c := saturationCauses(s); len(c) > 0 {
+		causes = strings.Join(c, ", ")
+	}
+	return fmt.Sprintf("%s of the send and drain phases; %s delivery latency samples recorded while saturated; causes %s",
+		renderPercent(s.SendDrainRatio), renderCount(s.DeliverySamples), causes)
+}
+
+// renderSaturationPeriods lists the saturated periods as rows: from and to
+// (offsets into the run, or times when the run has no start), the phases
+// they overlap and their causes.
+func renderSaturationPeriods(r *Report) [][]string {
+	at := func(t time.Time) string {
+		if r.Start.IsZero() || t.IsZero() {
+			return renderTime(t)
+		}
+		return renderLatency(t.Sub(r.Start))
+	}
+	rows := make([][]string, 0, len(r.Saturation.Periods))
+	for _, p := range r.Saturation.Periods {
+		rows = append(rows, []string{at(p.Start), at(p.End),
+			renderOr(strings.Join(phasesDuring(r, p.Start, p.End), ", "), "-"),
+			renderOr(strings.Join(p.Causes, ", "), "-")})
+	}
+	return rows
 }

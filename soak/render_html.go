@@ -7,11 +7,14 @@ import (
 	"html/template"
 	"io"
 	"strings"
+
+	"github.com/imcanary/imcanary/metrics"
 )
 
 // WriteHTML writes r as one self-contained HTML page: the verdict, the
-// tables of the text summary and four charts drawn as inline SVG from the
-// samples. The page loads nothing (no script, font, image or style sheet
+// tables of the text summary (the slow-reader drill and the prober's
+// saturation among them) and four charts drawn as inline SVG from the
+// samples, with the saturated spans shaded. The page loads nothing (no script, font, image or style sheet
 // from anywhere), so it opens from a file, an e-mail attachment or an
 // air-gapped host alike.
 func WriteHTML(w io.Writer, r *Report) error {
@@ -48,6 +51,23 @@ type renderPageData struct {
 	Notes                 []string
 	Charts                []renderChart
 	Samples               int
+	// Drill and Saturation are nil when the run had none.
+	Drill      *renderDrillData
+	Saturation *renderSaturationData
+	// Shaded says a chart shades saturated spans.
+	Shaded bool
+}
+
+// renderDrillData is the slow-reader drill's section.
+type renderDrillData struct {
+	Reaction string
+	Rows     []renderKV
+}
+
+// renderSaturationData is the prober's saturation section.
+type renderSaturationData struct {
+	Summary string
+	Periods [][]string
 }
 
 type renderKV struct{ Key, Value string }
@@ -81,21 +101,38 @@ func renderNewPage(r *Report) renderPageData {
 		Samples: len(r.Samples),
 	}
 	switch r.Result {
-	case "pass":
+	case metrics.ResultPass:
 		p.VerdictClass = "pass"
 		p.Headline = "Every threshold held."
-	case "aborted":
+	case metrics.ResultAborted:
 		p.VerdictClass = "aborted"
 		p.Headline = "The run was stopped before its end; an aborted run never passes."
+	case metrics.ResultInconclusive:
+		p.VerdictClass = "inconclusive"
+		p.Headline = "A threshold failed while imcanary itself was saturated: the failure may be its own."
 	default:
 		p.VerdictClass = "fail"
 		p.Headline = "The run failed."
 	}
 	if n := len(p.Failed); n > 0 {
-		p.Headline = fmt.Sprintf("%d of %d thresholds failed: %s.", n, len(r.Thresholds), strings.Join(p.Failed, ", "))
-		if r.Result == "aborted" {
+		list := strings.Join(p.Failed, ", ")
+		p.Headline = fmt.Sprintf("%d of %d thresholds failed: %s.", n, len(r.Thresholds), list)
+		switch r.Result {
+		case metrics.ResultAborted:
 			p.Headline = "Stopped before its end. " + p.Headline
+		case metrics.ResultInconclusive:
+			p.Headline = fmt.Sprintf("%d of %d thresholds failed (%s) while imcanary itself was saturated: the failure may be its own.",
+				n, len(r.Thresholds), list)
 		}
+	}
+	if d := r.Drill; d != nil {
+		p.Drill = &renderDrillData{Reaction: renderOr(d.Reaction, "-"), Rows: renderDrillRows(r)}
+	}
+	if s := r.Saturation; s != nil {
+		p.Saturation = &renderSaturationData{Summary: renderSaturationSummary(s), Periods: renderSaturationPeriods(r)}
+	}
+	for _, c := range p.Charts {
+		p.Shaded = p.Shaded || len(c.Bands) > 0
 	}
 
 	pr := r.Profile
@@ -107,6 +144,9 @@ func renderNewPage(r *Report) renderPageData {
 	}
 	if pr.LateLogins > 0 {
 		p.Settings = append(p.Settings, renderKV{"late logins", renderPercent(pr.LateLogins) + " after " + renderSpan(pr.LateAfter)})
+	}
+	if d := r.Drill; d != nil {
+		p.Settings = append(p.Settings, renderKV{"slow readers", renderPercent(d.Fraction)})
 	}
 
 	u, m := r.Users, r.Messages
@@ -138,7 +178,7 @@ func renderNewPage(r *Report) renderPageData {
 				{"late", renderCount(all.Late) + " (" + renderPercent(all.LateRatio) + ")"},
 				{"duplicate", renderCount(all.Duplicate)},
 			}},
-		{Title: "Disconnects", Big: renderCount(disconnects), Sub: "our own shutdown excluded",
+		{Title: "Disconnects", Big: renderCount(disconnects), Sub: "our own shutdown excluded" + renderIf(r.Drill != nil, ", slow readers apart"),
 			Bad:  disconnects > 0,
 			Rows: renderKVs(r.Disconnects)},
 	}
@@ -199,6 +239,7 @@ const renderPageTemplate = `<!DOCTYPE html>
   --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --soft: #f6f8fa;
   --pass: #1a7f37; --pass-bg: #dafbe1; --fail: #cf222e; --fail-bg: #ffebe9;
   --aborted: #9a6700; --aborted-bg: #fff8c5;
+  --inconclusive: #6639ba; --inconclusive-bg: #fbefff;
 }
 * { box-sizing: border-box; }
 body {
@@ -210,6 +251,7 @@ main, .banner-inner { max-width: 1200px; margin: 0 auto; padding: 0 24px; }
 .banner.pass { background: var(--pass-bg); border-top: 8px solid var(--pass); }
 .banner.fail { background: var(--fail-bg); border-top: 8px solid var(--fail); }
 .banner.aborted { background: var(--aborted-bg); border-top: 8px solid var(--aborted); }
+.banner.inconclusive { background: var(--inconclusive-bg); border-top: 8px solid var(--inconclusive); }
 .banner-inner { display: flex; gap: 24px; align-items: center; }
 .verdict {
   flex: none; font-size: 40px; font-weight: 800; letter-spacing: .04em; color: #fff;
@@ -218,11 +260,13 @@ main, .banner-inner { max-width: 1200px; margin: 0 auto; padding: 0 24px; }
 .pass .verdict { background: var(--pass); }
 .fail .verdict { background: var(--fail); }
 .aborted .verdict { background: var(--aborted); }
+.inconclusive .verdict { background: var(--inconclusive); }
 h1 { font-size: 24px; margin: 0 0 2px; font-weight: 650; }
 .headline { font-size: 17px; margin: 0 0 6px; font-weight: 600; }
 .pass .headline { color: var(--pass); }
 .fail .headline { color: var(--fail); }
 .aborted .headline { color: var(--aborted); }
+.inconclusive .headline { color: var(--inconclusive); }
 .meta { color: var(--muted); margin: 0; font-size: 14px; }
 .meta b { color: var(--fg); font-weight: 600; }
 .meta span + span::before { content: "·"; margin: 0 8px; color: var(--line); }
@@ -260,6 +304,10 @@ svg .ref text { font-size: 11px; font-weight: 600; }
 svg .phase text, svg .ref text { paint-order: stroke; stroke: #fff; stroke-width: 3px; stroke-linejoin: round; }
 svg .empty { font-size: 16px; fill: var(--muted); }
 .chart-note { color: var(--muted); font-size: 13px; margin: 8px 0 0; }
+.reaction { font-size: 16px; font-weight: 600; margin: 0 0 10px; }
+.saturation-summary { margin: 0 0 10px; color: var(--inconclusive); font-weight: 600; }
+table.kv td { text-align: left; white-space: normal; }
+table.kv td:first-child { width: 1%; white-space: nowrap; color: var(--muted); }
 .none { color: var(--muted); }
 th.count, td.count { text-align: right; width: 1%; }
 th.count + th, td.err { text-align: left; }
@@ -292,7 +340,18 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 {{end}}</tbody>
 </table>{{else}}<p class="none">No thresholds were evaluated.</p>{{end}}
 </section>
-
+{{with .Saturation}}
+<section aria-labelledby="h-saturation">
+<h2 id="h-saturation">imcanary saturated</h2>
+<p class="saturation-summary">{{.Summary}}</p>
+{{if .Periods}}<table>
+<thead><tr><th>from</th><th>to</th><th>phases</th><th>causes</th></tr></thead>
+<tbody>
+{{range .Periods}}<tr>{{range $i, $c := .}}{{if eq $i 0}}<td class="name">{{$c}}</td>{{else}}<td>{{$c}}</td>{{end}}{{end}}</tr>
+{{end}}</tbody>
+</table>{{else}}<p class="none">Saturated only between samples: no period was recorded.</p>{{end}}
+</section>
+{{end}}
 <section aria-labelledby="h-summary">
 <h2 id="h-summary">Summary</h2>
 <div class="cards">
@@ -300,7 +359,15 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 <dl>{{range .Rows}}<dt>{{.Key}}</dt><dd>{{.Value}}</dd>{{else}}<dt>none</dt><dd></dd>{{end}}</dl></div>
 {{end}}</div>
 </section>
-
+{{with .Drill}}
+<section aria-labelledby="h-drill">
+<h2 id="h-drill">Slow-reader drill</h2>
+<p class="reaction">{{.Reaction}}</p>
+<table class="kv"><tbody>
+{{range .Rows}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>
+{{end}}</tbody></table>
+</section>
+{{end}}
 <section aria-labelledby="h-charts">
 <h2 id="h-charts">Over time</h2>
 <div class="charts">
@@ -310,7 +377,8 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 <title id="{{.ID}}-title">{{.Title}}</title>
 <desc id="{{.ID}}-desc">{{.Desc}}</desc>
 <rect x="{{.Left}}" y="{{.Top}}" width="{{.PlotW}}" height="{{.PlotH}}" fill="#fbfcfd" stroke="#d1d9e0"/>
-<g class="grid" stroke="#eaeef2" stroke-width="1">
+{{range .Bands}}<rect class="saturated" x="{{.X}}" y="{{$c.Top}}" width="{{.W}}" height="{{$c.PlotH}}" fill="#8250df" fill-opacity="0.14"><title>{{.Title}}</title></rect>
+{{end}}<g class="grid" stroke="#eaeef2" stroke-width="1">
 {{range .YTicks}}<line x1="{{$c.Left}}" x2="{{$c.Right}}" y1="{{.Pos}}" y2="{{.Pos}}"/>
 {{end}}{{range .XTicks}}<line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}"/>
 {{end}}</g>
@@ -335,7 +403,7 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 </svg>
 </figure>
 {{end}}</div>
-<p class="chart-note">{{if .Samples}}{{.Samples}} sample{{if ne .Samples 1}}s{{end}}. Dashed grey lines mark the start of each phase. Latency is per sample interval; gaps mean nothing arrived.{{else}}This run recorded no samples.{{end}}</p>
+<p class="chart-note">{{if .Samples}}{{.Samples}} sample{{if ne .Samples 1}}s{{end}}. Dashed grey lines mark the start of each phase. Latency is per sample interval; gaps mean nothing arrived.{{if .Shaded}} Shaded spans: imcanary itself was saturated.{{end}}{{else}}This run recorded no samples.{{end}}</p>
 </section>
 
 <section aria-labelledby="h-deliveries">

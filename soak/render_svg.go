@@ -41,7 +41,9 @@ type renderChart struct {
 	Refs                                   []renderRef
 	Lines                                  []renderLine
 	Dots                                   []renderDot
-	Legend                                 []renderLegendItem
+	// Bands shade the spans in which the prober was saturated.
+	Bands  []renderBand
+	Legend []renderLegendItem
 	// Empty is the message shown instead of data when there is none.
 	Empty          string
 	EmptyX, EmptyY string
@@ -59,6 +61,15 @@ type renderRef struct{ Y, LabelX, LabelY, Label, Color string }
 type renderLine struct{ Name, Color, Dash, Points string }
 
 type renderDot struct{ X, Y, Color string }
+
+// renderBand is a shaded span of the plot: x and width, and its tooltip.
+type renderBand struct{ X, W, Title string }
+
+// renderBandSpec is a span to shade, in seconds since the start.
+type renderBandSpec struct {
+	From, To float64
+	Title    string
+}
 
 type renderLegendItem struct {
 	X1, X2, Y, TextX, TextY string
@@ -103,6 +114,8 @@ type renderTimeline struct {
 	Min, Max   float64
 	PhaseNames []string
 	PhaseX     []float64
+	// Bands are the saturated periods on the same axis.
+	Bands []renderBandSpec
 }
 
 func renderNewTimeline(r *Report) renderTimeline {
@@ -136,6 +149,18 @@ func renderNewTimeline(r *Report) renderTimeline {
 	if !r.End.IsZero() && r.End.After(origin) {
 		tl.Max = max(tl.Max, since(r.End))
 	}
+	if s := r.Saturation; s != nil {
+		for _, p := range s.Periods {
+			if p.Start.IsZero() || p.End.IsZero() {
+				continue
+			}
+			title := "imcanary saturated"
+			if len(p.Causes) > 0 {
+				title += ": " + strings.Join(p.Causes, ", ")
+			}
+			tl.Bands = append(tl.Bands, renderBandSpec{From: since(p.Start), To: since(p.End), Title: title})
+		}
+	}
 	// A run of one sample at its start still gets an axis a second wide.
 	if tl.Max-tl.Min < 1 {
 		tl.Max = tl.Min + 1
@@ -163,6 +188,21 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 	}
 	for _, t := range renderTimeTicks(tl.Min, tl.Max) {
 		c.XTicks = append(c.XTicks, renderTick{Pos: renderCoord(xScale(t)), Label: renderTickSpan(t)})
+	}
+	for _, b := range tl.Bands {
+		x1 := renderClamp(xScale(b.From), left, right)
+		x2 := renderClamp(xScale(b.To), left, right)
+		if x2-x1 < 1 {
+			if x1 >= right || x2 <= left || b.To < b.From {
+				continue
+			}
+			// A span narrower than a unit still shows.
+			x2 = min(x1+1, right)
+			x1 = x2 - 1
+		}
+		if len(c.Bands) < renderMaxSegments {
+			c.Bands = append(c.Bands, renderBand{X: renderCoord(x1), W: renderCoord(x2 - x1), Title: b.Title})
+		}
 	}
 	for i, x := range tl.PhaseX {
 		px := xScale(x)
@@ -556,6 +596,19 @@ func renderCharts(r *Report) []renderChart {
 	if users > 0 {
 		onlineRefs = append(onlineRefs, renderRefSpec{Label: "configured " + renderCount(int64(users)), Color: renderColorMuted, Value: float64(users)})
 	}
+	problems := []renderSeries{
+		{Name: "lost", Color: renderColorFail, Values: series(func(s Sample) float64 { return float64(s.Lost) })},
+		{Name: "late", Color: renderColorOrange, Dash: "5 3", Values: series(func(s Sample) float64 { return float64(s.Late) })},
+		{Name: "disconnects", Color: renderColorPurple, Dash: "2 2", Values: series(func(s Sample) float64 { return float64(s.Disconnects) })},
+	}
+	problemsDesc := "Cumulative counts since the start of the run of lost deliveries, late deliveries and disconnects."
+	if r.Drill != nil {
+		// The drill's disconnects beside the normal users': the two
+		// must not read as one.
+		problems = append(problems, renderSeries{Name: "slow disconnects", Color: renderColorBlue, Dash: "1 3",
+			Values: series(func(s Sample) float64 { return float64(s.SlowReaderDisconnects) })})
+		problemsDesc = "Cumulative counts since the start of the run of the normal users' lost deliveries, late deliveries and disconnects, and of the slow readers' disconnects."
+	}
 
 	return []renderChart{
 		renderBuildChart(renderChartSpec{
@@ -589,13 +642,9 @@ func renderCharts(r *Report) []renderChart {
 		}, tl),
 		renderBuildChart(renderChartSpec{
 			ID: "chart-problems", Title: "Lost, late and disconnects (cumulative)",
-			Desc:   "Cumulative counts since the start of the run of lost deliveries, late deliveries and disconnects.",
+			Desc:   problemsDesc,
 			YLabel: "count (cumulative)", Integer: true, AutoLog: true, Final: true,
-			Series: []renderSeries{
-				{Name: "lost", Color: renderColorFail, Values: series(func(s Sample) float64 { return float64(s.Lost) })},
-				{Name: "late", Color: renderColorOrange, Dash: "5 3", Values: series(func(s Sample) float64 { return float64(s.Late) })},
-				{Name: "disconnects", Color: renderColorPurple, Dash: "2 2", Values: series(func(s Sample) float64 { return float64(s.Disconnects) })},
-			},
+			Series: problems,
 		}, tl),
 	}
 }

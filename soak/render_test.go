@@ -188,6 +188,63 @@ func renderTestReport() *Report {
 	return r
 }
 
+// renderDrillReport is renderTestReport as a slow-reader drill whose
+// prober was saturated during the burst: 25 of the 500 users read slowly
+// and were disconnected as slow consumers, and imcanary itself was
+// saturated for 37.5 s of the send phase and 7.5 s of the drain, so the
+// failed thresholds make the run inconclusive.
+func renderDrillReport() *Report {
+	r := renderTestReport()
+	at := func(d time.Duration) time.Time { return renderTestStart.Add(d) }
+	r.Result = "inconclusive"
+	r.Drill = &Drill{
+		SlowReaders: 25, Fraction: 0.05, ReadDelay: 50 * time.Millisecond,
+		Pause: 30 * time.Second, PauseEvery: 2 * time.Minute,
+		Deliveries: Deliveries{Expected: 18760, Delivered: 14203, Lost: 2880, Undelivered: 1677, Late: 9870},
+		Latency: Percentiles{Count: 14203, P50: 4200 * time.Millisecond, P95: 27 * time.Second,
+			P99: 31 * time.Second, Max: 33 * time.Second},
+		NormalP99:   712 * time.Millisecond,
+		Disconnects: map[string]int64{"slow_consumer": 58, "error": 3},
+		CloseCodes:  map[string]int64{"4008": 58},
+		TimeToDisconnect: Percentiles{Count: 61, P50: 21 * time.Second, P95: 33 * time.Second,
+			P99: 35 * time.Second, Max: 36 * time.Second},
+		MaxLagMessages: 3412,
+	}
+	r.Drill.Deliveries.ratios()
+	r.Drill.Reaction = drillReaction(r.Drill, []drillEnd{
+		{slowEnd: slowEnd{reason: "slow_consumer", code: 4008}, n: 58},
+		{slowEnd: slowEnd{reason: "error"}, n: 3},
+	}, 25)
+	r.Saturation = &Saturation{
+		Periods: []SaturatedPeriod{
+			{Start: at(195 * time.Second), End: at(232500 * time.Millisecond), Causes: []string{"cpu", "gc_pause"}},
+			{Start: at(397500 * time.Millisecond), End: at(405 * time.Second), Causes: []string{"receive_lag"}},
+		},
+		SendDrainRatio:  45.0 / 390,
+		DeliverySamples: 41822,
+	}
+	var slowDisc int64
+	for i := range r.Samples {
+		s := &r.Samples[i]
+		el := s.T.Sub(renderTestStart)
+		if s.Phase != "ramp" && slowDisc < 61 {
+			slowDisc = min(61, slowDisc+2)
+		}
+		s.SlowReaderDisconnects = slowDisc
+		if s.Phase != "ramp" {
+			s.SlowReaderLag = int64(800 + (i*53)%900)
+		}
+		for _, p := range r.Saturation.Periods {
+			if el > p.Start.Sub(renderTestStart) && el <= p.End.Sub(renderTestStart) {
+				s.Saturated, s.SaturationCauses = true, p.Causes
+			}
+		}
+	}
+	r.Notes = append([]string{saturationNote(r)}, r.Notes...)
+	r.Notes = append(r.Notes, drillNote(r.Drill, r.Profile.Users))
+	return r
+}
+
 // renderGolden compares got with testdata/name, or rewrites the file under
 // -update.
 func renderGolden(t *testing.T, name string, got []byte) {
@@ -213,15 +270,18 @@ func renderGolden(t *testing.T, name string, got []byte) {
 
 func TestRenderGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		write func(io.Writer, *Report) error
+		name   string
+		write  func(io.Writer, *Report) error
+		report func() *Report
 	}{
-		{"report.golden.json", WriteJSON},
-		{"report.golden.txt", WriteText},
+		{"report.golden.json", WriteJSON, renderTestReport},
+		{"report.golden.txt", WriteText, renderTestReport},
+		{"report-drill.golden.json", WriteJSON, renderDrillReport},
+		{"report-drill.golden.txt", WriteText, renderDrillReport},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := tc.write(&b, renderTestReport()); err != nil {
+			if err := tc.write(&b, tc.report()); err != nil {
 				t.Fatalf("write: %v", err)
 			}
 			renderGolden(t, tc.name, b.Bytes())
@@ -240,6 +300,12 @@ func renderNormalise(r *Report) {
 	for i := range r.Samples {
 		r.Samples[i].T = r.Samples[i].T.UTC()
 	}
+	if r.Saturation != nil {
+		for i := range r.Saturation.Periods {
+			p := &r.Saturation.Periods[i]
+			p.Start, p.End = p.Start.UTC(), p.End.UTC()
+		}
+	}
 }
 
 func TestJSONRoundTrip(t *testing.T) {
@@ -248,8 +314,10 @@ func TestJSONRoundTrip(t *testing.T) {
 	zoned.Start = zoned.Start.In(paris)
 	zoned.Samples[3].T = zoned.Samples[3].T.In(paris)
 
+	drill := renderDrillReport()
 	for name, r := range map[string]*Report{
 		"full":  renderTestReport(),
+		"drill": drill,
 		"zoned": zoned,
 		"empty": {ID: "x", Result: "aborted"},
 	} {
@@ -284,6 +352,39 @@ func TestWriteJSONFieldNames(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("WriteJSON output lacks %q", want)
+		}
+	}
+}
+
+// TestWriteJSONDrillFieldNames pins the names of the drill and saturation
+// fields, which pipelines read.
+func TestWriteJSONDrillFieldNames(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteJSON(&b, renderDrillReport()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"\n  \"drill\": {", "\"slow_readers\": 25,", "\"fraction\": 0.05,", "\"read_delay_ns\": 50000000,",
+		"\"pause_ns\": 30000000000,", "\"pause_every_ns\": 120000000000,", "\"reaction\": \"disconnected as slow consumers",
+		"\"normal_p99_ns\": 712000000,", "\"close_codes\": {", "\"4008\": 58", "\"time_to_disconnect\": {",
+		"\"max_lag_messages\": 3412", "\n  \"saturation\": {", "\"periods\": [", "\"causes\": [",
+		"\"send_drain_ratio\": ", "\"delivery_samples\": 41822", "\"slow_reader_disconnects\": ",
+		"\"slow_reader_lag_messages\": ", "\"saturated\": true", "\"saturation_causes\": [",
+		"\"result\": \"inconclusive\"",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("WriteJSON output lacks %q", want)
+		}
+	}
+	// Without a drill or saturation the report does not mention them.
+	b.Reset()
+	if err := WriteJSON(&b, renderTestReport()); err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{"drill", "saturat", "slow_reader"} {
+		if strings.Contains(b.String(), absent) {
+			t.Errorf("WriteJSON of a report without a drill or saturation mentions %q", absent)
 		}
 	}
 }
@@ -402,6 +503,16 @@ func TestRenderCount(t *testing.T) {
 	}
 }
 
+func TestRenderVerdict(t *testing.T) {
+	for in, want := range map[string]string{
+		"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "aborted": "ABORTED", "": "UNKNOWN", "odd": "ODD",
+	} {
+		if got := renderVerdict(in); got != want {
+			t.Errorf("renderVerdict(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestWriteTextShape(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteText(&b, renderTestReport()); err != nil {
@@ -418,7 +529,20 @@ func TestWriteTextShape(t *testing.T) {
 	if err := WriteText(&b, &Report{}); err != nil {
 		t.Fatal(err)
 	}
-	for i, l := range append(lines, strings.Split(b.String(), "\n")...) {
+	lines = append(lines, strings.Split(b.String(), "\n")...)
+	// A drill and saturation add about twenty lines.
+	b.Reset()
+	if err := WriteText(&b, renderDrillReport()); err != nil {
+		t.Fatal(err)
+	}
+	drill := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if !strings.HasPrefix(drill[0], "INCONCLUSIVE  soak steady") {
+		t.Errorf("first line = %q", drill[0])
+	}
+	if len(drill) > 70 {
+		t.Errorf("WriteText wrote %d lines for a drill, want ≤ 70", len(drill))
+	}
+	for i, l := range append(lines, drill...) {
 		if strings.TrimRight(l, " \t") != l {
 			t.Errorf("line %d has trailing space: %q", i+1, l)
 		}
@@ -545,6 +669,46 @@ func TestWriteHTML(t *testing.T) {
 	}
 }
 
+func TestWriteHTMLDrill(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteHTML(&b, renderDrillReport()); err != nil {
+		t.Fatalf("WriteHTML: %v", err)
+	}
+	page := b.String()
+	if n := renderHTMLCheck(t, page, true); n != 4 {
+		t.Errorf("WriteHTML wrote %d <svg> elements, want 4", n)
+	}
+	for _, want := range []string{
+		`<div class="verdict" role="status" aria-label="verdict INCONCLUSIVE">INCONCLUSIVE</div>`,
+		`<header class="banner inconclusive">`,
+		"while imcanary itself was saturated: the failure may be its own.",
+		`<h2 id="h-saturation">imcanary saturated</h2>`, "11.5% of the send and drain phases",
+		"<td class=\"name\">3m15s</td><td>3m53s</td><td>send</td><td>cpu, gc_pause</td>",
+		`<h2 id="h-drill">Slow-reader drill</h2>`,
+		`<p class="reaction">disconnected as slow consumers (close 4008) after 21s median`,
+		"<td>normal users&#39; p99</td><td>712ms</td>", "<td>close codes</td><td>4008 58</td>",
+		`class="saturated"`, "<title>imcanary saturated: cpu, gc_pause</title>", "Shaded spans: imcanary itself was saturated.",
+		">slow disconnects 61</text>", "slow readers <b>5.00%</b>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("WriteHTML output lacks %q", want)
+		}
+	}
+	// Two periods, shaded on each of the four charts.
+	if n := strings.Count(page, `<rect class="saturated"`); n != 8 {
+		t.Errorf("%d saturated bands, want 8", n)
+	}
+	b.Reset()
+	if err := WriteHTML(&b, renderTestReport()); err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{"h-drill", "h-saturation", `class="saturated"`, "Shaded spans", "slow disconnects"} {
+		if strings.Contains(b.String(), absent) {
+			t.Errorf("a report without drill or saturation renders %q", absent)
+		}
+	}
+}
+
 func TestWriteHTMLEdgeCases(t *testing.T) {
 	one := renderTestReport()
 	one.Samples = one.Samples[:1]
@@ -598,8 +762,24 @@ func TestWriteHTMLEdgeCases(t *testing.T) {
 		sameTime.Samples[i].T = renderTestStart
 	}
 
+	// A drill and saturation with nothing in them, or out of the run.
+	bare := renderDrillReport()
+	bare.Drill = &Drill{}
+	bare.Saturation = &Saturation{Periods: []SaturatedPeriod{
+		{},
+		{Start: renderTestStart.Add(-time.Hour), End: renderTestStart.Add(-time.Minute)},
+		{Start: renderTestStart.Add(time.Hour), End: renderTestStart.Add(2 * time.Hour), Causes: []string{"<b>"}},
+		{Start: renderTestStart.Add(time.Minute), End: renderTestStart.Add(time.Minute)},
+	}}
+	noStart := renderDrillReport()
+	noStart.Start, noStart.End = time.Time{}, time.Time{}
+	noStart.Saturation.Periods = nil
+
 	for name, r := range map[string]*Report{
 		"no samples": {ID: "x", Result: "fail", Start: renderTestStart, End: renderTestStart.Add(time.Minute)},
+		"drill":      renderDrillReport(),
+		"bare drill": bare,
+		"no start":   noStart,
 		"empty":      {},
 		"one sample": one,
 		"all zero":   zeros,

@@ -17,9 +17,13 @@ import (
 // terminal screen.
 const renderTextErrors = 5
 
+// renderTextPeriods is how many saturated periods the text summary lists.
+const renderTextPeriods = 5
+
 // WriteText writes a summary of r for a person at a terminal, about forty
 // lines: the verdict line first, then the counts, the delivery, latency and
-// threshold tables, the top errors and the notes. The output depends only
+// threshold tables, the slow-reader drill and the prober's saturation if
+// the run had them, the top errors and the notes. The output depends only
 // on r (map keys are sorted), so it can be compared as a golden file.
 func WriteText(w io.Writer, r *Report) error {
 	if r == nil {
@@ -59,7 +63,7 @@ func WriteText(w io.Writer, r *Report) error {
 			renderCount(m.Sent), renderRate(m.SentPerSec), renderCount(m.Acked), renderCount(m.Unacked),
 			renderCount(m.Offline), renderCount(m.WriteErrors))},
 		{"rejected", renderCountsTotal(m.Rejected)},
-		{"disconnects", renderCountsTotal(r.Disconnects)},
+		{"disconnects", renderCountsTotal(r.Disconnects) + renderIf(r.Drill != nil, ", slow readers apart")},
 	})
 	tw.printf("\n")
 
@@ -104,6 +108,30 @@ func WriteText(w io.Writer, r *Report) error {
 			rows = append(rows, []string{t.Name, t.Limit, t.Actual, res})
 		}
 		tw.table(renderNumbers, rows)
+	}
+
+	if d := r.Drill; d != nil {
+		tw.printf("\n")
+		rows = [][]string{{"slow-reader drill", renderOr(d.Reaction, "-")}}
+		for _, kv := range renderDrillRows(r) {
+			rows = append(rows, []string{"  " + kv.Key, kv.Value})
+		}
+		tw.table(renderLeft, rows)
+	}
+
+	if s := r.Saturation; s != nil {
+		tw.printf("\nimcanary saturated  %s\n", renderSaturationSummary(s))
+		rows = rows[:0]
+		for i, p := range renderSaturationPeriods(r) {
+			if i == renderTextPeriods {
+				break
+			}
+			rows = append(rows, []string{"  " + p[0] + " – " + p[1], p[2], p[3]})
+		}
+		tw.table(renderLeft, rows)
+		if n := len(s.Periods) - renderTextPeriods; n > 0 {
+			tw.printf("  (%d more in the full report)\n", n)
+		}
 	}
 
 	if len(r.Errors) > 0 {

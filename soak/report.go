@@ -15,8 +15,12 @@ type Report struct {
 	Kind    string  `json:"kind"` // "soak"
 	Target  string  `json:"target"`
 	Profile Profile `json:"profile"`
-	// Result is "pass", "fail" or "aborted" (stopped before its end; an
-	// aborted run never passes).
+	// Result is "pass", "fail", "inconclusive" or "aborted".
+	// Inconclusive is a run that missed a threshold while imcanary itself
+	// was saturated during the send or drain phase: the failure may be
+	// the prober's own, so it is neither a pass nor the server's fail
+	// (Saturation says when and why). Aborted is a run stopped before its
+	// end; an aborted run never passes.
 	Result string    `json:"result"`
 	Start  time.Time `json:"start"`
 	End    time.Time `json:"end"`
@@ -25,15 +29,27 @@ type Report struct {
 
 	Users    Users    `json:"users"`
 	Messages Messages `json:"messages"`
-	// Deliveries by kind: "direct", "group" and "all".
+	// Deliveries by kind: "direct", "group" and "all", to normal users
+	// only: the slow readers of a drill are counted in Drill.
 	Deliveries map[string]Deliveries `json:"deliveries"`
-	// Disconnects by reason (server_close, slow_consumer, error), our own
-	// shutdown at the end of the run excluded.
+	// Disconnects of normal users by reason (server_close, slow_consumer,
+	// error), our own shutdown at the end of the run excluded. The slow
+	// readers' disconnects are the drill's result, in Drill.
 	Disconnects map[string]int64 `json:"disconnects"`
 	// Latency percentiles: "login", "ack", "delivery_direct",
-	// "delivery_group".
-	Latency    map[string]Percentiles `json:"latency"`
-	Thresholds []Threshold            `json:"thresholds"`
+	// "delivery_group". Delivery latencies are normal users' only.
+	Latency map[string]Percentiles `json:"latency"`
+	// Thresholds judge the normal users: loss, late, p99_delivery,
+	// min_online_ratio and max_disconnects leave the slow readers out,
+	// since a slow reader being disconnected or left behind is the
+	// drill's experiment, not a failure.
+	Thresholds []Threshold `json:"thresholds"`
+	// Drill is the slow-reader drill's outcome; nil when the profile has
+	// no slow readers.
+	Drill *Drill `json:"drill,omitempty"`
+	// Saturation says when imcanary itself was saturated during the run;
+	// nil when it never was (or no self-monitor was running).
+	Saturation *Saturation `json:"saturation,omitempty"`
 	// Errors are the most frequent error messages with their counts, at
 	// most 10, most frequent first.
 	Errors []ErrorCount `json:"errors"`
@@ -58,7 +74,8 @@ type Profile struct {
 	// so messages sent to them meanwhile test offline delivery.
 	LateLogins float64       `json:"late_logins"`
 	LateAfter  time.Duration `json:"late_after_ns"`
-	// SlowReaders is reserved for the slow-reader drills.
+	// The slow-reader settings of a drill are in Report.Drill, beside its
+	// outcome.
 	Thresholds Thresholds `json:"thresholds"`
 }
 
@@ -86,8 +103,9 @@ type Users struct {
 	// FailedLogins counts failed connect or login attempts.
 	FailedLogins int64 `json:"failed_logins"`
 	Groups       int   `json:"groups"`
-	// MinOnlineRatio is the lowest online/configured ratio sampled during
-	// the send phase.
+	// MinOnlineRatio is the lowest ratio of normal users online to normal
+	// users due online sampled during the send phase (slow readers left
+	// out).
 	MinOnlineRatio float64 `json:"min_online_ratio"`
 }
 
@@ -148,6 +166,9 @@ type ErrorCount struct {
 
 // Sample is the run's state at one moment, with rates and latency over the
 // interval that ended then.
+//
+// Online counts every session of the cohort, slow readers included; the
+// deliveries, losses, disconnects and latencies are normal users' only.
 type Sample struct {
 	T           time.Time `json:"t"`
 	Phase       string    `json:"phase"`
@@ -162,6 +183,76 @@ type Sample struct {
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
 	Max time.Duration `json:"max_ns"`
+	// SlowReaderDisconnects counts the slow readers' disconnects since
+	// the start of the run, and SlowReaderLag is the most messages an
+	// online slow reader was behind at the population's last sweep;
+	// both zero without a drill.
+	SlowReaderDisconnects int64 `json:"slow_reader_disconnects,omitempty"`
+	SlowReaderLag         int64 `json:"slow_reader_lag_messages,omitempty"`
+	// Saturated says the prober was saturated when the sample was taken,
+	// for the causes listed.
+	Saturated        bool     `json:"saturated,omitempty"`
+	SaturationCauses []string `json:"saturation_causes,omitempty"`
+}
+
+// Drill is the outcome of a slow-reader drill: what the server did to the
+// users who read slowly, and what it cost everyone else.
+type Drill struct {
+	// SlowReaders is how many of the users read slowly; they receive and
+	// never send.
+	SlowReaders int `json:"slow_readers"`
+	// The drill as configured: the fraction of users who read slowly, a
+	// pause after every delivery they read, and a longer pause at their
+	// first delivery and then every PauseEvery (0: once a session).
+	Fraction   float64       `json:"fraction"`
+	ReadDelay  time.Duration `json:"read_delay_ns"`
+	Pause      time.Duration `json:"pause_ns"`
+	PauseEvery time.Duration `json:"pause_every_ns"`
+	// Reaction is the server's reaction in one line, derived from the
+	// numbers below.
+	Reaction string `json:"reaction"`
+	// Deliveries to the slow readers, both kinds summed.
+	Deliveries Deliveries `json:"deliveries"`
+	// Latency of the deliveries to slow readers, and NormalP99 the
+	// normal users' delivery p99 beside it: the drill's cost to the
+	// others in one number.
+	Latency   Percentiles   `json:"latency"`
+	NormalP99 time.Duration `json:"normal_p99_ns"`
+	// Disconnects of slow readers by reason, our own shutdown excluded,
+	// and by the server's close code ("4008"); a session that ended
+	// without a close frame has a reason and no code.
+	Disconnects map[string]int64 `json:"disconnects"`
+	CloseCodes  map[string]int64 `json:"close_codes"`
+	// TimeToDisconnect runs from when a slow reader started being slow
+	// (its session's login or the start of the send phase, whichever is
+	// later) to when imcanary saw the server end the session.
+	TimeToDisconnect Percentiles `json:"time_to_disconnect"`
+	// MaxLagMessages is the most messages a slow reader was behind at
+	// any sample: acknowledged to its conversations and not yet read.
+	MaxLagMessages int64 `json:"max_lag_messages"`
+}
+
+// Saturation is when imcanary's own self-monitor found it saturated
+// during the run: its latency and loss numbers then include its own delay.
+type Saturation struct {
+	// Periods are the saturated spans, in order. Each sample that found
+	// the prober saturated marks the interval that ended at it; adjacent
+	// ones merge.
+	Periods []SaturatedPeriod `json:"periods"`
+	// SendDrainRatio is the saturated fraction of the send and drain
+	// phases, the part of the run the thresholds judge.
+	SendDrainRatio float64 `json:"send_drain_ratio"`
+	// DeliverySamples counts delivery latency samples (both cohorts)
+	// recorded while the prober said it was saturated.
+	DeliverySamples int64 `json:"delivery_samples"`
+}
+
+// SaturatedPeriod is one span in which the prober was saturated, with
+// every cause seen in it.
+type SaturatedPeriod struct {
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+	Causes []string  `json:"causes"`
 }
 
 // Canary is the record of one canary round.

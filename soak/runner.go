@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,20 @@ type RunnerOptions struct {
 	// SampleEvery overrides the sample interval; by default a run takes
 	// about 200 samples, one every 1 to 10 seconds.
 	SampleEvery time.Duration
+	// Health, if set, is the prober's self-monitor: the population records
+	// its own lags in it, and a run that fails while it says saturated is
+	// inconclusive rather than failed.
+	Health SaturationSource
+}
+
+// SaturationSource is the prober's self-monitor as a soak run uses it
+// (probe/saturation.Monitor is the real one): the population's Health, and
+// why it is saturated, for the report.
+type SaturationSource interface {
+	probe.Health
+	// Causes lists what saturates the prober now, as metrics.Cause*
+	// values; empty when it is not saturated.
+	Causes() []string
 }
 
 // Runner runs soak profiles against one target, one at a time.
@@ -108,7 +123,14 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	o := r.o
 	set := o.Metrics.For(o.Target, metrics.SourceSoak)
 	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
-	obs := newObserver()
+	// A nil SaturationSource must reach the population as a nil Health,
+	// not as an interface holding nil.
+	var health probe.Health
+	if o.Health != nil {
+		health = o.Health
+	}
+	obs := newObserver(health)
+	sr := p.SlowReaders
 	pop, err := probe.New(probe.Options{
 		Driver: o.Driver, Set: set, Logger: o.Logger.With("profile", p.Name), Run: o.Run,
 		Prefix: o.Prefix + "-" + p.Name,
@@ -117,12 +139,24 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		MessageSize: o.MessageSize, BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
 		Observer: obs, StartPaused: true,
 		LateFraction: p.LateLogins, LateAfter: p.LateAfter,
+		SlowReaders: probe.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
+		Health:      health,
 	})
 	if err != nil {
 		return nil, err
 	}
-	late := 0
+	// The observer learns who reads slowly before any session runs.
+	obs.setUsers(pop)
+	// late counts every late user, for the ramp; slow readers are judged
+	// apart, so the online ratio counts normal users and their late ones.
+	var late, slow, lateNormal int
 	for i := range pop.Users() {
+		switch {
+		case pop.Slow(i):
+			slow++
+		case pop.Late(i):
+			lateNormal++
+		}
 		if pop.Late(i) {
 			late++
 		}
@@ -149,7 +183,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 
 	s := &sampler{
 		r: r, p: p, pop: pop, set: set, obs: obs, before: before, start: start,
-		late: late, progress: progress, phase: PhaseRamp,
+		normal: p.Users - slow, lateNormal: lateNormal, progress: progress, phase: PhaseRamp,
 		minOnline: -1, prev: before, prevT: start,
 	}
 	sampleCtx, stopSampler := context.WithCancel(context.Background())
@@ -158,8 +192,12 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 
 	aborted := false
 	phase := func(name string) {
-		s.setPhase(name)
-		rep.Phases = append(rep.Phases, Phase{Name: name, Start: time.Now()})
+		now := time.Now()
+		s.setPhase(name, now)
+		if name == PhaseSend {
+			obs.setSendStart(now)
+		}
+		rep.Phases = append(rep.Phases, Phase{Name: name, Start: now})
 	}
 	phase(PhaseRamp)
 	// The ramp ends when every user due has logged in, or a grace period
@@ -205,21 +243,26 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	if s.minOnline < 0 {
 		rep.Users.MinOnlineRatio = 0
 	}
-	r.fill(rep, p, snapshot(set).sub(before), obs, aborted)
+	r.fill(rep, p, snapshot(set).sub(before), obs, s, slow, aborted)
 
 	result := rep.Result
 	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()
-	success := 0.0
-	if result == metrics.ResultPass {
-		success = 1
+	// An inconclusive run says nothing about the server either way, so
+	// the last success stands as it was.
+	if result != metrics.ResultInconclusive {
+		success := 0.0
+		if result == metrics.ResultPass {
+			success = 1
+		}
+		o.Metrics.SoakLastSuccess.WithLabelValues(o.Target, p.Name).Set(success)
 	}
-	o.Metrics.SoakLastSuccess.WithLabelValues(o.Target, p.Name).Set(success)
 	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
 	return rep, nil
 }
 
-// fill computes the report's counts, percentiles and verdict.
-func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, aborted bool) {
+// fill computes the report's counts, percentiles and verdict. d counts the
+// run's normal users; the slow readers, slow of them, go to the drill.
+func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s *sampler, slow int, aborted bool) {
 	rep.Deliveries = map[string]Deliveries{}
 	var all Deliveries
 	for i, k := range metrics.Kinds {
@@ -253,6 +296,16 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, ab
 	both := hdrhistogram.Import(obs.deliv[0].Export())
 	both.Merge(obs.deliv[1])
 	rep.Errors = topErrors(obs.errors, 10)
+	// Normal users' disconnects: the slow readers' are the drill's.
+	rep.Disconnects = map[string]int64{}
+	var disconnects int64
+	for _, reason := range metrics.DisconnectReasons {
+		if reason == metrics.ReasonShutdown {
+			continue
+		}
+		rep.Disconnects[reason] = obs.disc[0][reason]
+		disconnects += obs.disc[0][reason]
+	}
 	obs.mu.Unlock()
 	for _, ph := range rep.Phases {
 		if ph.Name == PhaseSend && p.Duration > 0 {
@@ -260,16 +313,6 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, ab
 		}
 	}
 	rep.Messages = m
-
-	rep.Disconnects = map[string]int64{}
-	var disconnects int64
-	for _, reason := range metrics.DisconnectReasons {
-		if reason == metrics.ReasonShutdown {
-			continue
-		}
-		rep.Disconnects[reason] = d.disc[reason]
-		disconnects += d.disc[reason]
-	}
 	rep.Users.FailedLogins = d.connectFail
 
 	t := p.Thresholds
@@ -287,21 +330,41 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, ab
 		{Name: "deliveries", Limit: "≥ 1", Actual: fmt.Sprint(all.Delivered),
 			LimitValue: 1, ActualValue: float64(all.Delivered), Pass: all.Delivered >= 1},
 	}
-	rep.Result = metrics.ResultPass
-	for _, th := range rep.Thresholds {
-		if !th.Pass {
-			rep.Result = metrics.ResultFail
-		}
+	if slow > 0 {
+		rep.Drill = drillOf(p, slow, d, obs, s.slowLag(), allDeliv.P99)
 	}
-	if aborted {
+	rep.Saturation = s.saturation(rep, obs.satDeliv.Load())
+
+	failed := false
+	for _, th := range rep.Thresholds {
+		failed = failed || !th.Pass
+	}
+	switch {
+	case aborted:
 		rep.Result = metrics.ResultAborted
 		rep.Notes = append(rep.Notes, "The run was stopped before its end: counts cover only the time it ran.")
+	case failed && rep.Saturation.judged():
+		rep.Result = metrics.ResultInconclusive
+	case failed:
+		rep.Result = metrics.ResultFail
+	default:
+		rep.Result = metrics.ResultPass
+	}
+	if note := saturationNote(rep); note != "" {
+		rep.Notes = append(rep.Notes, note)
 	}
 	rep.Notes = append(rep.Notes,
 		"Latency is measured from each message's intended send time (open loop), so a sender that fell behind shows as latency.",
 		"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages.",
-		"Percentiles come from HDR histograms with 3 significant digits; min_online_ratio is the lowest sampled ratio of sessions online to users due online during the send phase.",
+		"Percentiles come from HDR histograms with 3 significant digits; min_online_ratio is the lowest sampled ratio of normal users online to normal users due online during the send phase.",
 	)
+	switch {
+	case rep.Drill != nil:
+		rep.Notes = append(rep.Notes, drillNote(rep.Drill, p.Users))
+	case p.SlowReaders.Fraction > 0:
+		rep.Notes = append(rep.Notes, fmt.Sprintf("slow_readers.fraction %v of %d users makes no slow reader: the run was not a drill.",
+			p.SlowReaders.Fraction, p.Users))
+	}
 }
 
 func ratioRow(name string, limit, actual float64, pass bool) Threshold {
@@ -347,10 +410,14 @@ func (d *Deliveries) add(o Deliveries) {
 
 // counts is a snapshot of a Set's counters; a run's numbers are the
 // difference of two, since the soak series are shared by every run.
+// Disconnects are not here: the counters do not tell slow readers apart,
+// so the observer counts them.
 type counts struct {
+	// kind is the normal cohort's deliveries and the messages sent;
+	// slow is the slow readers' deliveries, by kind.
 	kind        [2]kindCounts
+	slow        [2]Deliveries
 	sendErr     map[string]int64
-	disc        map[string]int64
 	connectFail int64
 }
 
@@ -360,45 +427,54 @@ type kindCounts struct {
 }
 
 func snapshot(set *metrics.Set) counts {
-	c := counts{sendErr: map[string]int64{}, disc: map[string]int64{}}
-	for i, k := range set.Kind {
-		c.kind[i].Expected = int64(metrics.Value(k.Expected))
-		c.kind[i].Delivered = int64(metrics.Value(k.Delivered))
-		c.kind[i].Lost = int64(metrics.Value(k.Lost))
-		c.kind[i].Late = int64(metrics.Value(k.Late))
-		c.kind[i].Duplicate = int64(metrics.Value(k.Duplicate))
-		c.kind[i].Reordered = int64(metrics.Value(k.Reordered))
-		c.kind[i].sent = int64(metrics.Value(k.Sent))
+	c := counts{sendErr: map[string]int64{}}
+	for i, ks := range set.Kind {
+		c.kind[i].Deliveries = cohortCounts(ks.Cohort[metrics.CohortIndex(false)])
+		c.slow[i] = cohortCounts(ks.Cohort[metrics.CohortIndex(true)])
+		c.kind[i].sent = int64(metrics.Value(ks.Sent))
 	}
 	for r, m := range set.SendErrors {
 		c.sendErr[r] = int64(metrics.Value(m))
-	}
-	for r, m := range set.Disconnects {
-		c.disc[r] = int64(metrics.Value(m))
 	}
 	c.connectFail = int64(metrics.Value(set.ConnectFail))
 	return c
 }
 
+func cohortCounts(k metrics.RecvSet) Deliveries {
+	return Deliveries{
+		Expected:  int64(metrics.Value(k.Expected)),
+		Delivered: int64(metrics.Value(k.Delivered)),
+		Lost:      int64(metrics.Value(k.Lost)),
+		Late:      int64(metrics.Value(k.Late)),
+		Duplicate: int64(metrics.Value(k.Duplicate)),
+		Reordered: int64(metrics.Value(k.Reordered)),
+	}
+}
+
 func (c counts) sub(b counts) counts {
-	d := counts{sendErr: map[string]int64{}, disc: map[string]int64{}, connectFail: c.connectFail - b.connectFail}
+	d := counts{sendErr: map[string]int64{}, connectFail: c.connectFail - b.connectFail}
 	for i := range c.kind {
-		x, y := c.kind[i], b.kind[i]
-		d.kind[i].Expected = x.Expected - y.Expected
-		d.kind[i].Delivered = x.Delivered - y.Delivered
-		d.kind[i].Lost = x.Lost - y.Lost
-		d.kind[i].Late = x.Late - y.Late
-		d.kind[i].Duplicate = x.Duplicate - y.Duplicate
-		d.kind[i].Reordered = x.Reordered - y.Reordered
-		d.kind[i].sent = x.sent - y.sent
+		d.kind[i].Deliveries = c.kind[i].minus(b.kind[i].Deliveries)
+		d.kind[i].sent = c.kind[i].sent - b.kind[i].sent
+		d.slow[i] = c.slow[i].minus(b.slow[i])
 	}
 	for r, n := range c.sendErr {
 		d.sendErr[r] = n - b.sendErr[r]
 	}
-	for r, n := range c.disc {
-		d.disc[r] = n - b.disc[r]
-	}
 	return d
+}
+
+// minus is the difference of two snapshots' counts; ratios are left for
+// ratios to compute.
+func (d Deliveries) minus(b Deliveries) Deliveries {
+	return Deliveries{
+		Expected:  d.Expected - b.Expected,
+		Delivered: d.Delivered - b.Delivered,
+		Lost:      d.Lost - b.Lost,
+		Late:      d.Late - b.Late,
+		Duplicate: d.Duplicate - b.Duplicate,
+		Reordered: d.Reordered - b.Reordered,
+	}
 }
 
 func (c counts) all() Deliveries {
@@ -411,15 +487,17 @@ func (c counts) all() Deliveries {
 
 // sampler records the run's time series and reports progress.
 type sampler struct {
-	r        *Runner
-	p        config.Profile
-	pop      *probe.Population
-	set      *metrics.Set
-	obs      *observer
-	before   counts
-	start    time.Time
-	late     int
-	progress func(Progress)
+	r      *Runner
+	p      config.Profile
+	pop    *probe.Population
+	set    *metrics.Set
+	obs    *observer
+	before counts
+	start  time.Time
+	// normal is how many users are not slow readers, lateNormal how many
+	// of them log in late: the online ratio is theirs.
+	normal, lateNormal int
+	progress           func(Progress)
 
 	// sampling serialises sample: the loop and the run's end both call it.
 	sampling  sync.Mutex
@@ -430,17 +508,24 @@ type sampler struct {
 	minOnline float64
 	prev      counts
 	prevT     time.Time
+	// maxSlowLag is the most messages a slow reader was behind at any
+	// sample.
+	maxSlowLag int64
+	// periods are the saturated spans so far; satOpen says the last one
+	// runs on to the latest sample.
+	periods []SaturatedPeriod
+	satOpen bool
 }
 
 // maxSamples bounds a run's time series whatever its duration.
 const maxSamples = 2000
 
-func (s *sampler) setPhase(name string) {
+func (s *sampler) setPhase(name string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.phase = name
 	if name == PhaseSend {
-		s.sendStart = time.Now()
+		s.sendStart = now
 	}
 }
 
@@ -471,24 +556,38 @@ func (s *sampler) sample(now time.Time) {
 	cur := snapshot(s.set)
 	d := cur.sub(s.prev)
 	total := cur.sub(s.before)
-	dt := now.Sub(s.prevT).Seconds()
+	from := s.prevT
+	dt := now.Sub(from).Seconds()
 	s.prev, s.prevT = cur, now
+
+	// Asked once per sample, outside every lock: the monitor may take
+	// its own.
+	var saturated bool
+	var causes []string
+	if h := s.r.o.Health; h != nil && h.Saturated() {
+		// A copy: the sample keeps it, and the monitor may reuse its own.
+		saturated, causes = true, slices.Clone(h.Causes())
+	}
+	slowLag := s.pop.SlowReaderLag()
 
 	s.obs.mu.Lock()
 	iv := s.obs.interval
 	p50, p99, mx := pctl(iv, 50), pctl(iv, 99), time.Duration(iv.Max())*time.Microsecond
 	iv.Reset()
+	normalOnline := s.obs.online[0]
+	var disc, slowDisc int64
+	for _, n := range s.obs.disc[0] {
+		disc += n
+	}
+	for _, n := range s.obs.disc[1] {
+		slowDisc += n
+	}
 	s.obs.mu.Unlock()
 
-	var sent, deliv, disc int64
+	var sent, deliv int64
 	for _, k := range d.kind {
 		sent += k.sent
 		deliv += k.Delivered
-	}
-	for r, n := range total.disc {
-		if r != metrics.ReasonShutdown {
-			disc += n
-		}
 	}
 	all := total.all()
 	online := s.pop.Online()
@@ -496,17 +595,23 @@ func (s *sampler) sample(now time.Time) {
 	s.mu.Lock()
 	phase := s.phase
 	if phase == PhaseSend {
-		due := s.p.Users
+		due := s.normal
 		// Late users are not due online until a little after LateAfter.
-		if s.late > 0 && now.Before(s.start.Add(s.p.LateAfter+5*time.Second)) {
-			due -= s.late
+		if s.lateNormal > 0 && now.Before(s.start.Add(s.p.LateAfter+5*time.Second)) {
+			due -= s.lateNormal
 		}
 		if due > 0 {
-			ratio := float64(online) / float64(due)
+			ratio := float64(normalOnline) / float64(due)
 			if s.minOnline < 0 || ratio < s.minOnline {
 				s.minOnline = math.Min(ratio, 1)
 			}
 		}
+	}
+	s.maxSlowLag = max(s.maxSlowLag, slowLag)
+	if saturated {
+		s.markSaturated(from, now, causes)
+	} else {
+		s.satOpen = false
 	}
 	if dt > 0 && len(s.samples) < maxSamples {
 		s.samples = append(s.samples, Sample{
@@ -514,6 +619,8 @@ func (s *sampler) sample(now time.Time) {
 			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
 			Lost: all.Lost, Late: all.Late, Disconnects: disc,
 			P50: p50, P99: p99, Max: mx,
+			SlowReaderDisconnects: slowDisc, SlowReaderLag: slowLag,
+			Saturated: saturated, SaturationCauses: causes,
 		})
 	}
 	s.mu.Unlock()
@@ -529,10 +636,21 @@ func (s *sampler) sample(now time.Time) {
 	}
 }
 
+// slowLag returns the most messages a slow reader was behind at any
+// sample.
+func (s *sampler) slowLag() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxSlowLag
+}
+
 // observer collects what counters cannot: exact latency percentiles, ack
-// count, refusal codes and error messages.
+// count, refusal codes and error messages, and every number that tells the
+// slow readers of a drill from the normal users.
 type observer struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// deliv and interval hold normal users' delivery latencies: by kind
+	// for the run, and both kinds for the sample interval.
 	login    *hdrhistogram.Histogram
 	ack      *hdrhistogram.Histogram
 	deliv    [2]*hdrhistogram.Histogram
@@ -540,6 +658,39 @@ type observer struct {
 	acked    int64
 	rejected map[string]int64
 	errors   map[string]int64
+
+	// slow says which users read slowly; it is set before the population
+	// runs and only read after, so it needs no lock.
+	slow []bool
+	// on says whose session is online as the logins and disconnects
+	// tell, loginAt when it logged in, and online counts them by cohort
+	// (metrics.CohortIndex).
+	on        []bool
+	loginAt   []time.Time
+	online    [2]int
+	sendStart time.Time
+	// disc counts disconnects by cohort and reason, our own shutdown
+	// excluded.
+	disc [2]map[string]int64
+	// The drill's own numbers: the slow readers' disconnects by reason
+	// and close code, which of them were ever disconnected, their
+	// delivery latency and their time to disconnect.
+	slowEnds  map[slowEnd]int64
+	slowHit   []bool
+	slowDeliv *hdrhistogram.Histogram
+	toDisc    *hdrhistogram.Histogram
+
+	// health, if set, says whether the prober is saturated; satDeliv
+	// counts deliveries recorded while it was.
+	health   probe.Health
+	satDeliv atomic.Int64
+}
+
+// slowEnd is how a slow reader's session ended: the reason and the close
+// code, 0 for none.
+type slowEnd struct {
+	reason string
+	code   int
 }
 
 // Histograms record microseconds from 1 µs to 1 hour at 3 significant
@@ -548,11 +699,38 @@ func newHist() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
 }
 
-func newObserver() *observer {
+func newObserver(health probe.Health) *observer {
 	return &observer{
 		login: newHist(), ack: newHist(), deliv: [2]*hdrhistogram.Histogram{newHist(), newHist()},
 		interval: newHist(), rejected: map[string]int64{}, errors: map[string]int64{},
+		disc:     [2]map[string]int64{{}, {}},
+		slowEnds: map[slowEnd]int64{}, slowDeliv: newHist(), toDisc: newHist(),
+		health: health,
 	}
+}
+
+// setUsers sizes the per-user state for pop and learns its slow readers.
+// It runs before pop does.
+func (o *observer) setUsers(pop *probe.Population) {
+	n := pop.Users()
+	o.slow = make([]bool, n)
+	for i := range n {
+		o.slow[i] = pop.Slow(i)
+	}
+	o.on, o.loginAt, o.slowHit = make([]bool, n), make([]time.Time, n), make([]bool, n)
+}
+
+// setSendStart marks the start of the send phase: slow readers online by
+// then start being slow now.
+func (o *observer) setSendStart(t time.Time) {
+	o.mu.Lock()
+	o.sendStart = t
+	o.mu.Unlock()
+}
+
+// cohort returns user's index in the cohort arrays.
+func (o *observer) cohort(user int) int {
+	return metrics.CohortIndex(user >= 0 && user < len(o.slow) && o.slow[user])
 }
 
 // maxErrors bounds the distinct error messages kept; the rest are counted
@@ -570,7 +748,8 @@ func record(h *hdrhistogram.Histogram, d time.Duration) {
 	_ = h.RecordValue(max(1, int64(d/time.Microsecond)))
 }
 
-func (o *observer) Login(_ int, took time.Duration, err error) {
+func (o *observer) Login(user int, took time.Duration, err error) {
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err != nil {
@@ -578,14 +757,50 @@ func (o *observer) Login(_ int, took time.Duration, err error) {
 		return
 	}
 	record(o.login, took)
+	if user >= 0 && user < len(o.on) {
+		if !o.on[user] {
+			o.on[user] = true
+			o.online[o.cohort(user)]++
+		}
+		o.loginAt[user] = now
+	}
 }
 
-func (o *observer) Disconnect(_ int, reason string, err error) {
+func (o *observer) Disconnect(user int, reason string, err error) {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.cohort(user)
+	known := user >= 0 && user < len(o.on)
+	if known && o.on[user] {
+		o.on[user] = false
+		o.online[c]--
+	}
 	if reason == metrics.ReasonShutdown {
 		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.disc[c][reason]++
+	if c == metrics.CohortIndex(true) {
+		// The drill's result, not an error: counted by reason and code.
+		var d *probe.Disconnect
+		code := 0
+		if errors.As(err, &d) {
+			code = d.Code
+		}
+		o.slowEnds[slowEnd{reason: reason, code: code}]++
+		o.slowHit[user] = true
+		// Slow since its login or the start of sending, whichever is
+		// later; a session that ended before sending began was never
+		// slow.
+		since := o.loginAt[user]
+		if o.sendStart.After(since) {
+			since = o.sendStart
+		}
+		if !o.sendStart.IsZero() && !o.loginAt[user].IsZero() && now.After(since) {
+			record(o.toDisc, now.Sub(since))
+		}
+		return
+	}
 	msg := "disconnect: " + reason
 	if err != nil {
 		msg = "disconnect: " + err.Error()
@@ -612,14 +827,21 @@ func (o *observer) Unacked(_ uint64, reason, code string) {
 	}
 }
 
-func (o *observer) Received(_ int, h *probe.Header, latency time.Duration, out probe.Outcome) {
+func (o *observer) Received(user int, h *probe.Header, latency time.Duration, out probe.Outcome) {
 	if out != probe.Delivered {
 		return
 	}
+	if o.health != nil && o.health.Saturated() {
+		o.satDeliv.Add(1)
+	}
 	k := metrics.KindIndex(len(h.Stream) > 0 && h.Stream[0] == 'g')
 	o.mu.Lock()
-	record(o.deliv[k], latency)
-	record(o.interval, latency)
+	if o.cohort(user) == metrics.CohortIndex(true) {
+		record(o.slowDeliv, latency)
+	} else {
+		record(o.deliv[k], latency)
+		record(o.interval, latency)
+	}
 	o.mu.Unlock()
 }
 

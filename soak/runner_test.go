@@ -11,6 +11,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/embedded"
 	"github.com/imcanary/imcanary/target"
 )
@@ -19,27 +20,80 @@ var testSecret = []byte("soak-test")
 
 func startTarget(t *testing.T, f target.Faults) (string, *target.Server) {
 	t.Helper()
-	srv, err := target.New(target.Options{Secret: testSecret, Faults: f})
+	srv := newTarget(t, target.Options{Faults: f})
+	return serveTarget(t, srv, 0), srv
+}
+
+// newTarget returns an in-process target with o, signed with the test
+// secret; serveTarget puts it on the network.
+func newTarget(t *testing.T, o target.Options) *target.Server {
+	t.Helper()
+	o.Secret = testSecret
+	srv, err := target.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// serveTarget serves srv on a new loopback listener until the test ends,
+// and returns its URL. A server may be served on several. sndbuf, if above
+// 0, caps the send buffer of every connection the listener accepts.
+func serveTarget(t *testing.T, srv *target.Server, sndbuf int) string {
+	t.Helper()
+	var ln net.Listener
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sndbuf > 0 {
+		ln = sndbufListener{ln.(*net.TCPListener), sndbuf}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return "ws://" + ln.Addr().String() + "/ws", srv
+	return "ws://" + ln.Addr().String() + "/ws"
+}
+
+// sndbufListener sets the send buffer of each connection it accepts.
+// Loopback's 64 KiB MSS lets Linux size a socket's buffers in megabytes
+// (about 4 MB between a writer and a reader that stopped, measured), where
+// a server on a real network has far less in flight: a slow-reader drill
+// on plain loopback needs seconds of traffic to overflow anything.
+type sndbufListener struct {
+	*net.TCPListener
+	size int
+}
+
+func (l sndbufListener) Accept() (net.Conn, error) {
+	c, err := l.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.SetWriteBuffer(l.size); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func newTestRunner(t *testing.T, url string) (*Runner, *metrics.Metrics) {
+	t.Helper()
+	return newTestRunnerWith(t, newTestDriver(t, url))
+}
+
+func newTestDriver(t *testing.T, url string) *embedded.Driver {
 	t.Helper()
 	drv, err := embedded.New(embedded.Options{URL: url, Secret: testSecret, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return drv
+}
+
+func newTestRunnerWith(t *testing.T, drv probe.Driver) (*Runner, *metrics.Metrics) {
+	t.Helper()
 	m := metrics.New(prometheus.NewPedanticRegistry())
 	return NewRunner(RunnerOptions{
 		Driver: drv, Metrics: m, Target: "t", Run: "r1", Prefix: "s",

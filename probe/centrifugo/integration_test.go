@@ -89,6 +89,11 @@ type popConfig struct {
 	rate                float64
 	deadline, lostAfter time.Duration
 	recover             bool
+	// urlVar names the server's URL variable; empty is
+	// IMCANARYTEST_CENTRIFUGO_URL.
+	urlVar      string
+	messageSize int
+	slow        probe.SlowReaders
 }
 
 type fixture struct {
@@ -105,7 +110,10 @@ type fixture struct {
 // it, and the ledger would rightly count them lost.
 func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 	t.Helper()
-	url, secret := realServer(t, "IMCANARYTEST_CENTRIFUGO_URL")
+	if pc.urlVar == "" {
+		pc.urlVar = "IMCANARYTEST_CENTRIFUGO_URL"
+	}
+	url, secret := realServer(t, pc.urlVar)
 	d, err := New(Options{URL: url, Secret: secret, Heartbeat: time.Second, Recover: pc.recover})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +125,7 @@ func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: time.Second,
 		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
-		StartPaused: true,
+		StartPaused: true, MessageSize: pc.messageSize, SlowReaders: pc.slow,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -162,12 +170,12 @@ func (fx *fixture) counts() totals {
 	var c totals
 	for _, k := range fx.set.Kind {
 		c.sent += metrics.Value(k.Sent)
-		c.expected += metrics.Value(k.Expected)
-		c.delivered += metrics.Value(k.Delivered)
-		c.lost += metrics.Value(k.Lost)
-		c.late += metrics.Value(k.Late)
-		c.dup += metrics.Value(k.Duplicate)
-		c.reordered += metrics.Value(k.Reordered)
+		c.expected += metrics.Value(k.Cohort[0].Expected)
+		c.delivered += metrics.Value(k.Cohort[0].Delivered)
+		c.lost += metrics.Value(k.Cohort[0].Lost)
+		c.late += metrics.Value(k.Cohort[0].Late)
+		c.dup += metrics.Value(k.Cohort[0].Duplicate)
+		c.reordered += metrics.Value(k.Cohort[0].Reordered)
 	}
 	for _, ig := range fx.set.Ignored {
 		c.ignored += metrics.Value(ig)
@@ -183,7 +191,7 @@ func (fx *fixture) latency(qs ...float64) (uint64, []float64) {
 	var bounds []float64
 	for _, k := range fx.set.Kind {
 		var m dto.Metric
-		_ = k.DeliveryLatency.(prometheus.Metric).Write(&m)
+		_ = k.Cohort[0].DeliveryLatency.(prometheus.Metric).Write(&m)
 		count += m.Histogram.GetSampleCount()
 		for _, b := range m.Histogram.Bucket {
 			if _, ok := below[b.GetUpperBound()]; !ok {
@@ -468,5 +476,46 @@ func (h *countHandler) OnDelivery(*probe.Delivery) {
 	}
 	if h.n != nil {
 		h.n.Add(1)
+	}
+}
+
+// TestRealSlowReaderDrill is the slow-reader drill against a real
+// Centrifugo whose client.queue_max_size is 64 KiB: a fifth of the users
+// read one delivery every 100 ms while 50 bodies of 16 KiB a second come
+// at them. Centrifugo must close them with 3008, counted as
+// slow_consumer, and the normal users must lose nothing.
+func TestRealSlowReaderDrill(t *testing.T) {
+	pc := popConfig{users: 20, groupSize: 5, rate: 20, deadline: 2 * time.Second, lostAfter: 5 * time.Second,
+		urlVar: "IMCANARYTEST_CENTRIFUGO_SLOW_URL", messageSize: 16 << 10,
+		slow: probe.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond}}
+	fx := newFixture(t, "drill", pc)
+	slow := 0
+	for i := range fx.pop.Users() {
+		if fx.pop.Slow(i) {
+			slow++
+		}
+	}
+	start := time.Now()
+	waitFor(t, 30*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
+		return metrics.Value(fx.set.Disconnects[metrics.ReasonSlowConsumer]) >= float64(slow)
+	})
+	t.Logf("%d slow readers disconnected with 3008 within %v", slow, time.Since(start).Round(time.Millisecond))
+	fx.drain(pc.lostAfter)
+	c := fx.counts()
+	var sr totals
+	for _, k := range fx.set.Kind {
+		sr.expected += metrics.Value(k.Cohort[1].Expected)
+		sr.delivered += metrics.Value(k.Cohort[1].Delivered)
+		sr.lost += metrics.Value(k.Cohort[1].Lost)
+	}
+	t.Logf("normal: %+v; slow readers: %+v", c, sr)
+	if c.expected < 1000 || c.delivered != c.expected || c.lost != 0 || c.dup != 0 {
+		t.Errorf("normal users: %+v, want every expected delivery delivered once and none lost", c)
+	}
+	if sr.expected == 0 {
+		t.Errorf("slow readers: nothing expected, want their deliveries in their own cohort")
+	}
+	if n := metrics.Value(fx.set.Disconnects[metrics.ReasonError]); n != 0 {
+		t.Errorf("error disconnects = %v, want 0: Centrifugo's 3008 got through", n)
 	}
 }

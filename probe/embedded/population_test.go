@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/probe/saturation"
 	"github.com/imcanary/imcanary/target"
 )
 
@@ -32,9 +34,13 @@ type fixture struct {
 	addr   string
 	pop    *probe.Population
 	set    *metrics.Set
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	stopT  context.CancelFunc
+	probe  *metrics.ProbeSet
+	health *saturation.Monitor
+	// saturated is set if the monitor ever flagged saturation.
+	saturated atomic.Bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	stopT     context.CancelFunc
 }
 
 type popConfig struct {
@@ -42,11 +48,16 @@ type popConfig struct {
 	rate             float64
 	deadline         time.Duration
 	lostAfter        time.Duration
+	messageSize      int
+	slow             probe.SlowReaders
+	sendQueue        int // the target's; 0 is its default
+	sendBuffer       int // the target's
 }
 
-func startTarget(t *testing.T, addr string, f target.Faults) (*target.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
+func startTarget(t *testing.T, addr string, o target.Options) (*target.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
 	t.Helper()
-	srv, err := target.New(target.Options{Secret: secret, Faults: f})
+	o.Secret = secret
+	srv, err := target.New(o)
 	if err != nil {
 		t.Fatalf("target.New: %v", err)
 	}
@@ -72,18 +83,31 @@ func startTarget(t *testing.T, addr string, f target.Faults) (*target.Server, ne
 func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
 	t.Helper()
 	fx := &fixture{t: t}
-	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", f)
+	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", target.Options{Faults: f, SendQueue: pc.sendQueue, SendBuffer: pc.sendBuffer})
 	fx.srv, fx.ln, fx.addr, fx.stopT = srv, ln, ln.Addr().String(), stopT
 	drv, err := embedded.New(embedded.Options{URL: "ws://" + fx.addr + "/ws", Secret: secret, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+	m := metrics.New(prometheus.NewPedanticRegistry())
+	fx.set, fx.probe = m.For("test", metrics.SourceBackground), m.Probe("test")
+	// The saturation monitor at its production limits, but for the lags,
+	// which must stay under a tenth of these tests' deadlines.
+	fx.health, err = saturation.New(saturation.Config{
+		Interval: 100 * time.Millisecond, Window: time.Second,
+		MaxSendLag: pc.deadline / 10, MaxReceiveLag: pc.deadline / 10,
+		MaxSchedLatency: 50 * time.Millisecond, MaxGCPause: 50 * time.Millisecond,
+		MaxCPU: 0.9, MaxFDs: 0.9, MaxPorts: 0.9,
+	}, fx.probe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fx.pop, err = probe.New(probe.Options{
 		Driver: drv, Set: fx.set, Run: "testrun", Prefix: "t",
 		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: 100 * time.Millisecond,
 		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		MessageSize: pc.messageSize, SlowReaders: pc.slow, Health: fx.health,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +115,14 @@ func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	fx.cancel = cancel
 	fx.wg.Go(func() { _ = fx.pop.Run(ctx) })
+	fx.wg.Go(func() { fx.health.Run(ctx) })
+	fx.wg.Go(func() {
+		for probe.Sleep(ctx, 50*time.Millisecond) {
+			if fx.health.Saturated() && !fx.saturated.Swap(true) {
+				t.Logf("saturated: %v", fx.health.Causes())
+			}
+		}
+	})
 	t.Cleanup(func() {
 		fx.cancel()
 		fx.wg.Wait()
@@ -124,16 +156,20 @@ type totals struct {
 	sent, expected, delivered, lost, late, dup, reordered float64
 }
 
-func (fx *fixture) counts() totals {
+// counts returns the normal users' counts (and everything sent).
+func (fx *fixture) counts() totals { return fx.cohort(0) }
+
+// cohort returns the counts of one cohort (metrics.CohortIndex).
+func (fx *fixture) cohort(i int) totals {
 	var c totals
 	for _, k := range fx.set.Kind {
 		c.sent += metrics.Value(k.Sent)
-		c.expected += metrics.Value(k.Expected)
-		c.delivered += metrics.Value(k.Delivered)
-		c.lost += metrics.Value(k.Lost)
-		c.late += metrics.Value(k.Late)
-		c.dup += metrics.Value(k.Duplicate)
-		c.reordered += metrics.Value(k.Reordered)
+		c.expected += metrics.Value(k.Cohort[i].Expected)
+		c.delivered += metrics.Value(k.Cohort[i].Delivered)
+		c.lost += metrics.Value(k.Cohort[i].Lost)
+		c.late += metrics.Value(k.Cohort[i].Late)
+		c.dup += metrics.Value(k.Cohort[i].Duplicate)
+		c.reordered += metrics.Value(k.Cohort[i].Reordered)
 	}
 	return c
 }
@@ -144,7 +180,7 @@ func (fx *fixture) latencies() (count uint64, below map[float64]uint64) {
 	below = map[float64]uint64{}
 	for _, k := range fx.set.Kind {
 		var m dto.Metric
-		_ = k.DeliveryLatency.(prometheus.Metric).Write(&m)
+		_ = k.Cohort[0].DeliveryLatency.(prometheus.Metric).Write(&m)
 		count += m.Histogram.GetSampleCount()
 		for _, b := range m.Histogram.Bucket {
 			below[b.GetUpperBound()] += b.GetCumulativeCount()
@@ -183,6 +219,33 @@ func TestCleanRunCountsNothingWrong(t *testing.T) {
 	if c.lost != 0 || c.late != 0 || c.dup != 0 || c.reordered != 0 {
 		t.Errorf("lost/late/duplicate/reordered = %v/%v/%v/%v on a clean target, want all 0", c.lost, c.late, c.dup, c.reordered)
 	}
+	if n := metrics.Value(fx.set.SessionsLagging); n != 0 {
+		t.Errorf("sessions lagging = %v on a clean target, want 0", n)
+	}
+	// The converse of the saturation tests: a healthy run never flags it,
+	// and its receive lag is measured (every adapter stamps its frames).
+	if fx.saturated.Load() {
+		t.Errorf("the prober flagged itself saturated during a healthy run")
+	}
+	if n, _ := histCount(fx.probe.ReceiveLag); n < uint64(c.delivered) {
+		t.Errorf("%d receive lag samples, want one per delivery (%v)", n, c.delivered)
+	}
+	if n, _ := histCount(fx.probe.SendLag); n < uint64(c.sent) {
+		t.Errorf("%d send lag samples, want one per message sent (%v)", n, c.sent)
+	}
+}
+
+// histCount returns a histogram's sample count and its p99 bucket bound.
+func histCount(o prometheus.Observer) (uint64, float64) {
+	var m dto.Metric
+	_ = o.(prometheus.Metric).Write(&m)
+	h := m.Histogram
+	for _, b := range h.Bucket {
+		if float64(b.GetCumulativeCount()) >= 0.99*float64(h.GetSampleCount()) {
+			return h.GetSampleCount(), b.GetUpperBound()
+		}
+	}
+	return h.GetSampleCount(), math.Inf(1)
 }
 
 // within reports whether got is within tol (a fraction) of want.
@@ -295,7 +358,7 @@ func TestTargetRestart(t *testing.T) {
 	fx.stopT()
 	waitFor(t, 5*time.Second, "sessions to notice the outage", func() bool { return fx.pop.Online() == 0 })
 	time.Sleep(500 * time.Millisecond) // an outage: sends are skipped, not queued
-	_, _, stop2, wg2 := startTarget(t, fx.addr, target.Faults{})
+	_, _, stop2, wg2 := startTarget(t, fx.addr, target.Options{})
 	defer func() { stop2(); wg2.Wait() }()
 	waitFor(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
 
@@ -370,4 +433,88 @@ func TestProvisionManyGroups(t *testing.T) {
 	if k := srv.Stats().SlowConsumerKicks; k != 0 {
 		t.Errorf("slow-consumer kicks = %d, want 0", k)
 	}
+}
+
+// TestSlowReaderDrill: a fifth of the users stop reading; the target's
+// small send queue overflows behind them and it closes them as slow
+// consumers (4008). The drill must count exactly that, and the normal
+// users must see no loss: the server's treatment of slow readers is the
+// subject, and it must not blur everyone else's numbers.
+func TestSlowReaderDrill(t *testing.T) {
+	pc := base
+	// Each slow reader is sent 25 bodies of 16 KiB a second and reads 10:
+	// with the target's send buffer fixed at 64 KiB, its 64-frame queue
+	// overflows within seconds, and the close frame reaches the reader
+	// after the few frames still in the socket buffers.
+	pc.rate, pc.messageSize = 10, 16<<10
+	pc.slow = probe.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond}
+	pc.sendQueue, pc.sendBuffer = 64, 64<<10
+	fx := newFixture(t, target.Faults{}, pc)
+	slow := 0
+	for i := range fx.pop.Users() {
+		if fx.pop.Slow(i) {
+			slow++
+		}
+	}
+	start := time.Now()
+	waitFor(t, 20*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
+		return metrics.Value(fx.set.Disconnects[metrics.ReasonSlowConsumer]) >= float64(slow)
+	})
+	t.Logf("%d slow readers disconnected as slow consumers within %v", slow, time.Since(start).Round(time.Millisecond))
+	fx.soak(time.Second, pc.lostAfter)
+	normal, sr := fx.cohort(0), fx.cohort(1)
+	t.Logf("normal: %+v", normal)
+	t.Logf("slow readers: %+v", sr)
+	if normal.expected < 1000 || normal.delivered != normal.expected || normal.lost != 0 || normal.dup != 0 {
+		t.Errorf("normal users: %+v, want every expected delivery delivered once and none lost", normal)
+	}
+	if sr.expected == 0 {
+		t.Errorf("slow readers: nothing expected, want their deliveries counted in their own cohort")
+	}
+	for _, r := range []string{metrics.ReasonError, metrics.ReasonServerClose} {
+		if n := metrics.Value(fx.set.Disconnects[r]); n != 0 {
+			t.Errorf("%s disconnects = %v, want 0: only the slow readers' slow_consumer closes", r, n)
+		}
+	}
+	if n := metrics.Value(fx.set.SessionsLagging); n != 0 {
+		t.Errorf("sessions lagging = %v, want 0: slow readers are not counted", n)
+	}
+}
+
+// TestSilentStallIsLagging: the target stops delivering to one user without
+// closing its session, as Tinode does to a slow session. The session stays
+// online and nothing is lost yet, so only the lag can show it: it must be
+// flagged lagging within one deadline, and be the only one.
+func TestSilentStallIsLagging(t *testing.T) {
+	pc := base
+	pc.deadline, pc.lostAfter = 2*time.Second, 4*time.Second
+	fx := newFixture(t, target.Faults{}, pc)
+	time.Sleep(time.Second)
+	if n := metrics.Value(fx.set.SessionsLagging); n != 0 {
+		t.Fatalf("before the stall: sessions lagging = %v, want 0", n)
+	}
+	stalled := "t-u7"
+	start := time.Now()
+	fx.srv.Stall(stalled, true)
+	waitFor(t, pc.deadline, "the stalled session flagged lagging", func() bool {
+		return metrics.Value(fx.set.SessionsLagging) >= 1
+	})
+	took := time.Since(start)
+	if lost := fx.counts().lost; lost != 0 {
+		t.Errorf("lost = %v when the stall was flagged, want 0: lag must come first", lost)
+	}
+	time.Sleep(time.Second)
+	if n := metrics.Value(fx.set.SessionsLagging); n != 1 {
+		t.Errorf("sessions lagging = %v, want exactly the stalled one", n)
+	}
+	for _, r := range metrics.DisconnectReasons {
+		if n := metrics.Value(fx.set.Disconnects[r]); n != 0 {
+			t.Errorf("%s disconnects = %v, want 0: the stall closes nothing", r, n)
+		}
+	}
+	fx.srv.Stall(stalled, false)
+	waitFor(t, 2*pc.deadline, "the lag cleared after the stall", func() bool {
+		return metrics.Value(fx.set.SessionsLagging) == 0
+	})
+	t.Logf("stall flagged after %v (lag threshold %v, deadline %v)", took.Round(time.Millisecond), pc.deadline/2, pc.deadline)
 }

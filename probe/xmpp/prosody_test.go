@@ -214,12 +214,12 @@ func (p *population) counts(k int) totals {
 			continue
 		}
 		c.sent += metrics.Value(ks.Sent)
-		c.expected += metrics.Value(ks.Expected)
-		c.delivered += metrics.Value(ks.Delivered)
-		c.lost += metrics.Value(ks.Lost)
-		c.late += metrics.Value(ks.Late)
-		c.dup += metrics.Value(ks.Duplicate)
-		c.reordered += metrics.Value(ks.Reordered)
+		c.expected += metrics.Value(ks.Cohort[0].Expected)
+		c.delivered += metrics.Value(ks.Cohort[0].Delivered)
+		c.lost += metrics.Value(ks.Cohort[0].Lost)
+		c.late += metrics.Value(ks.Cohort[0].Late)
+		c.dup += metrics.Value(ks.Cohort[0].Duplicate)
+		c.reordered += metrics.Value(ks.Cohort[0].Reordered)
 	}
 	return c
 }
@@ -305,9 +305,9 @@ func TestProsodyPopulation(t *testing.T) {
 		t.Errorf("send errors %v, want none", e)
 	}
 	for i, k := range talk.set.Kind {
-		acks, dels := histCount(k.AckLatency), histCount(k.DeliveryLatency)
-		if float64(dels) != metrics.Value(k.Delivered) || acks == 0 {
-			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, metrics.Value(k.Delivered))
+		acks, dels := histCount(k.AckLatency), histCount(k.Cohort[0].DeliveryLatency)
+		if float64(dels) != metrics.Value(k.Cohort[0].Delivered) || acks == 0 {
+			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, metrics.Value(k.Cohort[0].Delivered))
 		}
 	}
 	talk.obs.mu.Lock()
