@@ -500,6 +500,9 @@ func TestRealSlowReaderDrill(t *testing.T) {
 		return metrics.Value(fx.set.Disconnects[metrics.ReasonSlowConsumer]) >= float64(slow)
 	})
 	t.Logf("%d slow readers disconnected with 3008 within %v", slow, time.Since(start).Round(time.Millisecond))
+	// The normal users go on while the slow readers reconnect and fall
+	// behind again.
+	time.Sleep(3 * time.Second)
 	fx.drain(pc.lostAfter)
 	c := fx.counts()
 	var sr totals
@@ -510,7 +513,7 @@ func TestRealSlowReaderDrill(t *testing.T) {
 	}
 	t.Logf("normal: %+v; slow readers: %+v", c, sr)
 	if c.expected < 1000 || c.delivered != c.expected || c.lost != 0 || c.dup != 0 {
-		t.Errorf("normal users: %+v, want every expected delivery delivered once and none lost", c)
+		t.Errorf("normal users: %+v, want a thousand or more expected deliveries, each delivered once, none lost", c)
 	}
 	if sr.expected == 0 {
 		t.Errorf("slow readers: nothing expected, want their deliveries in their own cohort")
