@@ -38,6 +38,12 @@ type Options struct {
 	// Health, if set, is the prober's self-monitor; the canary's receive
 	// lag feeds it like every population's.
 	Health probe.Health
+	// CrossPeer and CrossFrom are the canary users of the neighbouring
+	// shards (see probe.Options): each round also sends one direct message
+	// to CrossPeer. Its receipt is counted by the peer's process, so it is
+	// not part of this round's verdict; Prometheus's sum over shards
+	// judges it.
+	CrossPeer, CrossFrom string
 }
 
 // Canary keeps the canary users online and runs rounds on demand.
@@ -84,7 +90,7 @@ func New(o Options) (*Canary, error) {
 		Users: o.Users, GroupSize: o.Users, Rate: 0,
 		Heartbeat: o.Heartbeat, Deadline: o.Deadline, LostAfter: 2 * o.Deadline,
 		BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
-		Observer: c, Health: o.Health,
+		Observer: c, Health: o.Health, CrossPeer: o.CrossPeer, CrossFrom: o.CrossFrom,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("canary: %w", err)
@@ -181,6 +187,11 @@ func (c *Canary) round1(ctx context.Context) *soak.Canary {
 					s.Group = group
 					sent = append(sent, checking{s, err})
 				}
+			}
+		}
+		if o.CrossPeer != "" {
+			if _, err := c.pop.SendCross(); err != nil {
+				o.Logger.Debug("cross-shard canary message not sent", "peer", o.CrossPeer, "err", err)
 			}
 		}
 		c.wait(ctx, rec, sent, time.Now())

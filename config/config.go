@@ -18,6 +18,10 @@ type Config struct {
 	Soak    Soak    `koanf:"soak"`
 	// Saturation sets when imcanary declares itself saturated.
 	Saturation Saturation `koanf:"saturation"`
+	// Shard makes this daemon one shard of several (see ParseShard): ""
+	// (one daemon), "I/N", or "auto/N" for the ordinal that ends the host
+	// name, as a StatefulSet's pods have.
+	Shard string `koanf:"shard"`
 }
 
 // HTTP configures the daemon's own HTTP server (/metrics, /healthz, /readyz).

@@ -381,6 +381,7 @@ func TestKeys(t *testing.T) {
 		"saturation.max_sched_latency",
 		"saturation.max_send_lag",
 		"saturation.window",
+		"shard",
 		"target.centrifugo.direct_namespace",
 		"target.centrifugo.group_namespace",
 		"target.centrifugo.recover",

@@ -173,6 +173,7 @@ var help = map[string]string{
 	"population.slow_readers.read_delay":  "slow readers' pause after each delivery",
 	"population.slow_readers.pause":       "slow readers stop reading this long at their first delivery",
 	"population.slow_readers.pause_every": "slow readers pause again this long after each pause ends; 0 pauses once",
+	"shard":                               "this daemon's shard: I/N, or auto/N for the host name's trailing ordinal (a StatefulSet pod's); empty is the only one",
 	"saturation.interval":                 "how often imcanary samples its own health",
 	"saturation.window":                   "span each saturation limit is judged over, a multiple of saturation.interval",
 	"saturation.max_send_lag":             "highest p99 of imcanary's send lag before it is saturated",

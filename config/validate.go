@@ -221,6 +221,12 @@ func (c Config) problems() []*ValidationError {
 	}
 	checkSlowReaders("population.slow_readers", p.SlowReaders, fail)
 
+	// The host name matters only to "auto/N", which is resolved at start;
+	// here only its form is checked.
+	if _, err := ParseShard(strings.Replace(c.Shard, "auto/", "0/", 1), ""); err != nil {
+		fail("shard", c.Shard, "%w", err)
+	}
+
 	sa := c.Saturation
 	if sa.Interval < minSaturationInterval {
 		fail("saturation.interval", sa.Interval, "must be at least %v", minSaturationInterval)

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -40,6 +41,7 @@ type Daemon struct {
 	metrics *metrics.Metrics
 	env     *env
 	pop     *probe.Population
+	shard   config.Shard
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
 	// health is the prober's self-monitor, shared by every population.
@@ -88,8 +90,19 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 	if err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
-	d.metrics = metrics.New(reg)
+	host, _ := os.Hostname()
+	if d.shard, err = config.ParseShard(cfg.Shard, host); err != nil {
+		return nil, fmt.Errorf("shard %q: %w", cfg.Shard, err)
+	}
+	// Every series carries the shard, so that Prometheus can sum the
+	// shards and tell them apart; unsharded, it is "0".
+	d.metrics = metrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"shard": d.shard.Label()}, reg))
 	name := d.cfg.Target.Name
+	// The configuration was loaded and validated before New: it is the
+	// first one applied. (Reload, which would set these again, is not
+	// built yet.)
+	d.metrics.ConfigLastReloadOK.Set(1)
+	d.metrics.ConfigLastReloadSuccess.SetToCurrentTime()
 	if d.health, err = newMonitor(d.cfg, d.metrics, log); err != nil {
 		return nil, err
 	}
@@ -99,7 +112,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 		Set:          d.metrics.For(name, metrics.SourceBackground),
 		Logger:       log.With("target", name, "source", metrics.SourceBackground),
 		Run:          e.run,
-		Prefix:       p.Prefix,
+		Prefix:       shardPrefix(d.cfg, d.shard.Index, d.shard),
 		Users:        p.Users,
 		Ramp:         p.Ramp,
 		GroupSize:    p.GroupSize,
@@ -121,11 +134,11 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
-		if d.canary, err = newCanary(d.cfg, e, d.metrics, d.health, log, cohortCanary); err != nil {
+		if d.canary, err = newCanary(d.cfg, d.shard, e, d.metrics, d.health, log, cohortCanary); err != nil {
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, e, d.metrics, d.health, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
 			d.metrics.SoakRuns.WithLabelValues(name, pr.Name, r)
@@ -162,22 +175,39 @@ func newMonitor(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*satur
 	}, m.Probe(cfg.Target.Name), log.With("target", cfg.Target.Name, "component", "saturation"))
 }
 
-func newCanary(cfg config.Config, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) (*canary.Canary, error) {
+// shardPrefix starts the names of shard i's users: population.prefix, and
+// the shard's index when there are several, so that shards never log in as
+// each other.
+func shardPrefix(cfg config.Config, i int, sh config.Shard) string {
+	if !sh.Sharded() {
+		return cfg.Population.Prefix
+	}
+	return fmt.Sprintf("%s-s%d", cfg.Population.Prefix, i)
+}
+
+func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) (*canary.Canary, error) {
 	c := cfg.Canary
-	return canary.New(canary.Options{
+	o := canary.Options{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
-		Prefix: cfg.Population.Prefix + "-" + cohort, Users: c.Users, Messages: c.Messages,
+		Prefix: shardPrefix(cfg, sh.Index, sh) + "-" + cohort, Users: c.Users, Messages: c.Messages,
 		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
 		Health: h,
-	})
+	}
+	if sh.Sharded() && cohort == cohortCanary {
+		// The shards form a ring: user 0 of each canary messages user
+		// 0 of the next shard's, and hears from the previous one's.
+		o.CrossPeer = shardPrefix(cfg, sh.Next(), sh) + "-" + cohort + "-u0"
+		o.CrossFrom = shardPrefix(cfg, sh.Prev(), sh) + "-" + cohort + "-u0"
+	}
+	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
-		Prefix: cfg.Population.Prefix + "-" + cohort, Heartbeat: cfg.Population.Heartbeat,
+		Prefix: shardPrefix(cfg, sh.Index, sh) + "-" + cohort, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		MessageSize: cfg.Population.MessageSize,
 		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),

@@ -40,7 +40,8 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 	if err != nil {
 		return nil, err
 	}
-	c, err := newCanary(e.cfg, e, m, h, log, cohortOneshotCanary)
+	// A one-shot canary is no shard's: it runs beside the daemons.
+	c, err := newCanary(e.cfg, config.Shard{Count: 1}, e, m, h, log, cohortOneshotCanary)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +99,7 @@ func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.
 	var wg sync.WaitGroup
 	// Exits when stop is called, once the run is over.
 	wg.Go(func() { h.Run(hctx) })
-	r := newSoakRunner(e.cfg, e, m, h, log, cohortOneshotSoak)
+	r := newSoakRunner(e.cfg, config.Shard{Count: 1}, e, m, h, log, cohortOneshotSoak)
 	rep, err := r.Run(ctx, p, progress)
 	stop()
 	wg.Wait()

@@ -152,6 +152,9 @@ type Metrics struct {
 	CanaryLastTimestamp *prometheus.GaugeVec
 	CanaryLastSuccess   *prometheus.GaugeVec
 
+	ConfigLastReloadOK      prometheus.Gauge
+	ConfigLastReloadSuccess prometheus.Gauge
+
 	SoakRuns        *prometheus.CounterVec
 	SoakSkipped     *prometheus.CounterVec
 	SoakLastSuccess *prometheus.GaugeVec
@@ -316,6 +319,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "imcanary_canary_last_round_success",
 			Help: "1 if the last canary round passed, else 0.",
 		}, []string{"target"}),
+		ConfigLastReloadOK: f.NewGauge(prometheus.GaugeOpts{
+			Name: "imcanary_config_last_reload_successful",
+			Help: "1 if the configuration last loaded (at start, or on reload) was applied, 0 if it was rejected and the one before it still runs.",
+		}),
+		ConfigLastReloadSuccess: f.NewGauge(prometheus.GaugeOpts{
+			Name: "imcanary_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time the configuration was last applied.",
+		}),
 		SoakRuns: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_soak_runs_total",
 			Help: "Soak runs by profile and result (pass, fail, aborted, inconclusive: a threshold missed while imcanary was saturated).",

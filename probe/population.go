@@ -56,6 +56,12 @@ type Options struct {
 	// Health, if set, records the prober's own send and receive lags and
 	// says when it is saturated.
 	Health Health
+	// CrossPeer, if set, is a user of another shard (another process) to
+	// whom user 0 sends direct messages with SendCross; CrossFrom is the
+	// user of another shard who sends to user 0. Each process counts only
+	// its half: the sender what the server acknowledged (expected), the
+	// receiver what arrived, so Prometheus's sum over shards is the whole.
+	CrossPeer, CrossFrom string
 }
 
 // SlowReaders configures a slow-reader drill. The slow readers are spread
@@ -200,6 +206,7 @@ type user struct {
 	sess     Session
 	direct   *sendStream
 	group    *sendStream
+	cross    *sendStream // to Options.CrossPeer, user 0 only
 	inflight []flight
 	toggle   bool
 
@@ -334,8 +341,13 @@ func (p *Population) layout() {
 		p.groups = append(p.groups, grp)
 		start = end
 	}
+	if o.CrossPeer != "" {
+		// No recipients here: the peer's own process receives it.
+		peer := o.CrossPeer
+		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: 1}
+	}
 	for _, u := range p.users {
-		for _, st := range []*sendStream{u.direct, u.group} {
+		for _, st := range []*sendStream{u.direct, u.group, u.cross} {
 			if st == nil {
 				continue
 			}
@@ -367,6 +379,12 @@ func (p *Population) Plan() Plan {
 		if u.direct != nil {
 			direct = append(direct, Pair{From: u.name, To: u.direct.to})
 		}
+	}
+	if o := p.opts; o.CrossPeer != "" {
+		direct = append(direct, Pair{From: p.users[0].name, To: o.CrossPeer})
+	}
+	if o := p.opts; o.CrossFrom != "" {
+		direct = append(direct, Pair{From: o.CrossFrom, To: p.users[0].name})
 	}
 	return Plan{Users: users, Groups: p.groups, Direct: direct}
 }
@@ -820,6 +838,20 @@ func (p *Population) send(u *user, intended int64, buf []byte) []byte {
 
 // errOffline is SendNow's error for a user without a session.
 var errOffline = errors.New("sender offline")
+
+// SendCross sends one direct message from user 0 to Options.CrossPeer, a
+// user of another shard, at once.
+func (p *Population) SendCross() (Sent, error) {
+	u := p.users[0]
+	if u.cross == nil {
+		return Sent{}, errors.New("no cross-shard peer")
+	}
+	now := time.Now()
+	u.mu.Lock()
+	_, s, err := p.sendOn(u, u.cross, now.UnixNano(), nil)
+	s.Intended = now
+	return s, err
+}
 
 // SendNow sends one message from user i at once, direct or to its group,
 // and returns what identifies it. A canary round sends this way.

@@ -41,8 +41,15 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return badConfig(err)
 	}
+	host, _ := os.Hostname()
+	shard, err := config.ParseShard(cfg.Shard, host)
+	if err != nil {
+		return badConfig(fmt.Errorf("shard %q: %w", cfg.Shard, err))
+	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(
+	// The collectors carry the shard label like imcanary's own series
+	// (daemon.New adds it to those).
+	prometheus.WrapRegistererWith(prometheus.Labels{"shard": shard.Label()}, reg).MustRegister(
 		// The scheduler's latency and GC pauses are two of the
 		// saturation monitor's signals; exported too, so that a reader
 		// of imcanary_probe_saturated can see them.
