@@ -37,6 +37,8 @@ Usage:
   imcanary soak --profile NAME [--config FILE] [--json F] [--html F]
                                                      one soak run: exit 0 pass, 1 fail
   imcanary config check FILE                         validate a configuration file
+  imcanary health [--url URL] [--timeout D]          ask a running daemon's /healthz:
+                                                     exit 0 on 200, 1 otherwise
   imcanary help [COMMAND]
 
 With no --config, imcanary starts an embedded target in-process on a free
@@ -69,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runSoak(ctx, args, stdout, stderr)
 	case "config":
 		err = runConfig(args, stdout)
+	case "health":
+		err = runHealth(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

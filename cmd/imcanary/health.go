@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/spf13/pflag"
+)
+
+// defaultHealthURL is the daemon's liveness endpoint at the address the
+// container image makes it listen on (--http.listen=:9464).
+const defaultHealthURL = "http://127.0.0.1:9464/healthz"
+
+// runHealth asks a running daemon whether it is alive: one GET, success
+// only on 200. It exists for the container image, which is distroless and
+// so has no shell or curl for Docker's HEALTHCHECK to call.
+//
+// Docker reads exit 1 as unhealthy and reserves 2, so every failure here,
+// a bad flag included, exits 1: no usageError.
+func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("imcanary health", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", defaultHealthURL, "URL to GET; healthy only if it answers 200")
+	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long, connecting and reading included")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: imcanary health [--url URL] [--timeout D]\n\n"+
+			"Exit 0 if URL answers 200, 1 otherwise (the container image's HEALTHCHECK).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w (see imcanary health --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see imcanary health --help)", fs.Arg(0))
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout: %v: must be positive", *timeout)
+	}
+	status, err := checkHealth(ctx, *url, *timeout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", *url, status)
+	return nil
+}
+
+// checkHealth GETs url and returns its status line if it is 200, or an
+// error of one line naming the status (and the first line of the body, which
+// says why for /readyz) or the transport error.
+func checkHealth(ctx context.Context, url string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", fmt.Errorf("--url: %w", err)
+	}
+	client := &http.Client{Transport: &http.Transport{
+		// A probe of this process's own port must not wander through an
+		// HTTP_PROXY set for the traffic to the target.
+		Proxy:             nil,
+		DisableKeepAlives: true,
+	}}
+	resp, err := client.Do(req)
+	if err != nil {
+		// *url.Error already reads `Get "URL": reason`, on one line.
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		if why := firstLine(resp.Body); why != "" {
+			return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, why)
+		}
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return resp.Status, nil
+}
+
+// maxReason bounds how much of an error body goes into the message: one
+// line for a Docker health log, which keeps 4 KiB per check.
+const maxReason = 200
+
+// firstLine returns the first line of r, at most maxReason bytes, with
+// control characters dropped so that the error stays one line.
+func firstLine(r io.Reader) string {
+	line, _ := bufio.NewReader(io.LimitReader(r, maxReason)).ReadString('\n')
+	line = strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return -1
+		}
+		return c
+	}, line)
+	return strings.TrimSpace(line)
+}

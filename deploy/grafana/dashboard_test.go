@@ -1,0 +1,835 @@
+// Package grafana holds imcanary's Grafana dashboard, imcanary.json, and the
+// test that keeps its queries honest: every metric a panel asks for must be
+// one imcanary exports (or a recording rule it ships), and every query must
+// follow the dashboard's target and shard selectors.
+package grafana
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/imcanary/imcanary/metrics"
+)
+
+const (
+	dashboardFile = "imcanary.json"
+	// rulesFile is where the recording rules live; a path relative to this
+	// package's directory, which is where go test runs.
+	rulesFile = "../prometheus/imcanary-rules.yml"
+	// objective is the SLO's one series: no labels, the same for every
+	// target, so queries on it alone need not follow $target.
+	objective = "imcanary:slo_objective:ratio"
+)
+
+// dashboard is the part of Grafana's dashboard model the checks need.
+// Unknown fields are ignored on purpose (fieldConfig, options and the like
+// are Grafana's business), but the fields named here must have these types.
+type dashboard struct {
+	UID           string  `json:"uid"`
+	Title         string  `json:"title"`
+	SchemaVersion int     `json:"schemaVersion"`
+	Panels        []panel `json:"panels"`
+	Templating    struct {
+		List []variable `json:"list"`
+	} `json:"templating"`
+	Annotations struct {
+		List []annotation `json:"list"`
+	} `json:"annotations"`
+}
+
+type panel struct {
+	ID          int         `json:"id"`
+	Type        string      `json:"type"`
+	Title       string      `json:"title"`
+	Description string      `json:"description"`
+	GridPos     *gridPos    `json:"gridPos"`
+	Datasource  *datasource `json:"datasource"`
+	Targets     []target    `json:"targets"`
+	// Panels are a collapsed row's: Grafana nests them only while the row
+	// is collapsed, and lists them after the row otherwise.
+	Panels []panel `json:"panels"`
+}
+
+type gridPos struct {
+	H, W, X, Y int
+}
+
+type datasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type target struct {
+	RefID      string      `json:"refId"`
+	Expr       string      `json:"expr"`
+	Datasource *datasource `json:"datasource"`
+}
+
+type variable struct {
+	Name       string          `json:"name"`
+	Type       string          `json:"type"`
+	Query      json.RawMessage `json:"query"`
+	Definition string          `json:"definition"`
+	Datasource *datasource     `json:"datasource"`
+	Multi      bool            `json:"multi"`
+	IncludeAll bool            `json:"includeAll"`
+	AllValue   string          `json:"allValue"`
+}
+
+type annotation struct {
+	Name       string      `json:"name"`
+	BuiltIn    int         `json:"builtIn"`
+	Expr       string      `json:"expr"`
+	Datasource *datasource `json:"datasource"`
+}
+
+func load(t *testing.T) dashboard {
+	t.Helper()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
+}
+
+// placed is a panel with the row it sits in ("" above the first row).
+type placed struct {
+	panel
+	row string
+}
+
+// name says which panel a failure is about, as a reader finds it in
+// Grafana: by row and title, with the id for the JSON.
+func (p placed) name() string {
+	return fmt.Sprintf("%q (id %d, row %q)", p.Title, p.ID, p.row)
+}
+
+// flatten lists every panel, rows included, in dashboard order. An open
+// row's panels follow it at the top level; a collapsed row's are nested.
+func flatten(d dashboard) []placed {
+	var out []placed
+	row := ""
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			out = append(out, placed{p, ""})
+			for _, c := range p.Panels {
+				out = append(out, placed{c, row})
+			}
+			continue
+		}
+		out = append(out, placed{p, row})
+	}
+	return out
+}
+
+// query is one PromQL expression of the dashboard and where it came from.
+type query struct {
+	where string
+	expr  string
+	// exempt are the variables the query cannot filter on: a variable's
+	// query runs before it, and the variables after it, have a value.
+	exempt []string
+}
+
+// labelValues matches a template variable's label_values(SELECTOR, LABEL).
+var labelValues = regexp.MustCompile(`^label_values\((.+),\s*(\w+)\)$`)
+
+// queries lists every PromQL expression in the dashboard: panel targets,
+// annotations, and the selectors of the variables' label_values queries.
+func queries(t *testing.T, d dashboard) []query {
+	t.Helper()
+	var qs []query
+	for _, p := range flatten(d) {
+		for _, tg := range p.Targets {
+			qs = append(qs, query{where: fmt.Sprintf("panel %s query %s", p.name(), tg.RefID), expr: tg.Expr})
+		}
+	}
+	for _, a := range d.Annotations.List {
+		if a.BuiltIn == 0 {
+			qs = append(qs, query{where: fmt.Sprintf("annotation %q", a.Name), expr: a.Expr})
+		}
+	}
+	var later []string // the query variables from this one on
+	for _, v := range slices.Backward(d.Templating.List) {
+		if v.Type != "query" {
+			continue
+		}
+		later = append(later, v.Name)
+		m := labelValues.FindStringSubmatch(v.Definition)
+		if m == nil {
+			t.Errorf("variable %q: definition %q is not label_values(SELECTOR, LABEL)", v.Name, v.Definition)
+			continue
+		}
+		qs = append(qs, query{where: fmt.Sprintf("variable %q", v.Name), expr: m[1], exempt: slices.Clone(later)})
+	}
+	return qs
+}
+
+// values stands in for what Grafana substitutes before a query reaches
+// Prometheus: one plausible value per dashboard variable and built-in. A
+// variable missing here is a typo or a variable the dashboard lacks.
+var values = map[string]string{
+	"target":          "x",
+	"shard":           "0",
+	"__rate_interval": "5m",
+	"__interval":      "1m",
+	"__interval_ms":   "60000",
+	"__range":         "6h",
+	"__range_s":       "21600",
+	"__range_ms":      "21600000",
+}
+
+// varRef matches $name, ${name} and ${name:format}; [[name]] is the
+// deprecated form and is refused.
+var varRef = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]`)
+
+func substitute(expr string) (string, error) {
+	var errs []error
+	out := varRef.ReplaceAllStringFunc(expr, func(ref string) string {
+		m := varRef.FindStringSubmatch(ref)
+		if m[3] != "" {
+			errs = append(errs, fmt.Errorf("%s: use $%s, not the deprecated [[…]] form", ref, m[3]))
+			return ref
+		}
+		name := m[1] + m[2]
+		v, ok := values[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s is neither a dashboard variable nor a Grafana built-in this test knows", ref))
+			return ref
+		}
+		return v
+	})
+	return out, errors.Join(errs...)
+}
+
+// kind is the type of a series, as far as the checks care.
+type kind int
+
+const (
+	counter kind = iota // a counter, or a histogram's or summary's _bucket, _sum, _count
+	gauge               // a gauge, untyped series, or a summary's quantiles
+	rule                // a recording rule's output
+)
+
+// series is what the checks need to know of a name: its kind, and which of
+// the variables' labels (target, shard) it carries.
+type series struct {
+	kind   kind
+	labels []string
+}
+
+// Recording rules sum the shards of a target (the SLI is the service's, not
+// one prober's) and keep target; the objective is one series without
+// labels, the same for every target.
+var (
+	ruleSeries      = series{rule, []string{"target"}}
+	objectiveSeries = series{rule, nil}
+)
+
+// exported returns every series name imcanary's /metrics serves, from a
+// registry built as cmd/imcanary builds it, so that the dashboard is
+// checked against the code rather than against a list kept by hand.
+func exported(t *testing.T) map[string]series {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	m := metrics.New(reg)
+	m.For("t", metrics.SourceBackground)
+	p := m.Probe("t")
+	// For and Probe create the population's and the prober's series; the
+	// canary, the soak runner and the port monitor create theirs as they
+	// start, so they are touched here as those do.
+	p.PortUsage("127.0.0.1")
+	m.CanaryRounds.WithLabelValues("t", metrics.KindDirect, metrics.ResultPass)
+	m.CanaryFailures.WithLabelValues("t", metrics.KindDirect, metrics.CanaryNoAck)
+	m.CanarySkipped.WithLabelValues("t")
+	m.CanaryLastTimestamp.WithLabelValues("t")
+	m.CanaryLastSuccess.WithLabelValues("t")
+	m.SoakRuns.WithLabelValues("t", "p", metrics.ResultPass)
+	m.SoakSkipped.WithLabelValues("t", "p")
+	m.SoakLastSuccess.WithLabelValues("t", "p")
+	m.SoakRunning.WithLabelValues("t", "p")
+	own, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A vector with no series is not gathered: a series added to
+	// metrics.Metrics and created elsewhere must be touched above, or
+	// the dashboard could not be checked against it.
+	if n := collectorFields(m); len(own) != n {
+		t.Fatalf("metrics.Metrics has %d collectors but %d were gathered: create a series of the new one in exported()", n, len(own))
+	}
+	// The same collectors as cmd/imcanary/daemon.go, with the same runtime
+	// metrics rule: the scheduler's latency and GC pauses are panels here.
+	reg.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`)},
+		)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]series{}
+	for _, f := range fams {
+		n := f.GetName()
+		// cmd/imcanary wraps every collector, its own and Go's, with
+		// shard; target is only on the series that have it here.
+		vars := []string{"shard"}
+		if slices.ContainsFunc(f.GetMetric()[0].GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "target" }) {
+			vars = append(vars, "target")
+		}
+		c, g := series{counter, vars}, series{gauge, vars}
+		switch f.GetType() {
+		case dto.MetricType_COUNTER:
+			names[n] = c
+		case dto.MetricType_HISTOGRAM:
+			// The bare name selects nothing for a classic histogram: a
+			// query on it is a mistake, so it is left out.
+			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = c, c, c
+		case dto.MetricType_SUMMARY:
+			names[n], names[n+"_sum"], names[n+"_count"] = g, c, c
+		default:
+			names[n] = g
+		}
+	}
+	// up is written by Prometheus for every scrape, not by imcanary, and
+	// carries neither label: panels join it to imcanary's series.
+	names["up"] = series{gauge, nil}
+	return names
+}
+
+// collectorFields counts the collectors metrics.Metrics holds.
+func collectorFields(m *metrics.Metrics) int {
+	v := reflect.ValueOf(m).Elem()
+	n := 0
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if !f.CanInterface() {
+			continue
+		}
+		if _, ok := f.Interface().(prometheus.Collector); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// recorded returns the recording rules' names from rulesFile, or nil with
+// ok false when the file does not exist yet.
+func recorded(t *testing.T) (names []string, ok bool) {
+	t.Helper()
+	b, err := os.ReadFile(rulesFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Record string `yaml:"record"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", rulesFile, err)
+	}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				names = append(names, r.Record)
+			}
+		}
+	}
+	return names, true
+}
+
+// ruleName is what a recording rule of imcanary's is called, accepted for
+// any name while rulesFile does not exist.
+var ruleName = regexp.MustCompile(`^imcanary:`)
+
+// known is every name a dashboard query may select.
+type known struct {
+	names map[string]series
+	// rulesFromFile is false when rulesFile is missing and any name
+	// matching ruleName is taken on trust.
+	rulesFromFile bool
+}
+
+func (k known) lookup(name string) (series, bool) {
+	if s, ok := k.names[name]; ok {
+		return s, true
+	}
+	if !k.rulesFromFile && ruleName.MatchString(name) {
+		if name == objective {
+			return objectiveSeries, true
+		}
+		return ruleSeries, true
+	}
+	return series{}, false
+}
+
+func newKnown(t *testing.T) known {
+	t.Helper()
+	k := known{names: exported(t)}
+	rules, ok := recorded(t)
+	if !ok {
+		t.Logf("%s does not exist yet: accepting any recording rule named %s without checking it is defined", rulesFile, ruleName)
+	}
+	k.rulesFromFile = ok
+	for _, r := range rules {
+		k.names[r] = ruleSeries
+		if r == objective {
+			k.names[r] = objectiveSeries
+		}
+	}
+	return k
+}
+
+// Selectors follow the dashboard's variables through regex matchers (=~,
+// so that multi-value and All selections work) on every variable label the
+// series carries, and never match on one it lacks: a chosen value would
+// select nothing. Series without target (Go's, the process's, up) are
+// joined to imcanary's on instance and job instead.
+func hasMatcher(ms []*labels.Matcher, label string) bool {
+	return slices.ContainsFunc(ms, func(m *labels.Matcher) bool {
+		return m.Name == label && m.Type == labels.MatchRegexp && m.Value == values[label]
+	})
+}
+
+func metricName(vs *parser.VectorSelector) string {
+	if vs.Name != "" {
+		return vs.Name
+	}
+	for _, m := range vs.LabelMatchers {
+		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			return m.Value
+		}
+	}
+	return ""
+}
+
+// counterFuncs only make sense over counters: over a gauge they give
+// nonsense that looks like data.
+var counterFuncs = map[string]bool{"rate": true, "irate": true, "increase": true}
+
+// check parses one query and returns what is wrong with it, and the metric
+// names it selects. It need not filter on the variables in exempt.
+func check(k known, expr string, exempt ...string) (names []string, errs []error) {
+	s, err := substitute(expr)
+	if err != nil {
+		return nil, []error{err}
+	}
+	ast, err := parser.ParseExpr(s)
+	if err != nil {
+		return nil, []error{fmt.Errorf("does not parse: %w\n\t%s", err, s)}
+	}
+	followsTarget := false
+	parser.Inspect(ast, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			name := metricName(n)
+			if name == "" {
+				errs = append(errs, fmt.Errorf("selector %s has no metric name", n))
+				return nil
+			}
+			names = append(names, name)
+			info, ok := k.lookup(name)
+			if !ok {
+				errs = append(errs, fmt.Errorf("selects %s, which imcanary does not export and no recording rule in %s records", name, rulesFile))
+				return nil
+			}
+			for _, l := range []string{"target", "shard"} {
+				carries := slices.Contains(info.labels, l)
+				switch {
+				case carries && !hasMatcher(n.LabelMatchers, l) && !slices.Contains(exempt, l):
+					errs = append(errs, fmt.Errorf("selector %s lacks %s=~\"$%s\"", n, l, l))
+				case !carries && slices.ContainsFunc(n.LabelMatchers, func(m *labels.Matcher) bool { return m.Name == l }):
+					errs = append(errs, fmt.Errorf("selector %s matches on %s, which %s does not carry: a chosen $%s selects nothing", n, l, name, l))
+				}
+			}
+			if hasMatcher(n.LabelMatchers, "target") {
+				followsTarget = true
+			}
+		case *parser.Call:
+			if counterFuncs[n.Func.Name] {
+				parser.Inspect(n, func(c parser.Node, _ []parser.Node) error {
+					if vs, ok := c.(*parser.VectorSelector); ok {
+						if info, ok := k.lookup(metricName(vs)); ok && info.kind != counter {
+							errs = append(errs, fmt.Errorf("%s() over %s, which is not a counter", n.Func.Name, metricName(vs)))
+						}
+					}
+					return nil
+				})
+			}
+			if n.Func.Name == "histogram_quantile" {
+				for _, a := range outermost(n.Args[1]) {
+					if !a.Without && !slices.Contains(a.Grouping, "le") || a.Without && slices.Contains(a.Grouping, "le") {
+						errs = append(errs, fmt.Errorf("histogram_quantile over %s, which drops le", a))
+					}
+				}
+			}
+		}
+		return nil
+	})
+	// A query on the objective alone is the same for every target; every
+	// other query must narrow to $target somewhere (a join counts), or it
+	// shows every target whatever the selector says.
+	onlyObjective := len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return n != objective })
+	if !followsTarget && !onlyObjective && !slices.Contains(exempt, "target") {
+		errs = append(errs, fmt.Errorf("never selects target=~\"$target\", so it ignores the target selector"))
+	}
+	return names, errs
+}
+
+// outermost returns the aggregations in n that are not inside another one:
+// those decide which labels reach histogram_quantile. An aggregation inside
+// them (the group by of a join) may drop le.
+func outermost(n parser.Node) []*parser.AggregateExpr {
+	if a, ok := n.(*parser.AggregateExpr); ok {
+		return []*parser.AggregateExpr{a}
+	}
+	var out []*parser.AggregateExpr
+	for _, c := range parser.Children(n) {
+		out = append(out, outermost(c)...)
+	}
+	return out
+}
+
+// TestQueries parses every query of the dashboard and checks the names it
+// selects against a real registry and the recording rules.
+func TestQueries(t *testing.T) {
+	d := load(t)
+	k := newKnown(t)
+	for _, q := range queries(t, d) {
+		t.Run(q.where, func(t *testing.T) {
+			if strings.TrimSpace(q.expr) == "" {
+				t.Fatalf("%s: empty query", q.where)
+			}
+			_, errs := check(k, q.expr, q.exempt...)
+			for _, err := range errs {
+				t.Errorf("%s: %v\n\tquery: %s", q.where, err, q.expr)
+			}
+		})
+	}
+}
+
+// TestCheck proves the checks catch what they are for, so that a green
+// TestQueries means something.
+func TestCheck(t *testing.T) {
+	both := []string{"target", "shard"}
+	k := known{names: map[string]series{
+		"imcanary_sessions_online":                  {gauge, both},
+		"imcanary_deliveries_total":                 {counter, both},
+		"imcanary_delivery_latency_seconds_bucket":  {counter, both},
+		"go_goroutines":                             {gauge, []string{"shard"}},
+		"up":                                        {gauge, nil},
+		"imcanary:completeness_errors:ratio_rate5m": ruleSeries,
+		objective:                                   objectiveSeries,
+	}, rulesFromFile: true}
+	sel := `{target=~"$target", shard=~"$shard"}`
+	tests := []struct {
+		expr string
+		want string // substring of the first error; "" for none
+	}{
+		{`sum(imcanary_sessions_online` + sel + `)`, ""},
+		{`rate(imcanary_deliveries_total` + sel + `[$__rate_interval])`, ""},
+		{`imcanary:completeness_errors:ratio_rate5m{target=~"$target"}`, ""},
+		{objective, ""},
+		{`go_goroutines{shard=~"$shard"} * on (instance) group_left (target) group by (instance, target) (imcanary_sessions_online` + sel + `)`, ""},
+		{`histogram_quantile(0.99, sum by (le) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, ""},
+		{`imcanary_sesions_online` + sel, "does not export"},
+		{`imcanary:completeness_errors:ratio_rate7m{target=~"$target"}`, "does not export"},
+		{`imcanary_sessions_online{target=~"$target"}`, `lacks shard=~"$shard"`},
+		{`imcanary_sessions_online{target="$target", shard=~"$shard"}`, `lacks target=~"$target"`},
+		{`go_goroutines{shard=~"$shard"}`, "ignores the target selector"},
+		{`go_goroutines{target=~"$target", shard=~"$shard"}`, "which go_goroutines does not carry"},
+		{`up{shard=~"$shard"} * on (instance) group_left () group by (instance) (imcanary_sessions_online` + sel + `)`, "which up does not carry"},
+		{`imcanary:completeness_errors:ratio_rate5m{target=~"$target", shard=~"$shard"}`, "does not carry"},
+		{`rate(imcanary_sessions_online` + sel + `[5m])`, "not a counter"},
+		{`histogram_quantile(0.99, sum by (kind) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, "drops le"},
+		{`histogram_quantile(0.99, sum without (le) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, "drops le"},
+		{`histogram_quantile(0.99, sum by (le, target) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m]) * on (instance) group_left (target) group by (instance, target) (imcanary_sessions_online` + sel + `)))`, ""},
+		{`imcanary_sessions_online{target=~"$targt", shard=~"$shard"}`, "$targt is neither"},
+		{`imcanary_sessions_online{target=~"[[target]]", shard=~"$shard"}`, "deprecated"},
+		{`sum(imcanary_sessions_online` + sel, "does not parse"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.expr, func(t *testing.T) {
+			_, errs := check(k, tt.expr)
+			got := ""
+			if len(errs) > 0 {
+				got = errs[0].Error()
+			}
+			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+				t.Errorf("check(%q) = %q, want an error containing %q", tt.expr, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckWithoutRules checks the fallback while the rules file is
+// missing: any imcanary: name passes, anything else is still checked.
+func TestCheckWithoutRules(t *testing.T) {
+	k := known{names: map[string]series{}}
+	for _, tt := range []struct {
+		expr string
+		ok   bool
+	}{
+		{`imcanary:anything:ratio_rate5m{target=~"$target"}`, true},
+		{`imcanary_anything{target=~"$target", shard=~"$shard"}`, false},
+	} {
+		if _, errs := check(k, tt.expr); (len(errs) == 0) != tt.ok {
+			t.Errorf("check(%q) = %v, want ok %v", tt.expr, errs, tt.ok)
+		}
+	}
+}
+
+// TestPanels checks what every panel needs to render and to be understood.
+func TestPanels(t *testing.T) {
+	d := load(t)
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("dashboard uid %q, title %q: want both set (uid keeps links stable across imports)", d.UID, d.Title)
+	}
+	// 36 is where panels name their datasource as an object, which the
+	// ${datasource} variable relies on.
+	if d.SchemaVersion < 36 {
+		t.Errorf("schemaVersion = %d, want at least 36", d.SchemaVersion)
+	}
+	ids := map[int]string{}
+	titles := map[string]bool{}
+	for _, p := range flatten(d) {
+		t.Run(fmt.Sprintf("%d %s", p.ID, p.Title), func(t *testing.T) {
+			if p.ID <= 0 {
+				t.Errorf("panel %s: id must be positive", p.name())
+			} else if other, dup := ids[p.ID]; dup {
+				t.Errorf("panel %s: id %d is also panel %s's", p.name(), p.ID, other)
+			}
+			ids[p.ID] = p.name()
+			if p.Title == "" {
+				t.Errorf("panel %s: no title", p.name())
+			} else if titles[p.Title] {
+				t.Errorf("panel %s: title used twice", p.name())
+			}
+			titles[p.Title] = true
+			if strings.TrimSpace(p.Description) == "" {
+				t.Errorf("panel %s: no description (say what it shows and how it is measured)", p.name())
+			}
+			if g := p.GridPos; g == nil {
+				t.Errorf("panel %s: no gridPos", p.name())
+			} else if g.W <= 0 || g.H <= 0 || g.X < 0 || g.Y < 0 || g.X+g.W > 24 {
+				t.Errorf("panel %s: gridPos %+v, want a positive size within 24 columns", p.name(), *g)
+			}
+			if p.Type == "row" {
+				if len(p.Targets) != 0 {
+					t.Errorf("row %s has queries", p.name())
+				}
+				return
+			}
+			if !promDS(p.Datasource) {
+				t.Errorf("panel %s: datasource %+v, want the ${datasource} variable", p.name(), p.Datasource)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("panel %s: no queries", p.name())
+			}
+			refs := map[string]bool{}
+			for _, tg := range p.Targets {
+				if tg.RefID == "" || refs[tg.RefID] {
+					t.Errorf("panel %s: query refId %q empty or repeated", p.name(), tg.RefID)
+				}
+				refs[tg.RefID] = true
+				if !promDS(tg.Datasource) {
+					t.Errorf("panel %s query %s: datasource %+v, want the ${datasource} variable", p.name(), tg.RefID, tg.Datasource)
+				}
+			}
+		})
+	}
+}
+
+// promDS reports whether ds is the dashboard's datasource variable, so that
+// an import picks the operator's Prometheus instead of a uid from the
+// author's Grafana.
+func promDS(ds *datasource) bool {
+	return ds != nil && ds.Type == "prometheus" && ds.UID == "${datasource}"
+}
+
+// TestTemplating checks the variables every query relies on.
+func TestTemplating(t *testing.T) {
+	d := load(t)
+	vars := map[string]variable{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v
+	}
+	if v, ok := vars["datasource"]; !ok || v.Type != "datasource" || string(v.Query) != `"prometheus"` {
+		t.Errorf("variable datasource = %+v, want type datasource, query prometheus", v)
+	}
+	for _, name := range []string{"target", "shard"} {
+		t.Run(name, func(t *testing.T) {
+			v, ok := vars[name]
+			if !ok {
+				t.Fatalf("variable %q missing", name)
+			}
+			if v.Type != "query" || !promDS(v.Datasource) {
+				t.Errorf("variable %q: type %q datasource %+v, want a query on ${datasource}", name, v.Type, v.Datasource)
+			}
+			if m := labelValues.FindStringSubmatch(v.Definition); m == nil || m[2] != name {
+				t.Errorf("variable %q: definition %q, want label_values(…, %s)", name, v.Definition, name)
+			}
+			// The query also lives in an object the editor writes; it
+			// must say the same as the definition.
+			var q struct {
+				Query string `json:"query"`
+			}
+			if err := json.Unmarshal(v.Query, &q); err != nil || q.Query != v.Definition {
+				t.Errorf("variable %q: query %s, want {\"query\": %q}", name, v.Query, v.Definition)
+			}
+			if !v.Multi || !v.IncludeAll {
+				t.Errorf("variable %q: multi %v includeAll %v, want both", name, v.Multi, v.IncludeAll)
+			}
+			// With All as .*, a series without the label (exported
+			// before shard existed) still matches; Grafana's default
+			// All, a list of the values, would drop it.
+			if v.AllValue != ".*" {
+				t.Errorf("variable %q: allValue %q, want .*", name, v.AllValue)
+			}
+		})
+	}
+}
+
+// required is what the dashboard must show: each row, its panels, and the
+// series each panel must query. A panel may query more.
+var required = []struct {
+	row, title, typ string
+	names           []string
+}{
+	{"SLIs and error budget", "Completeness SLI (1h)", "stat", []string{"imcanary:completeness_errors:ratio_rate1h"}},
+	{"SLIs and error budget", "Latency SLI (1h)", "stat", []string{"imcanary:latency_errors:ratio_rate1h"}},
+	{"SLIs and error budget", "Error budget remaining (completeness, 30d)", "stat", []string{"imcanary:completeness_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Error budget remaining (latency, 30d)", "stat", []string{"imcanary:latency_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Prober saturated", "stat", []string{"imcanary_probe_saturated"}},
+	{"SLIs and error budget", "Completeness SLI", "timeseries", []string{"imcanary:completeness_errors:ratio_rate5m", "imcanary:completeness_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Latency SLI", "timeseries", []string{"imcanary:latency_errors:ratio_rate5m", "imcanary:latency_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Completeness burn rate", "timeseries", []string{"imcanary:completeness_errors:ratio_rate1h", "imcanary:completeness_errors:ratio_rate6h", "imcanary:completeness_errors:ratio_rate1d", "imcanary:completeness_errors:ratio_rate3d", objective}},
+	{"SLIs and error budget", "Latency burn rate", "timeseries", []string{"imcanary:latency_errors:ratio_rate1h", "imcanary:latency_errors:ratio_rate6h", "imcanary:latency_errors:ratio_rate1d", "imcanary:latency_errors:ratio_rate3d", objective}},
+	{"SLIs and error budget", "Burn rate by window", "table", append(windows("completeness"), windows("latency")...)},
+
+	{"Latency", "Delivery latency distribution (normal cohort)", "heatmap", []string{"imcanary_delivery_latency_seconds_bucket"}},
+	{"Latency", "Delivery latency p50 / p95 / p99 by kind", "timeseries", []string{"imcanary_delivery_latency_seconds_bucket"}},
+	{"Latency", "Ack latency p50 / p95 / p99 by kind", "timeseries", []string{"imcanary_ack_latency_seconds_bucket"}},
+
+	{"Completeness", "Deliveries: expected, delivered, lost, late (normal cohort)", "timeseries", []string{"imcanary_deliveries_expected_total", "imcanary_deliveries_total", "imcanary_deliveries_lost_total", "imcanary_deliveries_late_total"}},
+	{"Completeness", "Duplicates and reordered (normal cohort)", "timeseries", []string{"imcanary_deliveries_duplicate_total", "imcanary_deliveries_reordered_total"}},
+	{"Completeness", "Cohorts: lost and late ratio, normal vs slow_reader", "timeseries", []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_expected_total"}},
+
+	{"Population", "Sessions online vs target by source", "timeseries", []string{"imcanary_sessions_online", "imcanary_sessions_target"}},
+	{"Population", "Connects by result", "timeseries", []string{"imcanary_session_connects_total"}},
+	{"Population", "Disconnects by reason", "timeseries", []string{"imcanary_session_disconnects_total"}},
+	{"Population", "Sessions lagging (silent stalls)", "timeseries", []string{"imcanary_sessions_lagging"}},
+	{"Population", "Delivery lag per session (messages behind)", "heatmap", []string{"imcanary_session_delivery_lag_messages_bucket"}},
+
+	{"Canary", "Canary rounds by result (per hour)", "timeseries", []string{"imcanary_canary_rounds_total"}},
+	{"Canary", "Last canary round", "stat", []string{"imcanary_canary_last_round_success"}},
+	{"Canary", "Canary failures by reason (per hour)", "timeseries", []string{"imcanary_canary_failures_total"}},
+
+	{"Soak", "Soak runs by result", "table", []string{"imcanary_soak_runs_total"}},
+	{"Soak", "Last soak run by profile", "stat", []string{"imcanary_soak_last_run_success"}},
+	{"Soak", "Soak running", "timeseries", []string{"imcanary_soak_running"}},
+
+	{"Probe self-health", "Prober saturated and causes", "timeseries", []string{"imcanary_probe_saturated", "imcanary_probe_saturation_cause"}},
+	{"Probe self-health", "Prober send and receive lag p50 / p99", "timeseries", []string{"imcanary_probe_send_lag_seconds_bucket", "imcanary_probe_receive_lag_seconds_bucket"}},
+	{"Probe self-health", "Prober CPU usage", "timeseries", []string{"imcanary_probe_cpu_usage_ratio"}},
+	{"Probe self-health", "Ephemeral port usage", "timeseries", []string{"imcanary_probe_ephemeral_port_usage_ratio"}},
+	{"Probe self-health", "Go scheduler latency p99 and GC pauses", "timeseries", []string{"go_sched_latencies_seconds_bucket", "go_sched_pauses_total_gc_seconds_bucket"}},
+	{"Probe self-health", "Open files", "timeseries", []string{"process_open_fds", "process_max_fds"}},
+	{"Probe self-health", "Resident memory", "timeseries", []string{"process_resident_memory_bytes"}},
+	{"Probe self-health", "Goroutines", "timeseries", []string{"go_goroutines"}},
+	{"Probe self-health", "Deliveries recorded while saturated", "timeseries", []string{"imcanary_deliveries_saturated_total"}},
+}
+
+// windows names one SLI's error-ratio rules over every window the rules
+// keep.
+func windows(sli string) []string {
+	var out []string
+	for _, w := range []string{"5m", "30m", "1h", "2h", "6h", "1d", "3d"} {
+		out = append(out, "imcanary:"+sli+"_errors:ratio_rate"+w)
+	}
+	return out
+}
+
+// TestRequired checks the dashboard has every row and panel operators rely
+// on, in its row, and that each queries what its title promises.
+func TestRequired(t *testing.T) {
+	d := load(t)
+	k := newKnown(t)
+	byTitle := map[string]placed{}
+	for _, p := range flatten(d) {
+		byTitle[p.Title] = p
+	}
+	for _, r := range required {
+		t.Run(r.title, func(t *testing.T) {
+			if row, ok := byTitle[r.row]; !ok || row.Type != "row" {
+				t.Fatalf("row %q missing", r.row)
+			}
+			p, ok := byTitle[r.title]
+			if !ok {
+				t.Fatalf("panel %q missing from row %q", r.title, r.row)
+			}
+			if p.row != r.row || p.Type != r.typ {
+				t.Errorf("panel %s is a %s, want a %s in row %q", p.name(), p.Type, r.typ, r.row)
+			}
+			got := map[string]bool{}
+			for _, tg := range p.Targets {
+				names, _ := check(k, tg.Expr) // TestQueries reports the errors
+				for _, n := range names {
+					got[n] = true
+				}
+			}
+			for _, n := range r.names {
+				if !got[n] {
+					t.Errorf("panel %s does not query %s", p.name(), n)
+				}
+			}
+		})
+	}
+}
+
+// TestAnnotations checks that saturated periods are marked on every graph:
+// the first thing to ask of a bad number is whether imcanary itself was
+// starved.
+func TestAnnotations(t *testing.T) {
+	d := load(t)
+	k := newKnown(t)
+	for _, a := range d.Annotations.List {
+		if a.BuiltIn != 0 {
+			continue
+		}
+		names, _ := check(k, a.Expr)
+		if slices.Contains(names, "imcanary_probe_saturated") && promDS(a.Datasource) {
+			return
+		}
+	}
+	t.Errorf("no annotation on imcanary_probe_saturated from the ${datasource} variable")
+}
