@@ -30,8 +30,8 @@ func TestStarvedProberIsInconclusive(t *testing.T) {
 			m := metrics.New(prometheus.NewPedanticRegistry())
 			mon, err := saturation.New(saturation.Config{
 				Interval: 100 * time.Millisecond, Window: 500 * time.Millisecond,
-				MaxSendLag: 100 * time.Millisecond, MaxReceiveLag: 100 * time.Millisecond,
-				MaxSchedLatency: 50 * time.Millisecond, MaxGCPause: 100 * time.Millisecond,
+				MaxSendLag: 200 * time.Millisecond, MaxReceiveLag: 200 * time.Millisecond,
+				MaxSchedLatency: 100 * time.Millisecond, MaxGCPause: 200 * time.Millisecond,
 				MaxCPU: 1, MaxFDs: 0.9, MaxPorts: 0.9,
 			}, m.Probe("t"), nil)
 			if err != nil {
