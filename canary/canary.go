@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -38,6 +39,9 @@ type Options struct {
 	// Health, if set, is the prober's self-monitor; the canary's receive
 	// lag feeds it like every population's.
 	Health probe.Health
+	// SourceAddrs and MaxConnectRate are as in probe.Options.
+	SourceAddrs    []netip.Addr
+	MaxConnectRate float64
 	// CrossPeer and CrossFrom are the canary users of the neighbouring
 	// shards (see probe.Options): each round also sends one direct message
 	// to CrossPeer. Its receipt is counted by the peer's process, so it is
@@ -91,6 +95,7 @@ func New(o Options) (*Canary, error) {
 		Heartbeat: o.Heartbeat, Deadline: o.Deadline, LostAfter: 2 * o.Deadline,
 		BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
 		Observer: c, Health: o.Health, CrossPeer: o.CrossPeer, CrossFrom: o.CrossFrom,
+		SourceAddrs: o.SourceAddrs, MaxConnectRate: o.MaxConnectRate,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("canary: %w", err)

@@ -108,6 +108,17 @@ type Population struct {
 	MessageSize int `koanf:"message_size"`
 	// Backoff bounds the reconnect delay (exponential with full jitter).
 	Backoff Backoff `koanf:"backoff"`
+	// MaxConnectRate caps the connect attempts per second of each
+	// population (the background one, the canary, a soak run), first
+	// logins and reconnects alike, so that a server coming back is not
+	// stormed by everyone it dropped at once.
+	MaxConnectRate float64 `koanf:"max_connect_rate"`
+	// SourceAddrs is a comma-separated list of local IP addresses and
+	// inclusive IPv4 ranges ("127.0.0.1-127.0.0.16") the sessions connect
+	// from, spread over them round-robin by user (see ParseSourceAddrs);
+	// "" lets the kernel pick. One address holds only as many connections
+	// to one server port as there are ephemeral ports, about 28,000.
+	SourceAddrs string `koanf:"source_addrs"`
 	// LagThreshold is how long a message the server acknowledged may go
 	// unreceived by an online recipient (nothing later of its stream
 	// received either) before the session counts as lagging: a silent
@@ -335,6 +346,11 @@ func Default() Config {
 			Prefix:      "imcanary",
 			MessageSize: 0,
 			Backoff:     Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second},
+			// A thousand logins a second is well within what a server
+			// sized for thousands of users takes, and brings 10,000
+			// users back in ten seconds.
+			MaxConnectRate: 1000,
+			SourceAddrs:    "",
 		},
 		DataDir: "./imcanary-data",
 		History: History{

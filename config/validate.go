@@ -50,7 +50,8 @@ func (e *ValidationError) Unwrap() error { return e.Err }
 const (
 	maxNameLen     = 64 // in characters: it is a label value on every series
 	maxUsers       = 1_000_000
-	maxRate        = 1000 // messages per second per user
+	maxRate        = 1000     // messages per second per user
+	maxConnectRate = maxUsers // connects per second: everyone within a second
 	minHeartbeat   = 100 * time.Millisecond
 	maxMessageSize = 64 << 10 // bytes
 	// A canary round is a handful of users measured precisely; more is a
@@ -211,6 +212,19 @@ func (c Config) problems() []*ValidationError {
 	}
 	if b.Max < b.Initial {
 		fail("population.backoff.max", b.Max, "must be at least population.backoff.initial (%v)", b.Initial)
+	}
+	switch {
+	case math.IsNaN(p.MaxConnectRate):
+		fail("population.max_connect_rate", p.MaxConnectRate, "must be a number")
+	case p.MaxConnectRate <= 0:
+		// No "unlimited": a population that can reconnect everyone at
+		// once is exactly what this key exists to prevent.
+		fail("population.max_connect_rate", p.MaxConnectRate, "must be positive")
+	case p.MaxConnectRate > maxConnectRate:
+		fail("population.max_connect_rate", p.MaxConnectRate, "must be at most %d", maxConnectRate)
+	}
+	if _, err := ParseSourceAddrs(p.SourceAddrs); err != nil {
+		fail("population.source_addrs", p.SourceAddrs, "%w", err)
 	}
 	switch {
 	case p.LagThreshold < 0:

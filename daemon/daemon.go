@@ -61,15 +61,20 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: log, reg: reg}
-	users := cfg.Population.Users
+	// The populations that may run at once.
+	pops := []int{cfg.Population.Users}
 	if cfg.Canary.Schedule != "" {
-		users += cfg.Canary.Users
+		pops = append(pops, cfg.Canary.Users)
 	}
+	soakUsers := 0
 	for _, p := range cfg.Soak.Profiles {
 		// One soak runs at a time: the largest is what must fit.
-		users = max(users, cfg.Population.Users+cfg.Canary.Users+p.Users)
+		soakUsers = max(soakUsers, p.Users)
 	}
-	e, err := newEnv(cfg, users, log)
+	if soakUsers > 0 {
+		pops = append(pops, soakUsers)
+	}
+	e, err := newEnv(cfg, pops, log)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +134,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 			Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
 			Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,
 		},
+		SourceAddrs: e.sources, MaxConnectRate: p.MaxConnectRate,
 	})
 	if err != nil {
 		return nil, err
@@ -193,7 +199,7 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
-		Health: h,
+		Health: h, SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
 	}
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
@@ -212,6 +218,7 @@ func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metric
 		MessageSize: cfg.Population.MessageSize,
 		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
 		Health:      h,
+		SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
 	})
 }
 

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,6 +63,9 @@ type env struct {
 	driver probe.Driver
 	secret []byte
 	run    string
+	// sources are the addresses of population.source_addrs, which every
+	// population spreads its users over; nil lets the kernel pick.
+	sources []netip.Addr
 
 	target   *target.Server
 	targetLn net.Listener
@@ -68,14 +73,26 @@ type env struct {
 	stop     context.CancelFunc
 }
 
-// newEnv builds the driver for cfg. users is how many sessions the command
-// will hold, for the open-file check. With protocol embedded and no URL it
-// opens an embedded target's listener on a free loopback port; startTarget
-// serves it.
-func newEnv(cfg config.Config, users int, log *slog.Logger) (*env, error) {
+// newEnv builds the driver for cfg. pops are the sizes of the populations
+// the command will run at once, for the open-file and port checks. With
+// protocol embedded and no URL it opens an embedded target's listener on a
+// free loopback port; startTarget serves it.
+func newEnv(cfg config.Config, pops []int, log *slog.Logger) (*env, error) {
 	e := &env{cfg: cfg, run: newRunID()}
 	inProcess := cfg.Target.Protocol == "embedded" && cfg.Target.URL == ""
+	users := 0
+	for _, n := range pops {
+		users += n
+	}
 	if err := checkFileLimit(users, inProcess); err != nil {
+		return nil, err
+	}
+	sources, err := config.ParseSourceAddrs(cfg.Population.SourceAddrs)
+	if err != nil {
+		return nil, fmt.Errorf("population.source_addrs: %w", err)
+	}
+	e.sources = sources
+	if err := checkPorts(pops, len(sources), ephemeralPorts()); err != nil {
 		return nil, err
 	}
 	secret, err := loadSecret(cfg)
@@ -164,6 +181,103 @@ func checkFileLimit(users int, inProcess bool) error {
 			"raise the limit, lower the user counts, or run more shards", users, need, how, lim.Cur)
 	}
 	return nil
+}
+
+// portRange is the kernel's ephemeral port range, first to last port
+// inclusive; the zero value is a range not known.
+type portRange struct{ first, last int }
+
+// ports returns how many ports the range holds.
+func (r portRange) ports() int {
+	if r.first <= 0 || r.last < r.first {
+		return 0
+	}
+	return r.last - r.first + 1
+}
+
+// portRangeFile holds the ephemeral port range, for IPv6 too.
+const portRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// ephemeralPorts reads the ephemeral port range, or returns the zero range
+// where there is no such file (not Linux, or /proc not mounted).
+func ephemeralPorts() portRange {
+	b, err := os.ReadFile(portRangeFile)
+	if err != nil {
+		return portRange{}
+	}
+	return parsePortRange(string(b))
+}
+
+// parsePortRange reads the file's first and last port, or returns the
+// zero range.
+func parsePortRange(s string) portRange {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return portRange{}
+	}
+	first, err1 := strconv.Atoi(f[0])
+	last, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil {
+		return portRange{}
+	}
+	return portRange{first, last}
+}
+
+// portShare is the part of the ephemeral port range that one source
+// address may fill: the rest is for the host's other connections and for
+// reconnects while old ports wait out TIME_WAIT.
+const portShare = 0.9
+
+// checkPorts refuses more sessions on one source address than it has
+// ephemeral ports for: each session to the one server port takes a port
+// of its source address. pops are the sizes of the populations that run at
+// once, each spread round-robin over addrs source addresses (0: the one
+// the kernel picks), so the first address holds the most; r is the
+// ephemeral port range, whose zero value skips the check.
+func checkPorts(pops []int, addrs int, r portRange) error {
+	if r.ports() == 0 {
+		return nil
+	}
+	limit := int(float64(r.ports()) * portShare)
+	perAddr := sessionsPerAddr(pops, max(addrs, 1))
+	if perAddr <= limit {
+		return nil
+	}
+	users := 0
+	for _, n := range pops {
+		users += n
+	}
+	// The fewest addresses that would do, for the advice.
+	need := max(addrs, 1)
+	for need < users && sessionsPerAddr(pops, need) > limit {
+		need++
+	}
+	var fix string
+	switch {
+	case sessionsPerAddr(pops, need) > limit:
+		fix = "widen net.ipv4.ip_local_port_range"
+	case need < 255:
+		fix = fmt.Sprintf("add addresses to population.source_addrs (at least %d in all, e.g. 127.0.0.1-127.0.0.%d), or run more shards", need, need)
+	default:
+		fix = fmt.Sprintf("add addresses to population.source_addrs (at least %d in all), or run more shards", need)
+	}
+	how := fmt.Sprintf("the limit is %d (%.0f%% of the %d in net.ipv4.ip_local_port_range, %d-%d)", limit, portShare*100, r.ports(), r.first, r.last)
+	if addrs == 0 {
+		return fmt.Errorf("population.users: %d sessions in all connect from the one source address the kernel picks (population.source_addrs is empty) "+
+			"and need %d ephemeral ports, but %s: %s", users, perAddr, how, fix)
+	}
+	return fmt.Errorf("population.source_addrs: %d sessions in all over %d source addresses put up to %d on one, "+
+		"which needs as many ephemeral ports, but %s: %s", users, addrs, perAddr, how, fix)
+}
+
+// sessionsPerAddr returns how many sessions the busiest of addrs source
+// addresses holds: the first, with ⌈n/addrs⌉ of each population.
+func sessionsPerAddr(pops []int, addrs int) int {
+	n := 0
+	for _, p := range pops {
+		n += (p + addrs - 1) / addrs
+	}
+	return n
 }
 
 // loadSecret reads the target secret from target.secret_file, else from

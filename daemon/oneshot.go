@@ -29,7 +29,7 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e, err := newEnv(cfg, cfg.Canary.Users, log)
+	e, err := newEnv(cfg, []int{cfg.Canary.Users}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.
 		}
 		return nil, fmt.Errorf("%w: no soak profile %q (have %q)", ErrUsage, profile, names)
 	}
-	e, err := newEnv(cfg, p.Users, log)
+	e, err := newEnv(cfg, []int{p.Users}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/imcanary/imcanary/metrics"
 )
@@ -165,4 +166,21 @@ func WithSlowLink(ctx context.Context) context.Context {
 func SlowLink(ctx context.Context) bool {
 	v, _ := ctx.Value(slowLinkKey{}).(bool)
 	return v
+}
+
+type sourceAddrKey struct{}
+
+// WithSourceAddr marks the context of a Connect with the local address its
+// connection is to come from. One local address holds only as many
+// connections to one server port as there are ephemeral ports; a
+// population spread over several holds that many times more.
+func WithSourceAddr(ctx context.Context, a netip.Addr) context.Context {
+	return context.WithValue(ctx, sourceAddrKey{}, a)
+}
+
+// SourceAddr returns the address set by WithSourceAddr, or the zero Addr
+// (not IsValid) when the kernel is to pick one.
+func SourceAddr(ctx context.Context) netip.Addr {
+	a, _ := ctx.Value(sourceAddrKey{}).(netip.Addr)
+	return a
 }

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/imcanary/imcanary/metrics"
 )
@@ -56,6 +59,15 @@ type Options struct {
 	// Health, if set, records the prober's own send and receive lags and
 	// says when it is saturated.
 	Health Health
+	// SourceAddrs, if set, are the local addresses sessions connect from,
+	// user i from SourceAddrs[i%len]: always the same one, so that a user
+	// keeps its address across reconnects. Empty lets the kernel pick.
+	SourceAddrs []netip.Addr
+	// MaxConnectRate caps connect attempts per second across the whole
+	// population, first logins and reconnects alike, so that a server
+	// that dropped everyone is not stormed by them coming back at once
+	// (the jittered backoff spreads them further). 0 is no limit.
+	MaxConnectRate float64
 	// CrossPeer, if set, is a user of another shard (another process) to
 	// whom user 0 sends direct messages with SendCross; CrossFrom is the
 	// user of another shard who sends to user 0. Each process counts only
@@ -130,6 +142,14 @@ type Population struct {
 	// and the lag state of each link belongs to the sweep.
 	sweepMu    sync.Mutex
 	lagScratch []uint64
+
+	// connects is the token bucket every connect attempt draws from; nil
+	// when MaxConnectRate is 0.
+	connects *rate.Limiter
+	// held counts the attempts waiting for their token; heldLogged (Unix
+	// ns) is when that was last logged.
+	held       atomic.Int64
+	heldLogged atomic.Int64
 }
 
 // readyGrace is how long after its ramp a population that is not fully
@@ -156,6 +176,8 @@ func New(o Options) (*Population, error) {
 		return nil, errors.New("population: slow_readers durations must not be negative")
 	case o.LagThreshold < 0:
 		return nil, fmt.Errorf("population: lag_threshold %v: must not be negative", o.LagThreshold)
+	case !(o.MaxConnectRate >= 0):
+		return nil, fmt.Errorf("population: max_connect_rate %v: must not be negative", o.MaxConnectRate)
 	}
 	if o.LagThreshold == 0 {
 		o.LagThreshold = o.Deadline / 2
@@ -171,6 +193,12 @@ func New(o Options) (*Population, error) {
 	}
 	p.ledger.obs = o.Observer
 	p.ledger.health = o.Health
+	if o.MaxConnectRate > 0 {
+		// A tenth of a second's worth of burst: enough that a ramp at
+		// the limit does not stutter on timer granularity, too little
+		// to be a storm.
+		p.connects = rate.NewLimiter(rate.Limit(o.MaxConnectRate), max(1, int(o.MaxConnectRate/10)))
+	}
 	p.paused.Store(o.StartPaused)
 	p.layout()
 	return p, nil
@@ -450,7 +478,7 @@ func (p *Population) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	start := time.Now()
 	if !o.StartPaused {
-		p.holdUntil.Store(start.Add(o.Ramp + o.LateAfter + readyGrace).UnixNano())
+		p.holdUntil.Store(start.Add(p.Ramp() + o.LateAfter + readyGrace).UnixNano())
 	}
 	for _, u := range p.users {
 		// Exits when ctx ends, after closing its session.
@@ -470,6 +498,23 @@ func (p *Population) Run(ctx context.Context) error {
 	o.Set.Ready.Set(0)
 	return nil
 }
+
+// Ramp returns how long the first logins take at the least: Options.Ramp,
+// or longer when MaxConnectRate cannot log every user in within it.
+func (p *Population) Ramp() time.Duration {
+	o := p.opts
+	if o.MaxConnectRate <= 0 {
+		return o.Ramp
+	}
+	// Capped, so that a rate of one login an hour cannot overflow the
+	// times built on it.
+	d := min(float64(o.Users)/o.MaxConnectRate*float64(time.Second), float64(maxRamp))
+	return max(o.Ramp, time.Duration(d))
+}
+
+// maxRamp bounds Ramp: a population that takes longer to log in is not
+// meant to be all online.
+const maxRamp = 365 * 24 * time.Hour
 
 // provision retries until the server takes the plan: a daemon that starts
 // before its target must wait for it, not exit.
@@ -514,6 +559,10 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 	}
 	obs := o.Observer
 	for attempt := 0; ctx.Err() == nil; attempt++ {
+		// Before t0: the wait is imcanary's, not the server's login time.
+		if !p.awaitConnect(ctx) {
+			return
+		}
 		t0 := time.Now()
 		sess, err := p.connect(ctx, u)
 		if obs != nil && ctx.Err() == nil {
@@ -584,6 +633,9 @@ func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
 	if u.slow {
 		ctx = WithSlowLink(ctx)
 	}
+	if a := p.opts.SourceAddrs; len(a) > 0 {
+		ctx = WithSourceAddr(ctx, a[u.idx%len(a)])
+	}
 	// Exits when Connect returns, which ctx bounds.
 	go func() {
 		s, err := p.opts.Driver.Connect(ctx, u.name)
@@ -591,6 +643,42 @@ func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
 	}()
 	r := <-ch
 	return r.s, r.err
+}
+
+// awaitConnect takes the token of one connect attempt, waiting as long as
+// MaxConnectRate requires, and reports whether ctx is still live.
+func (p *Population) awaitConnect(ctx context.Context) bool {
+	if p.connects == nil {
+		return ctx.Err() == nil
+	}
+	r := p.connects.Reserve() // always OK: one token, burst at least 1
+	d := r.Delay()
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	p.held.Add(1)
+	// Should ctx end, the token is not given back: the population ends
+	// with it.
+	live := Sleep(ctx, d)
+	waiting := p.held.Add(-1)
+	if live {
+		p.noteHeldBack(d, waiting)
+	}
+	return live
+}
+
+// noteHeldBack logs, at most once a second, an attempt that the rate limit
+// held back for d and how many still wait: a mass reconnect is held back
+// by design, and an operator wondering why sessions come back slowly sees
+// it at Debug, a line a second while it lasts.
+func (p *Population) noteHeldBack(d time.Duration, waiting int64) {
+	now := time.Now().UnixNano()
+	last := p.heldLogged.Load()
+	if now-last < int64(time.Second) || !p.heldLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.Debug("connects held back by population.max_connect_rate",
+		"max_connect_rate", p.opts.MaxConnectRate, "waited", d.Round(time.Millisecond), "waiting", waiting)
 }
 
 // endSession writes off every message of the ended session that the server

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -35,6 +36,9 @@ type RunnerOptions struct {
 	BackoffMax  time.Duration
 	MessageSize int
 	Logger      *slog.Logger
+	// SourceAddrs and MaxConnectRate are as in probe.Options.
+	SourceAddrs    []netip.Addr
+	MaxConnectRate float64
 	// SampleEvery overrides the sample interval; by default a run takes
 	// about 200 samples, one every 1 to 10 seconds.
 	SampleEvery time.Duration
@@ -141,6 +145,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		LateFraction: p.LateLogins, LateAfter: p.LateAfter,
 		SlowReaders: probe.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
 		Health:      health,
+		SourceAddrs: o.SourceAddrs, MaxConnectRate: o.MaxConnectRate,
 	})
 	if err != nil {
 		return nil, err
@@ -201,8 +206,9 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	}
 	phase(PhaseRamp)
 	// The ramp ends when every user due has logged in, or a grace period
-	// after the configured ramp: the verdict will say who never did.
-	rampEnd := start.Add(p.Ramp + 30*time.Second)
+	// after the configured ramp (longer if the connect rate limit needs
+	// it): the verdict will say who never did.
+	rampEnd := start.Add(pop.Ramp() + 30*time.Second)
 	for pop.Online() < p.Users-late && time.Now().Before(rampEnd) {
 		if !probe.Sleep(ctx, 20*time.Millisecond) {
 			aborted = true

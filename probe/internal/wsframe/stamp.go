@@ -3,6 +3,8 @@ package wsframe
 import (
 	"context"
 	"net"
+	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -57,11 +59,34 @@ func (c *StampConn) Last() int64 {
 // connection is then TLS over the StampConn, and the stamp is when the
 // encrypted bytes arrived.
 //
-// A context marked by probe.WithSlowLink dials a slow link (see slowLink).
+// A context marked by probe.WithSlowLink dials a slow link (see slowLink);
+// one marked by probe.WithSourceAddr dials from that address (see
+// bindNoPort), and a hostname then resolves to its family only.
 func NetDialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
+	var controls []func(network, address string, c syscall.RawConn) error
 	if probe.SlowLink(ctx) {
-		d.Control = slowLink
+		controls = append(controls, slowLink)
+	}
+	if a := probe.SourceAddr(ctx); a.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, 0))
+		controls = append(controls, bindNoPort)
+	}
+	// Control runs after the socket is made and before it is bound, so
+	// every option is in place for bind and connect.
+	switch len(controls) {
+	case 0:
+	case 1:
+		d.Control = controls[0]
+	default:
+		d.Control = func(network, address string, c syscall.RawConn) error {
+			for _, f := range controls {
+				if err := f(network, address, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 	}
 	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {

@@ -1,0 +1,190 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestCheckPorts(t *testing.T) {
+	linux := portRange{32768, 60999} // Linux's default: 28232 ports, 25408 usable
+	tests := []struct {
+		name  string
+		pops  []int
+		addrs int
+		r     portRange
+		want  string // "" for nil
+	}{
+		{name: "range unknown", pops: []int{1_000_000}, r: portRange{}},
+		{name: "range inverted", pops: []int{1_000_000}, r: portRange{60999, 32768}},
+		{name: "default population", pops: []int{100, 4}, r: linux},
+		{name: "one address at the limit", pops: []int{25408}, r: linux},
+		{
+			name: "one address over the limit", pops: []int{25409}, r: linux,
+			want: "population.users: 25409 sessions in all connect from the one source address the kernel picks (population.source_addrs is empty) " +
+				"and need 25409 ephemeral ports, but the limit is 25408 (90% of the 28232 in net.ipv4.ip_local_port_range, 32768-60999): " +
+				"add addresses to population.source_addrs (at least 2 in all, e.g. 127.0.0.1-127.0.0.2), or run more shards",
+		},
+		{name: "background, canary and soak at the limit", pops: []int{20000, 4, 5404}, r: linux},
+		{
+			name: "background, canary and soak over the limit", pops: []int{20000, 4, 5405}, r: linux,
+			want: "population.users: 25409 sessions in all connect from the one source address the kernel picks (population.source_addrs is empty) " +
+				"and need 25409 ephemeral ports, but the limit is 25408 (90% of the 28232 in net.ipv4.ip_local_port_range, 32768-60999): " +
+				"add addresses to population.source_addrs (at least 2 in all, e.g. 127.0.0.1-127.0.0.2), or run more shards",
+		},
+		{name: "four addresses", pops: []int{101_632}, addrs: 4, r: linux},
+		{
+			name: "four addresses over the limit", pops: []int{101_633}, addrs: 4, r: linux,
+			want: "population.source_addrs: 101633 sessions in all over 4 source addresses put up to 25409 on one, which needs as many ephemeral ports, " +
+				"but the limit is 25408 (90% of the 28232 in net.ipv4.ip_local_port_range, 32768-60999): " +
+				"add addresses to population.source_addrs (at least 5 in all, e.g. 127.0.0.1-127.0.0.5), or run more shards",
+		},
+		{
+			name: "a million users", pops: []int{1_000_000, 100, 1_000_000}, addrs: 16, r: linux,
+			want: "population.source_addrs: 2000100 sessions in all over 16 source addresses put up to 125007 on one, which needs as many ephemeral ports, " +
+				"but the limit is 25408 (90% of the 28232 in net.ipv4.ip_local_port_range, 32768-60999): " +
+				"add addresses to population.source_addrs (at least 79 in all, e.g. 127.0.0.1-127.0.0.79), or run more shards",
+		},
+		// Each population starts at the first address, which so holds
+		// the rounded-up share of each: 2+2+1 of 3+3+1 on two.
+		{name: "rounding per population fits", pops: []int{3, 3}, addrs: 2, r: portRange{1000, 1004}},
+		{
+			name: "rounding per population", pops: []int{3, 3, 1}, addrs: 2, r: portRange{1000, 1004},
+			want: "population.source_addrs: 7 sessions in all over 2 source addresses put up to 5 on one, which needs as many ephemeral ports, " +
+				"but the limit is 4 (90% of the 5 in net.ipv4.ip_local_port_range, 1000-1004): " +
+				"add addresses to population.source_addrs (at least 3 in all, e.g. 127.0.0.1-127.0.0.3), or run more shards",
+		},
+		{
+			name: "more addresses than a range", pops: []int{30000}, r: portRange{1000, 1099},
+			want: "population.users: 30000 sessions in all connect from the one source address the kernel picks (population.source_addrs is empty) " +
+				"and need 30000 ephemeral ports, but the limit is 90 (90% of the 100 in net.ipv4.ip_local_port_range, 1000-1099): " +
+				"add addresses to population.source_addrs (at least 334 in all), or run more shards",
+		},
+		{
+			name: "no address is enough", pops: []int{1}, r: portRange{5000, 5000},
+			want: "population.users: 1 sessions in all connect from the one source address the kernel picks (population.source_addrs is empty) " +
+				"and need 1 ephemeral ports, but the limit is 0 (90% of the 1 in net.ipv4.ip_local_port_range, 5000-5000): " +
+				"widen net.ipv4.ip_local_port_range",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkPorts(tt.pops, tt.addrs, tt.r)
+			var got string
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("checkPorts(%v, %d, %v) = %q, want %q", tt.pops, tt.addrs, tt.r, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParsePortRange(t *testing.T) {
+	tests := []struct {
+		in    string
+		want  portRange
+		ports int
+	}{
+		{"32768\t60999\n", portRange{32768, 60999}, 28232},
+		{"1024 65535", portRange{1024, 65535}, 64512},
+		{"40000\t40000\n", portRange{40000, 40000}, 1},
+		{"60999\t32768\n", portRange{60999, 32768}, 0},
+		{"", portRange{}, 0},
+		{"32768\n", portRange{}, 0},
+		{"a b", portRange{}, 0},
+		{"1 2 3", portRange{}, 0},
+	}
+	for _, tt := range tests {
+		got := parsePortRange(tt.in)
+		if got != tt.want || got.ports() != tt.ports {
+			t.Errorf("parsePortRange(%q) = %v with %d ports, want %v with %d", tt.in, got, got.ports(), tt.want, tt.ports)
+		}
+	}
+	if _, err := os.Stat(portRangeFile); err == nil {
+		if r := ephemeralPorts(); r.ports() == 0 {
+			t.Errorf("ephemeralPorts() = %v from %s, want a range", r, portRangeFile)
+		}
+	}
+}
+
+// TestRunSourceAddrs runs the daemon over two loopback source addresses
+// with a connect rate limit, and reads the kernel's table of TCP sockets
+// to see its sessions to the in-process target come from both, half each.
+func TestRunSourceAddrs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Population.SourceAddrs = "127.0.0.2-127.0.0.3"
+	cfg.Population.MaxConnectRate = 100
+	d, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	base := "http://" + d.HTTPAddr()
+	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+
+	u, err := url.Parse(d.TargetURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	// The canary's 4 users are spread like the population's 20.
+	want := map[string]int{"127.0.0.2": 12, "127.0.0.3": 12}
+	got := sessionSources(t, port)
+	for end := time.Now().Add(10 * time.Second); !maps.Equal(got, want) && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+		got = sessionSources(t, port)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("sessions to the target by source address = %v, want %v", got, want)
+	}
+}
+
+// sessionSources counts the established IPv4 TCP connections to the given
+// loopback port by local address, from /proc/net/tcp.
+func sessionSources(t *testing.T, port int) map[string]int {
+	t.Helper()
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		t.Skipf("no socket table to read: %v", err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// sl local_address rem_address st ...; addresses are
+		// little-endian hex IPv4 and big-endian hex port.
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || fields[3] != "01" {
+			continue
+		}
+		local, rem := fields[1], fields[2]
+		rp, err := strconv.ParseUint(rem[strings.IndexByte(rem, ':')+1:], 16, 16)
+		if err != nil || int(rp) != port {
+			continue
+		}
+		b, err := hex.DecodeString(local[:8])
+		if err != nil {
+			continue
+		}
+		slices.Reverse(b)
+		out[netip.AddrFrom4([4]byte(b)).String()]++
+	}
+	return out
+}
