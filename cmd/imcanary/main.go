@@ -37,6 +37,8 @@ Usage:
   imcanary soak --profile NAME [--config FILE] [--json F] [--html F]
                                                      one soak run: exit 0 pass, 1 fail
   imcanary config check FILE                         validate a configuration file
+  imcanary bench [--quick] [--json] [--processes N]  measure this machine's capacity and
+                                                     print a plan of shards
   imcanary health [--url URL] [--timeout D]          ask a running daemon's /healthz:
                                                      exit 0 on 200, 1 otherwise
   imcanary help [COMMAND]
@@ -71,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runSoak(ctx, args, stdout, stderr)
 	case "config":
 		err = runConfig(args, stdout)
+	case "bench":
+		err = runBench(ctx, args, stdout, stderr)
 	case "health":
 		err = runHealth(ctx, args, stdout, stderr)
 	case "help":
