@@ -61,6 +61,8 @@ type recordingDriver struct {
 	mu   sync.Mutex
 	last map[string]probe.Session
 	hold map[string]time.Duration
+	// at is when each user's latest session was connected.
+	at map[string]time.Time
 }
 
 func (r *recordingDriver) Connect(ctx context.Context, user string) (probe.Session, error) {
@@ -77,9 +79,19 @@ func (r *recordingDriver) Connect(ctx context.Context, user string) (probe.Sessi
 	if err == nil {
 		r.mu.Lock()
 		r.last[user] = s
+		if r.at != nil {
+			r.at[user] = time.Now()
+		}
 		r.mu.Unlock()
 	}
 	return s, err
+}
+
+// connectedAt returns when user's latest session was connected.
+func (r *recordingDriver) connectedAt(user string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at[user]
 }
 
 func (r *recordingDriver) session(user string) probe.Session {
@@ -341,7 +353,7 @@ func TestProsodyPopulation(t *testing.T) {
 // sent while it was out of its room are lost to it (a room delivers only
 // to occupants), and counted so. Nothing may be counted twice.
 func TestProsodyReceiverKilled(t *testing.T) {
-	rd := &recordingDriver{Driver: prosodyDriver(t, "imc-"), last: map[string]probe.Session{}, hold: map[string]time.Duration{}}
+	rd := &recordingDriver{Driver: prosodyDriver(t, "imc-"), last: map[string]probe.Session{}, hold: map[string]time.Duration{}, at: map[string]time.Time{}}
 	const (
 		lostAfter = 3 * time.Second
 		away      = 1500 * time.Millisecond
@@ -355,14 +367,19 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	rd.mu.Lock()
 	rd.hold[victim] = away
 	rd.mu.Unlock()
+	killed := time.Now()
 	xmpp.KillConn(rd.session(victim))
 	waitFor(t, 10*time.Second, "the victim to reconnect", func() bool {
 		return p.disconnects(metrics.ReasonError) == 1 && p.pop.Online() == p.pop.Users()
 	})
+	// The victim is out of its room from the kill until its new session
+	// has joined (Connect returns after the joins): at least the hold,
+	// more on a loaded machine, so the bound on group loss is measured.
+	out := rd.connectedAt(victim).Sub(killed)
 	time.Sleep(2 * time.Second)
 	p.settle(lostAfter)
 	direct, group := p.counts(0), p.counts(1)
-	t.Logf("direct %+v; group %+v; send errors %v", direct, group, p.sendErrors())
+	t.Logf("direct %+v; group %+v; send errors %v; victim out of its room %v", direct, group, p.sendErrors(), out)
 	if direct.lost != 0 || direct.delivered != direct.expected {
 		t.Errorf("direct: lost %v, delivered %v of %v: offline storage must deliver every acked message", direct.lost, direct.delivered, direct.expected)
 	}
@@ -374,10 +391,11 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	if group.delivered+group.lost != group.expected {
 		t.Errorf("group: delivered %v + lost %v != expected %v: every acked message must be accounted once", group.delivered, group.lost, group.expected)
 	}
-	// Four room-mates send 2.5 group messages/s each: about ten while
-	// the victim is out of its room.
-	if group.lost < 1 || group.lost > 25 {
-		t.Errorf("group: lost %v, want what the victim missed while out of its room (about 10)", group.lost)
+	// Four room-mates send 2.5 group messages/s each, 10/s in all, to
+	// the victim: it loses about 10/s of its time out of the room. The
+	// margin covers senders catching up after a scheduling stall.
+	if most := 1.5*10*out.Seconds() + 5; group.lost < 1 || group.lost > most {
+		t.Errorf("group: lost %v, want what the victim missed in %v out of its room (at most %.0f)", group.lost, out, most)
 	}
 	if direct.dup+group.dup != 0 {
 		t.Errorf("duplicates %v/%v, want none", direct.dup, group.dup)
