@@ -113,12 +113,13 @@ type Health interface {
 // tens of thousands of users a second stack per user would double the
 // prober's memory.
 type Population struct {
-	opts   Options
-	log    *slog.Logger
-	ledger *Ledger
-	users  []*user
-	groups []Group
-	run    []byte
+	opts    Options
+	dialers *dialers
+	log     *slog.Logger
+	ledger  *Ledger
+	users   []*user
+	groups  []Group
+	run     []byte
 
 	refs   atomic.Uint64
 	online atomic.Int64
@@ -475,6 +476,10 @@ func (p *Population) Run(ctx context.Context) error {
 	if err := p.provision(ctx); err != nil {
 		return err
 	}
+	p.dialers = newDialers(ctx, maxDialers, dialerIdle)
+	// The dialers exit when ctx ends, once the users (who wait for their
+	// connects) have.
+	defer p.dialers.wait()
 	var wg sync.WaitGroup
 	start := time.Now()
 	if !o.StartPaused {
@@ -620,29 +625,16 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 	}
 }
 
-// connect runs the driver's Connect on a short-lived goroutine. A dial and
-// login (TLS, HTTP upgrade) runs deep and would grow the calling goroutine's
-// stack for good; the user's goroutine then spends its life in the shallow
-// read loop, and an idle session keeps a small stack.
+// connect runs the driver's Connect on one of the population's dialers (see
+// dialers).
 func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
-	type result struct {
-		s   Session
-		err error
-	}
-	ch := make(chan result, 1)
 	if u.slow {
 		ctx = WithSlowLink(ctx)
 	}
 	if a := p.opts.SourceAddrs; len(a) > 0 {
 		ctx = WithSourceAddr(ctx, a[u.idx%len(a)])
 	}
-	// Exits when Connect returns, which ctx bounds.
-	go func() {
-		s, err := p.opts.Driver.Connect(ctx, u.name)
-		ch <- result{s, err}
-	}()
-	r := <-ch
-	return r.s, r.err
+	return p.dialers.do(ctx, func() (Session, error) { return p.opts.Driver.Connect(ctx, u.name) })
 }
 
 // awaitConnect takes the token of one connect attempt, waiting as long as
