@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
@@ -45,12 +46,22 @@ type Daemon struct {
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
 	// health is the prober's self-monitor, shared by every population.
-	health  *saturation.Monitor
-	store   *soak.Store
-	started time.Time
+	health *saturation.Monitor
+	// sessions is how many sessions the populations that may run at once
+	// hold.
+	sessions int
+	store    *soak.Store
+	started  time.Time
 
 	httpLn net.Listener
 }
+
+// MemoryLimit is the Go runtime memory limit sized for the sessions this
+// daemon may hold at once (see TuneMemory).
+func (d *Daemon) MemoryLimit() int64 { return sizedMemoryLimit(d.cfg, d.sessions) }
+
+// Ready reports whether the background population is online.
+func (d *Daemon) Ready() bool { return d.pop.Ready() }
 
 // New validates cfg, checks the process can hold every session, and
 // prepares everything Run starts. It opens the HTTP listener (and the
@@ -73,6 +84,9 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon
 	}
 	if soakUsers > 0 {
 		pops = append(pops, soakUsers)
+	}
+	for _, n := range pops {
+		d.sessions += n
 	}
 	e, err := newEnv(cfg, pops, log)
 	if err != nil {
@@ -394,6 +408,13 @@ func (d *Daemon) handler() http.Handler {
 		}
 		fmt.Fprintf(w, "ready: %d of %d sessions online\n", d.pop.Online(), d.cfg.Population.Users)
 	})
+	// Profiles, as Prometheus serves them: how docs/performance.md's
+	// figures were taken, and how a user finds where a shard's CPU goes.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/", newStatusHandler(d, d.store, d.log))
 	return mux
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -54,7 +55,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// saturation monitor's signals; exported too, so that a reader
 		// of imcanary_probe_saturated can see them.
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`)},
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/sched/(latencies|pauses/total/gc):seconds|/gc/gomemlimit:bytes)$`)},
 		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
@@ -64,6 +65,12 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return badConfig(err)
 	}
 	fmt.Fprintf(stdout, "imcanary: metrics on http://%s/metrics, monitoring %s\n", d.HTTPAddr(), d.TargetURL())
+	tune, stopTuning := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	// Exits when Run returns.
+	wg.Go(func() { daemon.TuneMemory(tune, d.MemoryLimit(), d.Ready, log) })
+	defer wg.Wait()
+	defer stopTuning()
 	return d.Run(ctx)
 }
 
