@@ -108,9 +108,13 @@ func (b BareReader) Run(ctx context.Context, in io.Reader, out io.Writer) error 
 	return nil
 }
 
-// login sends the embedded target's login frame and waits for its reply.
-func login(c *websocket.Conn, user string) error {
-	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login","id":"login","user":"`+user+`","token":"open"}`)); err != nil {
+// login logs user in to a target without a secret (the flood server).
+func login(c *websocket.Conn, user string) error { return loginWith(c, user, "open") }
+
+// loginWith sends the embedded target's login frame and waits for its
+// reply.
+func loginWith(c *websocket.Conn, user, token string) error {
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login","id":"login","user":"`+user+`","token":"`+token+`"}`)); err != nil {
 		return fmt.Errorf("login %s: %w", user, err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))

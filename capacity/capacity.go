@@ -13,10 +13,13 @@
 //     deliveries per core-second of each client process, and their ratio.
 //  2. Baseline: a prober with one session, whose resident set is
 //     subtracted from every step's to give bytes per session.
-//  3. Self-noise: one prober at a fixed number of sessions and deliveries
+//  3. Logins: a bare login loop logs the largest step's sessions in to a
+//     target of its own, as fast as the machine allows: the ramp's
+//     baseline.
+//  4. Self-noise: one prober at a fixed number of sessions and deliveries
 //     per second; its receive-lag histogram gives the p99 of imcanary's own
 //     delay between reading a frame and recording it.
-//  4. Session steps: every prober ramps to the step's sessions (one prober
+//  5. Session steps: every prober ramps to the step's sessions (one prober
 //     after another, so each ramp is timed on an otherwise quiet machine),
 //     settles, and is measured over a window. The steps climb to the file
 //     limit and stop at the first one in which a prober's saturation
@@ -85,7 +88,7 @@ type Options struct {
 
 // Progress is where a run is.
 type Progress struct {
-	// Phase is "throughput", "baseline", "noise" or "step".
+	// Phase is "throughput", "baseline", "logins", "noise" or "step".
 	Phase string
 	// Step is the 1-based step of Steps, in the step phase.
 	Step, Steps        int
@@ -237,6 +240,9 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if err := b.baseline(ctx); err != nil {
 		return fmt.Errorf("baseline: %w", err)
+	}
+	if err := b.logins(ctx); err != nil {
+		return fmt.Errorf("bare logins: %w", err)
 	}
 	if err := b.noise(ctx); err != nil {
 		return fmt.Errorf("self-noise: %w", err)

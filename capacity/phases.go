@@ -200,6 +200,59 @@ func (b *bench) baseline(ctx context.Context) error {
 	return nil
 }
 
+// bareLoginWorkers is how many logins the bare login loop has in flight:
+// enough to keep two cores busy on loopback.
+const bareLoginWorkers = 64
+
+// logins runs the ramp's baseline: the bare login loop (BareLogin) against
+// a target of its own, at the largest step's sessions per process, which
+// is the ramp the report's figure comes from.
+func (b *bench) logins(ctx context.Context) error {
+	steps := planSteps(b.o.Steps, maxSessionsPerProcess(b.rep.Machine.FileLimit), b.o.Quick)
+	n := steps[len(steps)-1]
+	b.cur = Progress{Phase: "logins", Sessions: n, SessionsPerProcess: n, Processes: 1, Note: "bare login loop"}
+	b.progress(b.cur)
+	urls, targets, err := b.startTargets(ctx, 1)
+	if err != nil {
+		return err
+	}
+	defer killAll(targets)
+	args := []string{"bench", "bare-login", "--url", urls[0], "--users", strconv.Itoa(n),
+		"--workers", strconv.Itoa(bareLoginWorkers), "--prefix", "bench-bare"}
+	if b.secret != "" {
+		args = append(args, "--secret-file", b.secret)
+	}
+	tc0 := childrenCPU(targets)
+	c, err := startChild("bare login", b.o.Exe, args, b.env)
+	if err != nil {
+		return err
+	}
+	// The target before its client: see killAll.
+	defer killAll(targets, []*child{c})
+	line, err := c.line(ctx, time.Duration(n)*time.Millisecond+60*time.Second)
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(line)
+	took := 0.0
+	if len(f) == 2 && f[0] == "ready" {
+		took, err = strconv.ParseFloat(f[1], 64)
+	}
+	if took <= 0 || err != nil {
+		return fmt.Errorf("bare login: unexpected output %q", line)
+	}
+	l := &b.rep.Logins
+	l.Sessions, l.Workers = n, bareLoginWorkers
+	l.LoginsPerSecond = float64(n) / took
+	// The client's CPU from its start: its setup is a few milliseconds
+	// of the whole.
+	l.CPUSecondsPerLogin = finite(procCPU(c.pid) / float64(n))
+	if len(targets) > 0 {
+		l.TargetCPUSecondsPerLogin = finite((childrenCPU(targets) - tc0) / float64(n))
+	}
+	return nil
+}
+
 // noise is the self-noise step: one prober at the operating point.
 func (b *bench) noise(ctx context.Context) error {
 	s := b.rep.Setup

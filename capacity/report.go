@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -34,6 +35,8 @@ type Report struct {
 	// Baseline is a prober holding one session: what every process costs
 	// before its sessions.
 	Baseline Baseline `json:"baseline"`
+	// Logins is the ramp's baseline: the bare login loop.
+	Logins Logins `json:"logins"`
 	// Noise is the self-noise step: one prober at Setup.NoiseSessions
 	// sessions receiving Setup.NoiseDeliveriesPerSecond.
 	Noise Step `json:"noise"`
@@ -141,6 +144,20 @@ type Baseline struct {
 	RSSBytes       int64 `json:"rss_bytes"`
 	OpenFiles      int   `json:"open_files"`
 	TargetRSSBytes int64 `json:"target_rss_bytes"`
+}
+
+// Logins is the bare login loop (BareLogin): the fastest this machine logs
+// sessions in to the target, which bounds any prober's ramp on it.
+type Logins struct {
+	// Sessions logged in, by Workers at once.
+	Sessions int `json:"sessions"`
+	Workers  int `json:"workers"`
+	// LoginsPerSecond from the first dial to the last login.
+	LoginsPerSecond float64 `json:"logins_per_second"`
+	// CPUSecondsPerLogin is the loop's CPU per login, and
+	// TargetCPUSecondsPerLogin the embedded target's (0 with --target).
+	CPUSecondsPerLogin       float64 `json:"cpu_seconds_per_login"`
+	TargetCPUSecondsPerLogin float64 `json:"target_cpu_seconds_per_login"`
 }
 
 // Step is one measured step: Processes probers with SessionsPerProcess
@@ -336,6 +353,18 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	b.WriteString("  (login µs: CPU per login in imcanary/in the target; RSS/sess and heap/sess: imcanary's, over the\n" +
 		"   baseline; CPU/sess: CPU time per session per second; others: cores used by other processes)\n")
+	if l := r.Logins; l.LoginsPerSecond > 0 {
+		fmt.Fprintf(&b, "Ramp baseline: a bare login loop (%d in flight, no rate limit) logged %s sessions in at %s/s,\n"+
+			"  %.0f µs of CPU per login in the client and %.0f in the target", l.Workers, count(float64(l.Sessions)),
+			count(l.LoginsPerSecond), l.CPUSecondsPerLogin*1e6, l.TargetCPUSecondsPerLogin*1e6)
+		for _, st := range slices.Backward(r.Steps) {
+			if st.SessionsPerProcess == l.Sessions && st.LoginsPerSecond > 0 {
+				fmt.Fprintf(&b, "; imcanary's ramp at that size is %.0f%% of it", 100*st.LoginsPerSecond/l.LoginsPerSecond)
+				break
+			}
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "Stopped: %s", r.Stop.Reason)
 	if r.Stop.Step > 0 {
 		fmt.Fprintf(&b, " at step %d", r.Stop.Step)

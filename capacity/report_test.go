@@ -39,6 +39,7 @@ func sampleReport() *Report {
 			Imcanary: Client{Sent: 360000, Deliveries: 300000, CPUSeconds: 6, WallSeconds: 15, DeliveriesPerCoreSecond: 50000, DeliveriesPerSecond: 20000, CoresUsed: 0.4},
 			Ratio:    50000.0 / 60000},
 		Baseline: Baseline{RSSBytes: 20 << 20, OpenFiles: 12, TargetRSSBytes: 15 << 20},
+		Logins:   Logins{Sessions: 19936, Workers: 64, LoginsPerSecond: 6500, CPUSecondsPerLogin: 120e-6, TargetCPUSecondsPerLogin: 200e-6},
 		Noise: func() Step {
 			s := step(10000, 1, 11<<10, false)
 			s.Rate, s.DeliveriesPerSecond, s.DeliveriesPerCoreSecond = 0.8, 20000, 40000

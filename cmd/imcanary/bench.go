@@ -27,11 +27,15 @@ standard output.
 
 `
 
-// runBench runs the capacity benchmark, or, as "bench bare-reader", the
-// bare read loop that the benchmark runs as a worker of its own.
+// runBench runs the capacity benchmark, or, as "bench bare-reader" and
+// "bench bare-login", the baselines that the benchmark runs as workers of
+// its own.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "bare-reader" {
 		return runBareReader(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "bare-login" {
+		return runBareLogin(ctx, args[1:], stdout, stderr)
 	}
 	fs := pflag.NewFlagSet("imcanary bench", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -131,6 +135,33 @@ func runBareReader(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usageError{errors.New("--url is required")}
 	}
 	return capacity.BareReader{URL: *url, Conns: *conns}.Run(ctx, os.Stdin, stdout)
+}
+
+// runBareLogin is the bench's ramp baseline, a worker it starts itself.
+func runBareLogin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("imcanary bench bare-login", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "", "embedded target endpoint")
+	secretFile := fs.String("secret-file", "", "file holding the target's token secret (none: the target is open)")
+	users := fs.Int("users", 1000, "sessions to log in")
+	workers := fs.Int("workers", 64, "logins in flight at once")
+	prefix := fs.String("prefix", "bare", "user name prefix")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *url == "" {
+		return usageError{errors.New("--url is required")}
+	}
+	var secret []byte
+	if *secretFile != "" {
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			// Names the file, never its content.
+			return fmt.Errorf("--secret-file: %w", err)
+		}
+		secret = []byte(strings.TrimSpace(string(b)))
+	}
+	return capacity.BareLogin{URL: *url, Secret: secret, Users: *users, Workers: *workers, Prefix: *prefix}.Run(ctx, os.Stdin, stdout)
 }
 
 // benchProgress shows where a bench run is: one redrawn line on a

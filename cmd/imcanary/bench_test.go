@@ -86,6 +86,10 @@ func TestBenchQuick(t *testing.T) {
 	}
 
 	positive("baseline.rss_bytes", float64(r.Baseline.RSSBytes))
+	positive("logins.sessions", float64(r.Logins.Sessions))
+	positive("logins.logins_per_second", r.Logins.LoginsPerSecond)
+	positive("logins.cpu_seconds_per_login", r.Logins.CPUSecondsPerLogin)
+	positive("logins.target_cpu_seconds_per_login", r.Logins.TargetCPUSecondsPerLogin)
 	n := r.Noise
 	positive("noise.sessions", float64(n.Sessions))
 	positive("noise.deliveries_per_second", n.DeliveriesPerSecond)
