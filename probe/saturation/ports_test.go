@@ -3,6 +3,7 @@ package saturation
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -335,4 +336,39 @@ func TestPortsExport(t *testing.T) {
 	if n := strings.Count(lb.String(), "too many local addresses"); n != 1 {
 		t.Errorf("log has %d warnings about too many addresses, want 1: %q", n, lb.String())
 	}
+}
+
+// A port count that takes long is not repeated until a hundred times as
+// long has passed: on a host of a few hundred thousand sockets the count
+// must not become the prober's main work.
+func TestPortsCountSpacedByCost(t *testing.T) {
+	root := t.TempDir()
+	busy := netip.MustParseAddr("10.9.9.9")
+	var socks []socket
+	for p := range uint16(95) {
+		socks = append(socks, socket{addr: busy, port: 40000 + p, state: stEstablished})
+	}
+	fakeProc(t, root, socks)
+	set := metrics.New(prometheus.NewPedanticRegistry()).Probe("t")
+	cfg := healthy()
+	cfg.MaxPorts = 0.9
+	m, err := newMonitor(cfg, set, slog.New(slog.NewTextHandler(io.Discard, nil)), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every count seems to take 1 s.
+	var fake time.Time
+	m.clock = func() time.Time { fake = fake.Add(time.Second); return fake }
+	start := time.Now()
+	m.Check(start)
+	assertState(t, m, set, []string{metrics.CausePorts})
+	fakeProc(t, root, nil)
+	for i := 1; i < 100; i++ {
+		m.Check(start.Add(time.Duration(i) * time.Second))
+		if !m.Saturated() {
+			t.Fatalf("ports counted again %v after a count of 1 s, want 100 s", time.Duration(i)*time.Second)
+		}
+	}
+	m.Check(start.Add(100 * time.Second))
+	assertState(t, m, set, nil)
 }
