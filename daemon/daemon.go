@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/robfig/cron/v3"
 
 	"github.com/imcanary/imcanary/canary"
@@ -54,7 +55,18 @@ type Daemon struct {
 	started  time.Time
 
 	httpLn net.Listener
+	// webConfig is the --web.config.file; "" serves plain HTTP.
+	webConfig string
 }
+
+// Option changes how New builds a Daemon.
+type Option func(*Daemon)
+
+// WithWebConfig serves the HTTP endpoints with the TLS and basic
+// authentication of an exporter-toolkit web configuration file, the
+// Prometheus ecosystem's --web.config.file. Its certificates are read again
+// for each new connection, so that they can be renewed in place.
+func WithWebConfig(path string) Option { return func(d *Daemon) { d.webConfig = path } }
 
 // MemoryLimit is the Go runtime memory limit sized for the sessions this
 // daemon may hold at once (see TuneMemory).
@@ -67,11 +79,21 @@ func (d *Daemon) Ready() bool { return d.pop.Ready() }
 // prepares everything Run starts. It opens the HTTP listener (and the
 // embedded target's, when it runs in-process) so that a port conflict is
 // reported before anything runs.
-func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry) (*Daemon, error) {
+func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...Option) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: log, reg: reg}
+	for _, o := range opts {
+		o(d)
+	}
+	if d.webConfig != "" {
+		// The same check the server makes when it starts, made before
+		// anything runs: a bad file is a bad configuration.
+		if err := web.Validate(d.webConfig); err != nil {
+			return nil, fmt.Errorf("--web.config.file %s: %w", d.webConfig, err)
+		}
+	}
 	// The populations that may run at once.
 	pops := []int{cfg.Population.Users}
 	if cfg.Canary.Schedule != "" {
@@ -270,7 +292,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var httpWG sync.WaitGroup
 	// Exits when srv.Shutdown is called below.
 	httpWG.Go(func() {
-		if err := srv.Serve(d.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := web.Serve(d.httpLn, srv, &web.FlagConfig{WebConfigFile: &d.webConfig}, log.With("component", "http")); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
 		}
 	})

@@ -22,6 +22,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfgFile := fs.String("config", "", "configuration file (YAML); without it, monitor an embedded target")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log.format", "text", "log format: text or json")
+	webConfig := fs.String("web.config.file", "", "exporter-toolkit web configuration file: TLS and basic authentication for every HTTP endpoint")
 	config.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: imcanary run [--config FILE] [--KEY=VALUE ...]\n\n"+
@@ -60,7 +61,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 	)
-	d, err := daemon.New(cfg, log, reg)
+	d, err := daemon.New(cfg, log, reg, daemon.WithWebConfig(*webConfig))
 	if err != nil {
 		return badConfig(err)
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -29,8 +31,11 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	url := fs.String("url", defaultHealthURL, "URL to GET; healthy only if it answers 200")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long, connecting and reading included")
+	insecure := fs.Bool("tls.insecure-skip-verify", false, "with an https URL, do not verify the server's certificate (the daemon's own, self-signed, on loopback)")
+	user := fs.String("basic-auth.username", "", "user for the daemon's basic authentication (--web.config.file)")
+	passFile := fs.String("basic-auth.password-file", "", "file holding that user's password (else $IMCANARY_HEALTH_PASSWORD)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: imcanary health [--url URL] [--timeout D]\n\n"+
+		fmt.Fprintf(stderr, "Usage: imcanary health [--url URL] [--timeout D] [--tls.insecure-skip-verify] [--basic-auth.username U]\n\n"+
 			"Exit 0 if URL answers 200, 1 otherwise (the container image's HEALTHCHECK).\n\n")
 		fs.PrintDefaults()
 	}
@@ -46,7 +51,15 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout: %v: must be positive", *timeout)
 	}
-	status, err := checkHealth(ctx, *url, *timeout)
+	auth := healthAuth{insecure: *insecure, user: *user}
+	if *user != "" {
+		pass, err := readPassword(*passFile)
+		if err != nil {
+			return err
+		}
+		auth.pass = pass
+	}
+	status, err := checkHealth(ctx, *url, *timeout, auth)
 	if err != nil {
 		return err
 	}
@@ -54,10 +67,33 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
+// healthAuth is how the health check presents itself to a daemon with a
+// --web.config.file.
+type healthAuth struct {
+	insecure   bool
+	user, pass string
+}
+
+// readPassword reads the basic-auth password from file, or from
+// $IMCANARY_HEALTH_PASSWORD; an error names the file, never the content.
+func readPassword(file string) (string, error) {
+	if file == "" {
+		if p := os.Getenv("IMCANARY_HEALTH_PASSWORD"); p != "" {
+			return p, nil
+		}
+		return "", errors.New("--basic-auth.username needs --basic-auth.password-file or $IMCANARY_HEALTH_PASSWORD")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--basic-auth.password-file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
 // checkHealth GETs url and returns its status line if it is 200, or an
 // error of one line naming the status (and the first line of the body, which
 // says why for /readyz) or the transport error.
-func checkHealth(ctx context.Context, url string, timeout time.Duration) (string, error) {
+func checkHealth(ctx context.Context, url string, timeout time.Duration, auth healthAuth) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -69,7 +105,11 @@ func checkHealth(ctx context.Context, url string, timeout time.Duration) (string
 		// HTTP_PROXY set for the traffic to the target.
 		Proxy:             nil,
 		DisableKeepAlives: true,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: auth.insecure},
 	}}
+	if auth.user != "" {
+		req.SetBasicAuth(auth.user, auth.pass)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		// *url.Error already reads `Get "URL": reason`, on one line.

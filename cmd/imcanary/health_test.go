@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,6 +35,24 @@ func TestHealth(t *testing.T) {
 	t.Cleanup(hang.Close)
 
 	ok := serve(http.StatusOK, "ok\n")
+	// A daemon with a --web.config.file: TLS with its own certificate,
+	// and basic authentication.
+	secured := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "prom" || p != "s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, "ok\n")
+	}))
+	t.Cleanup(secured.Close)
+	passFile := filepath.Join(t.TempDir(), "pass")
+	if err := os.WriteFile(passFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrongFile := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(wrongFile, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		args    []string
@@ -52,6 +72,15 @@ func TestHealth(t *testing.T) {
 		{"bad timeout", []string{"--timeout", "0s"}, exitFail, "--timeout"},
 		{"argument", []string{"now"}, exitFail, `unexpected argument "now"`},
 		{"help", []string{"--help"}, exitOK, "Usage: imcanary health"},
+		{"tls and basic auth", []string{"--url", secured.URL, "--tls.insecure-skip-verify", "--basic-auth.username", "prom", "--basic-auth.password-file", passFile},
+			exitOK, "200 OK"},
+		{"wrong password", []string{"--url", secured.URL, "--tls.insecure-skip-verify", "--basic-auth.username", "prom", "--basic-auth.password-file", wrongFile},
+			exitFail, "401 Unauthorized"},
+		{"unverified certificate", []string{"--url", secured.URL, "--basic-auth.username", "prom", "--basic-auth.password-file", passFile},
+			exitFail, "certificate"},
+		{"user without password", []string{"--url", secured.URL, "--basic-auth.username", "prom"}, exitFail, "--basic-auth.password-file"},
+		{"missing password file", []string{"--url", secured.URL, "--basic-auth.username", "prom", "--basic-auth.password-file", passFile + ".gone"},
+			exitFail, "--basic-auth.password-file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
