@@ -180,7 +180,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
 			d.metrics.SoakRuns.WithLabelValues(name, pr.Name, r)
@@ -246,8 +246,15 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, store *soak.Store, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
+		// A run the process dies in is recorded as aborted at the next
+		// start; without the mark it would vanish.
+		OnStart: func(r *soak.Report) {
+			if err := store.BeginSoak(r); err != nil {
+				log.Warn("marking the soak run in progress in the history", "run", r.ID, "err", err)
+			}
+		},
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
 		Prefix: shardPrefix(cfg, sh.Index, sh) + "-" + cohort, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,

@@ -42,6 +42,11 @@ type RunnerOptions struct {
 	// SampleEvery overrides the sample interval; by default a run takes
 	// about 200 samples, one every 1 to 10 seconds.
 	SampleEvery time.Duration
+	// OnStart, if set, is given the report of a run as it starts (id,
+	// profile, start time), before the ramp: the daemon marks the run in
+	// progress in its history, so that a run the process dies in is not
+	// lost (Store.BeginSoak).
+	OnStart func(*Report)
 	// Health, if set, is the prober's self-monitor: the population records
 	// its own lags in it, and a run that fails while it says saturated is
 	// inconclusive rather than failed.
@@ -179,6 +184,10 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	before := snapshot(set)
 	log := o.Logger.With("profile", p.Name, "run", rep.ID)
 	log.Info("soak run starting", "users", p.Users, "rate", p.Rate, "duration", p.Duration)
+	if o.OnStart != nil {
+		begun := *rep
+		o.OnStart(&begun)
+	}
 
 	popCtx, stopPop := context.WithCancel(context.Background())
 	defer stopPop()

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/imcanary/imcanary/metrics"
 )
 
 // ErrNotFound is returned for an id that names no run in the history,
@@ -136,6 +138,9 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 	if s.canaryLines, s.canaryTorn, err = countLines(s.canaryPath()); err != nil {
 		return nil, fmt.Errorf("run history: %w", err)
 	}
+	if err := s.recoverAborted(); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	des, err := s.refresh()
@@ -146,6 +151,87 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// runningSuffix names the marker of a run in progress: runs/ID.running holds
+// its report as it began (id, profile, start), written by BeginSoak and
+// removed by SaveSoak.
+const runningSuffix = ".running"
+
+// BeginSoak marks r, a run that has just started, as in progress, so that
+// if the process dies before SaveSoak (kill -9, a crash, the machine going
+// down) the next OpenStore records the run as aborted instead of losing it.
+func (s *Store) BeginSoak(r *Report) error {
+	if !validID(r.ID) {
+		return fmt.Errorf("begin run: invalid id %q", r.ID)
+	}
+	var js bytes.Buffer
+	if err := WriteJSON(&js, r); err != nil {
+		return fmt.Errorf("begin run %s: %w", r.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writeAtomic(filepath.Join(s.runs, r.ID+runningSuffix), js.Bytes()); err != nil {
+		return fmt.Errorf("begin run: %w", err)
+	}
+	return syncDir(s.runs)
+}
+
+// recoverAborted saves, as aborted, each run whose marker outlived its
+// process; a marker whose run was saved (a crash between the two) is
+// removed, and so is one that cannot be read.
+func (s *Store) recoverAborted() error {
+	des, err := os.ReadDir(s.runs)
+	if err != nil {
+		return fmt.Errorf("run history: %w", err)
+	}
+	var errs []error
+	for _, de := range des {
+		id, ok := strings.CutSuffix(de.Name(), runningSuffix)
+		if !ok || !validID(id) || !de.Type().IsRegular() {
+			continue
+		}
+		marker := filepath.Join(s.runs, de.Name())
+		if _, err := os.Stat(filepath.Join(s.runs, id+".json")); err == nil {
+			errs = append(errs, removeFile(marker))
+			continue
+		}
+		r, err := readReportFile(marker)
+		if err != nil || r.ID != id || r.Start.IsZero() {
+			// BeginSoak writes atomically: only a hand-edited file gets
+			// here, and it names no run that could be recorded.
+			errs = append(errs, removeFile(marker))
+			continue
+		}
+		found := s.o.Now()
+		r.Result = metrics.ResultAborted
+		r.End = found
+		r.Notes = append(r.Notes, fmt.Sprintf("imcanary stopped during this run without finishing it (killed, crashed, or its machine went down); "+
+			"the next start found it at %s. Nothing after the run's start was recorded, so it has no counts.", found.UTC().Format(time.RFC3339)))
+		if err := s.SaveSoak(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("run history: %w", err)
+	}
+	return nil
+}
+
+func readReportFile(path string) (*Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadJSON(f)
+}
+
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 func (s *Store) canaryPath() string { return filepath.Join(s.dir, canaryFile) }
@@ -214,6 +300,9 @@ func (s *Store) SaveSoak(r *Report) error {
 		return fmt.Errorf("save run: %w", err)
 	}
 	if err := syncDir(s.runs); err != nil {
+		return fmt.Errorf("save run: %w", err)
+	}
+	if err := removeFile(base + runningSuffix); err != nil {
 		return fmt.Errorf("save run: %w", err)
 	}
 	s.index = slices.DeleteFunc(s.index, func(e entry) bool { return e.ID == r.ID })

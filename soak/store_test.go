@@ -727,3 +727,68 @@ func TestOpenStoreErrors(t *testing.T) {
 		}
 	}
 }
+
+// A run whose process died between BeginSoak and SaveSoak is recorded as
+// aborted by the next OpenStore, with a note saying so; a run that was
+// saved leaves no marker behind; a marker whose run was saved anyway (a
+// crash between the two) is dropped without touching the run.
+func TestStoreRecoversAbortedRun(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	found := start.Add(time.Hour)
+	s := openStore(t, dir, StoreOptions{Now: fixedNow(start)})
+
+	began := &Report{ID: "20261130T100000Z-aaaaaa", Kind: "soak", Target: "staging", Start: start, Profile: Profile{Name: "peak", Users: 500}}
+	if err := s.BeginSoak(began); err != nil {
+		t.Fatal(err)
+	}
+	finished := storeReport("20261130T100500Z-bbbbbb", start.Add(5*time.Minute))
+	if err := s.BeginSoak(finished); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveSoak(finished); err != nil {
+		t.Fatal(err)
+	}
+	// Saved, then its marker written again: as if the process died after
+	// SaveSoak's rename and before the marker's removal.
+	crashed := storeReport("20261130T101000Z-cccccc", start.Add(10*time.Minute))
+	if err := s.SaveSoak(crashed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginSoak(&Report{ID: crashed.ID, Start: crashed.Start}); err != nil {
+		t.Fatal(err)
+	}
+	// Only in-progress runs have markers; listing them is not the store's
+	// business until the process is gone.
+	if ids := runIDs(t, s, 10); len(ids) != 2 {
+		t.Fatalf("runs before the restart = %v, want the two saved", ids)
+	}
+
+	// The process dies; the next one opens the store.
+	s = openStore(t, dir, StoreOptions{Now: fixedNow(found)})
+	if ids := runIDs(t, s, 10); len(ids) != 3 {
+		t.Fatalf("runs after the restart = %v, want 3", ids)
+	}
+	r, err := s.Soak(began.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result != "aborted" || !r.End.Equal(found) || r.Profile.Name != "peak" || len(r.Notes) == 0 ||
+		!strings.Contains(r.Notes[len(r.Notes)-1], "stopped during this run") {
+		t.Errorf("recovered run = result %q, end %v, profile %q, notes %q; want aborted at %v with a note", r.Result, r.End, r.Profile.Name, r.Notes, found)
+	}
+	if page, err := s.SoakHTML(began.ID); err != nil || !strings.Contains(string(page), "stopped before its end") {
+		t.Errorf("recovered run's page: %v, want the aborted banner", err)
+	}
+	for _, id := range []string{finished.ID, crashed.ID} {
+		r, err := s.Soak(id)
+		if err != nil || r.Result != "pass" {
+			t.Errorf("run %s = %v, %v; want it as saved", id, r, err)
+		}
+	}
+	for _, name := range dirNames(t, filepath.Join(dir, runsDir)) {
+		if strings.HasSuffix(name, runningSuffix) {
+			t.Errorf("marker %s left behind", name)
+		}
+	}
+}

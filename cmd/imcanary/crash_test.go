@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/imcanary/imcanary/target"
+)
+
+// TestKilledMidSoak stops the daemon in the middle of a soak run, first
+// with SIGTERM, which it answers by ending and saving the run as aborted
+// within its shutdown timeout, then with SIGKILL, after which nothing of it
+// runs: the history stays readable, and the next start records the run as
+// aborted, with a note saying how it ended.
+func TestKilledMidSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon twice")
+	}
+	bin := filepath.Join(t.TempDir(), "imcanary")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	url := startTarget(t, target.Faults{})
+	dir := t.TempDir()
+	cfgFile := filepath.Join(t.TempDir(), "imcanary.yaml")
+	write := func(schedule string) {
+		cfg := fmt.Sprintf(`
+target: {url: %q}
+data_dir: %q
+population: {users: 4, rate: 1, ramp: 0s}
+canary: {schedule: ""}
+soak:
+  profiles:
+    - {name: long, schedule: %q, users: 4, group_size: 2, rate: 2, ramp: 0s, duration: 5m, drain: 1s}
+`, url, dir, schedule)
+		if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func() (*exec.Cmd, string) {
+		addr := freeAddr(t)
+		cmd := exec.Command(bin, "run", "--config", cfgFile, "--http.listen", addr, "--log.level=warn")
+		cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=crash-test")
+		cmd.Stderr = &prefixWriter{t: t, prefix: "imcanary: "}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, "http://" + addr
+	}
+	getJSON := func(url string, v any) error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: %s", resp.Status, b)
+		}
+		return json.Unmarshal(b, v)
+	}
+	waitUntil := func(d time.Duration, what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("timed out after %v waiting for %s", d, what)
+			}
+		}
+	}
+
+	type runList struct {
+		Runs []struct {
+			ID      string `json:"id"`
+			Profile string `json:"profile"`
+			Result  string `json:"result"`
+		} `json:"runs"`
+	}
+	notes := func(base, id string) string {
+		var rep struct {
+			Notes []string `json:"notes"`
+		}
+		if err := getJSON(base+"/api/v1/runs/"+id, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(rep.Notes, " ")
+	}
+	runSoakAndSignal := func(sig syscall.Signal) time.Duration {
+		write("@every 1s")
+		cmd, base := start()
+		waitUntil(30*time.Second, "the soak run to start", func() bool {
+			var st struct {
+				Soak struct {
+					Running string `json:"running"`
+				} `json:"soak"`
+			}
+			return getJSON(base+"/api/v1/status", &st) == nil && st.Soak.Running == "long"
+		})
+		time.Sleep(500 * time.Millisecond)
+		sent := time.Now()
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		return time.Since(sent)
+	}
+
+	// SIGTERM: the daemon ends the run itself, saves it and exits within
+	// its shutdown timeout.
+	took := runSoakAndSignal(syscall.SIGTERM)
+	t.Logf("exited %v after SIGTERM", took)
+	if took > 6*time.Second {
+		t.Errorf("exit took %v after SIGTERM, want within the 5 s shutdown timeout", took)
+	}
+	write("")
+	_, base := start()
+	var got runList
+	waitUntil(30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
+	if len(got.Runs) != 1 || got.Runs[0].Result != "aborted" || !strings.Contains(notes(base, got.Runs[0].ID), "stopped before its end") {
+		t.Fatalf("runs after SIGTERM = %+v, want the run, aborted and saved by the daemon itself", got.Runs)
+	}
+	termID := got.Runs[0].ID
+
+	// SIGKILL: nothing runs after the signal; the next start finds the
+	// run's mark and records it.
+	runSoakAndSignal(syscall.SIGKILL)
+	write("")
+	_, base = start()
+	waitUntil(30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
+	if len(got.Runs) != 2 {
+		t.Fatalf("runs after SIGKILL = %+v, want 2", got.Runs)
+	}
+	killed := got.Runs[0]
+	if killed.ID == termID {
+		killed = got.Runs[1]
+	}
+	if killed.Result != "aborted" || killed.Profile != "long" {
+		t.Fatalf("killed run = %+v, want it aborted", killed)
+	}
+	if n := notes(base, killed.ID); !strings.Contains(n, "stopped during this run") {
+		t.Errorf("notes = %q, want one saying the process stopped during the run", n)
+	}
+	resp, err := http.Get(base + "/runs/" + killed.ID + "/report.html")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("report page: %v %v, want 200", resp, err)
+	}
+	if resp != nil {
+		resp.Body.Close()
+	}
+}
