@@ -3,6 +3,7 @@ package probe
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"net/netip"
@@ -295,4 +296,65 @@ func TestRampWithConnectRate(t *testing.T) {
 			t.Errorf("Ramp() with %d users, ramp %v, max connect rate %v = %v, want %v", tt.users, tt.ramp, tt.rate, got, tt.want)
 		}
 	}
+}
+
+// failingDriver refuses every connect, as a server that is down does, and
+// records when each was attempted.
+type failingDriver struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (d *failingDriver) Provision(context.Context, Plan) error { return nil }
+
+func (d *failingDriver) Connect(context.Context, string) (Session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at = append(d.at, time.Now())
+	return nil, errors.New("connection refused")
+}
+
+// TestMaxConnectRateWhileDown: while the server is down, every user retries
+// with its backoff, and the attempts together stay within the rate plus the
+// burst in any second, however many users there are.
+func TestMaxConnectRateWhileDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &failingDriver{}
+		set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
+		p, err := New(Options{
+			Driver: d, Set: set, Run: "r1", Prefix: "p", Users: 200, GroupSize: 5,
+			Heartbeat: time.Minute, Deadline: 10 * time.Second, LostAfter: 20 * time.Second,
+			BackoffMin: time.Millisecond, BackoffMax: 50 * time.Millisecond,
+			MaxConnectRate: 50,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = p.Run(ctx) })
+		time.Sleep(10 * time.Second)
+		stopAt := time.Now()
+		cancel()
+		wg.Wait()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		// An attempt that shutdown interrupts (at the very instant of the
+		// cancel, in synctest's time) is not the server's failure.
+		before := 0
+		for _, at := range d.at {
+			if at.Before(stopAt) {
+				before++
+			}
+		}
+		if got := metrics.Value(set.ConnectFail); got < float64(before) || got > float64(len(d.at)) {
+			t.Errorf("connect failures counted %v, attempts %d (%d before the shutdown): want one count per attempt", got, len(d.at), before)
+		}
+		if most := maxInWindow(d.at, time.Second); most > 55 {
+			t.Errorf("%d attempts within one second while the server was down, want at most 55 (rate 50 + burst 5)", most)
+		}
+		if n := len(d.at); n < 400 || n > 560 {
+			t.Errorf("%d attempts in 10 s, want about 500 (the rate, every user retrying)", n)
+		}
+	})
 }

@@ -52,6 +52,10 @@ type popConfig struct {
 	slow             probe.SlowReaders
 	sendQueue        int // the target's; 0 is its default
 	sendBuffer       int // the target's
+	maxConnectRate   float64
+	dialTimeout      time.Duration // the driver's; 0 is its default
+	// wrap, if set, wraps the driver the population uses.
+	wrap func(probe.Driver) probe.Driver
 }
 
 func startTarget(t *testing.T, addr string, o target.Options) (*target.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
@@ -85,9 +89,13 @@ func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
 	fx := &fixture{t: t}
 	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", target.Options{Faults: f, SendQueue: pc.sendQueue, SendBuffer: pc.sendBuffer})
 	fx.srv, fx.ln, fx.addr, fx.stopT = srv, ln, ln.Addr().String(), stopT
-	drv, err := embedded.New(embedded.Options{URL: "ws://" + fx.addr + "/ws", Secret: secret, Heartbeat: time.Second})
+	drv, err := embedded.New(embedded.Options{URL: "ws://" + fx.addr + "/ws", Secret: secret, Heartbeat: time.Second, DialTimeout: pc.dialTimeout})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var pdrv probe.Driver = drv
+	if pc.wrap != nil {
+		pdrv = pc.wrap(drv)
 	}
 	m := metrics.New(prometheus.NewPedanticRegistry())
 	fx.set, fx.probe = m.For("test", metrics.SourceBackground), m.Probe("test")
@@ -103,11 +111,12 @@ func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
 		t.Fatal(err)
 	}
 	fx.pop, err = probe.New(probe.Options{
-		Driver: drv, Set: fx.set, Run: "testrun", Prefix: "t",
+		Driver: pdrv, Set: fx.set, Run: "testrun", Prefix: "t",
 		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: 100 * time.Millisecond,
 		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
 		MessageSize: pc.messageSize, SlowReaders: pc.slow, Health: fx.health,
+		MaxConnectRate: pc.maxConnectRate,
 	})
 	if err != nil {
 		t.Fatal(err)
