@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/robfig/cron/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
@@ -42,7 +43,7 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	env     *env
-	pop     *probe.Population
+	bg      *background
 	shard   config.Shard
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
@@ -57,6 +58,26 @@ type Daemon struct {
 	httpLn net.Listener
 	// webConfig is the --web.config.file; "" serves plain HTTP.
 	webConfig string
+
+	// load reads the configuration again for Reload; nil: no reload.
+	load             func() (config.Config, error)
+	noReloadEndpoint bool
+	// reloadMu serialises reloads, and a reload with shutdown.
+	reloadMu sync.Mutex
+	// curMu guards cur, the configuration in force (cfg is the one the
+	// daemon started with: its fixed keys never change), and the jobs'
+	// context and scheduler, which a reload replaces.
+	curMu sync.RWMutex
+	cur   config.Config
+	jobs  context.Context
+	sched scheduler
+}
+
+// current returns the configuration in force.
+func (d *Daemon) current() config.Config {
+	d.curMu.RLock()
+	defer d.curMu.RUnlock()
+	return d.cur
 }
 
 // Option changes how New builds a Daemon.
@@ -73,7 +94,7 @@ func WithWebConfig(path string) Option { return func(d *Daemon) { d.webConfig = 
 func (d *Daemon) MemoryLimit() int64 { return sizedMemoryLimit(d.cfg, d.sessions) }
 
 // Ready reports whether the background population is online.
-func (d *Daemon) Ready() bool { return d.pop.Ready() }
+func (d *Daemon) Ready() bool { return d.bg.Ready() }
 
 // New validates cfg, checks the process can hold every session, and
 // prepares everything Run starts. It opens the HTTP listener (and the
@@ -95,18 +116,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 		}
 	}
 	// The populations that may run at once.
-	pops := []int{cfg.Population.Users}
-	if cfg.Canary.Schedule != "" {
-		pops = append(pops, cfg.Canary.Users)
-	}
-	soakUsers := 0
-	for _, p := range cfg.Soak.Profiles {
-		// One soak runs at a time: the largest is what must fit.
-		soakUsers = max(soakUsers, p.Users)
-	}
-	if soakUsers > 0 {
-		pops = append(pops, soakUsers)
-	}
+	pops := populations(cfg)
 	for _, n := range pops {
 		d.sessions += n
 	}
@@ -138,41 +148,14 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	// Every series carries the shard, so that Prometheus can sum the
 	// shards and tell them apart; unsharded, it is "0".
 	d.metrics = metrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"shard": d.shard.Label()}, reg))
-	name := d.cfg.Target.Name
 	// The configuration was loaded and validated before New: it is the
-	// first one applied. (Reload, which would set these again, is not
-	// built yet.)
+	// first one applied. Reload sets these again.
 	d.metrics.ConfigLastReloadOK.Set(1)
 	d.metrics.ConfigLastReloadSuccess.SetToCurrentTime()
 	if d.health, err = newMonitor(d.cfg, d.metrics, log); err != nil {
 		return nil, err
 	}
-	p := d.cfg.Population
-	d.pop, err = probe.New(probe.Options{
-		Driver:       e.driver,
-		Set:          d.metrics.For(name, metrics.SourceBackground),
-		Logger:       log.With("target", name, "source", metrics.SourceBackground),
-		Run:          e.run,
-		Prefix:       shardPrefix(d.cfg, d.shard.Index, d.shard),
-		Users:        p.Users,
-		Ramp:         p.Ramp,
-		GroupSize:    p.GroupSize,
-		Rate:         p.Rate,
-		Heartbeat:    p.Heartbeat,
-		Deadline:     p.Deadline,
-		LostAfter:    p.LostAfter,
-		MessageSize:  p.MessageSize,
-		BackoffMin:   p.Backoff.Initial,
-		BackoffMax:   p.Backoff.Max,
-		LagThreshold: p.LagThreshold,
-		Health:       d.health,
-		SlowReaders: probe.SlowReaders{
-			Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
-			Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,
-		},
-		SourceAddrs: e.sources, MaxConnectRate: p.MaxConnectRate,
-	})
-	if err != nil {
+	if d.bg, err = d.newBackground(e); err != nil {
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
@@ -182,12 +165,9 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	}
 	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
-		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
-			d.metrics.SoakRuns.WithLabelValues(name, pr.Name, r)
-		}
-		d.metrics.SoakSkipped.WithLabelValues(name, pr.Name)
-		d.metrics.SoakRunning.WithLabelValues(name, pr.Name)
+		d.registerProfile(pr.Name)
 	}
+	d.cur = d.cfg
 	if d.httpLn, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 		return nil, fmt.Errorf("http.listen: %w", err)
 	}
@@ -265,15 +245,55 @@ func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metric
 	})
 }
 
+// newBackground makes the background population of d.cfg, as blocks that
+// share one connect limiter (see background).
+func (d *Daemon) newBackground(e *env) (*background, error) {
+	p := d.cfg.Population
+	name := d.cfg.Target.Name
+	set := d.metrics.For(name, metrics.SourceBackground)
+	log := d.log.With("target", name, "source", metrics.SourceBackground)
+	var limiter *rate.Limiter
+	if p.MaxConnectRate > 0 {
+		limiter = probe.NewConnectLimiter(p.MaxConnectRate)
+	}
+	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*probe.Population, error) {
+		return probe.New(probe.Options{
+			Driver:       e.driver,
+			Set:          set,
+			Logger:       log,
+			Run:          e.run,
+			Prefix:       shardPrefix(d.cfg, d.shard.Index, d.shard),
+			Users:        users,
+			Offset:       offset,
+			GroupOffset:  groupOffset,
+			Block:        true,
+			Limiter:      limiter,
+			Ramp:         p.Ramp,
+			GroupSize:    p.GroupSize,
+			Rate:         p.Rate,
+			Heartbeat:    p.Heartbeat,
+			Deadline:     p.Deadline,
+			LostAfter:    p.LostAfter,
+			MessageSize:  p.MessageSize,
+			BackoffMin:   p.Backoff.Initial,
+			BackoffMax:   p.Backoff.Max,
+			LagThreshold: p.LagThreshold,
+			Health:       d.health,
+			SlowReaders: probe.SlowReaders{
+				Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
+				Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,
+			},
+			SourceAddrs: e.sources, MaxConnectRate: p.MaxConnectRate,
+		})
+	})
+}
+
 // HTTPAddr is the address the HTTP server listens on.
 func (d *Daemon) HTTPAddr() string { return d.httpLn.Addr().String() }
 
 // TargetURL is the URL of the target being monitored, without anything
 // secret it may carry.
 func (d *Daemon) TargetURL() string { return redactURL(d.cfg.Target.URL) }
-
-// Population returns the background population.
-func (d *Daemon) Population() *probe.Population { return d.pop }
 
 // Run serves until ctx ends, then shuts down in order within
 // ShutdownTimeout: the scheduler stops starting jobs, the running ones are
@@ -289,10 +309,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Everything below stops when jobs is cancelled.
 	jobs, stopJobs := context.WithCancel(ctx)
 	defer stopJobs()
-	sched, err := d.schedule(jobs)
+	sched, err := d.schedule(jobs, d.current())
 	if err != nil {
 		return err
 	}
+	d.curMu.Lock()
+	d.jobs, d.sched = jobs, sched
+	d.curMu.Unlock()
 
 	errc := make(chan error, 1)
 	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -310,7 +333,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Exits when jobs ends.
 	wg.Go(func() { d.health.Run(jobs) })
 	// Exits when jobs ends, after closing every session.
-	wg.Go(func() { _ = d.pop.Run(jobs) })
+	wg.Go(func() { d.bg.run(jobs) })
 	if d.canary != nil {
 		// Exits when jobs ends.
 		wg.Go(func() { _ = d.canary.Run(jobs) })
@@ -328,6 +351,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	end := time.Now().Add(ShutdownTimeout)
 	stopJobs()
 	done := make(chan struct{})
+	// A reload in progress finishes first; none starts after this.
+	d.reloadMu.Lock()
+	d.curMu.Lock()
+	sched, d.sched = d.sched, nil
+	d.curMu.Unlock()
+	d.reloadMu.Unlock()
 	go func() {
 		<-sched.Stop().Done() // running jobs end: their context is jobs
 		wg.Wait()
@@ -351,14 +380,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 // plain funcs whose context is jobs; cron.Recover keeps one panicking job
 // from taking the daemon down. Overlaps are skipped and counted by the
 // canary and the soak runner themselves, never stacked.
-func (d *Daemon) schedule(jobs context.Context) (*cron.Cron, error) {
+func (d *Daemon) schedule(jobs context.Context, cfg config.Config) (*cron.Cron, error) {
 	c := cron.New(cron.WithChain(cron.Recover(cronLogger{d.log})))
 	if d.canary != nil {
-		if _, err := c.AddFunc(d.cfg.Canary.Schedule, func() { d.canaryJob(jobs) }); err != nil {
+		if _, err := c.AddFunc(cfg.Canary.Schedule, func() { d.canaryJob(jobs) }); err != nil {
 			return nil, fmt.Errorf("canary.schedule: %w", err)
 		}
 	}
-	for i, p := range d.cfg.Soak.Profiles {
+	for i, p := range cfg.Soak.Profiles {
 		if p.Schedule == "" {
 			continue
 		}
@@ -372,7 +401,7 @@ func (d *Daemon) schedule(jobs context.Context) (*cron.Cron, error) {
 func (d *Daemon) canaryJob(ctx context.Context) {
 	// Jitter the start so a fleet of daemons on the same schedule does not
 	// hit the target in the same second.
-	if j := d.cfg.Canary.Jitter; j > 0 && !probe.Sleep(ctx, rand.N(j)) {
+	if j := d.current().Canary.Jitter; j > 0 && !probe.Sleep(ctx, rand.N(j)) {
 		return
 	}
 	if !d.canary.Ready() && time.Since(d.started) < canaryGrace(d.cfg) {
@@ -430,12 +459,29 @@ func (d *Daemon) handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.pop.Ready() {
+		if !d.bg.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %d of %d sessions online\n", d.pop.Online(), d.cfg.Population.Users)
+			fmt.Fprintf(w, "not ready: %d of %d sessions online\n", d.bg.Online(), d.bg.Users())
 			return
 		}
-		fmt.Fprintf(w, "ready: %d of %d sessions online\n", d.pop.Online(), d.cfg.Population.Users)
+		fmt.Fprintf(w, "ready: %d of %d sessions online\n", d.bg.Online(), d.bg.Users())
+	})
+	// Prometheus's convention: POST only, and it can be turned off
+	// (SIGHUP still reloads).
+	mux.HandleFunc("/-/reload", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case d.noReloadEndpoint:
+			http.Error(w, "reload over HTTP is disabled (--web.enable-reload=false); send SIGHUP instead", http.StatusForbidden)
+		case r.Method != http.MethodPost:
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "method not allowed: POST to reload", http.StatusMethodNotAllowed)
+		default:
+			if err := d.Reload(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprintln(w, "configuration reloaded")
+		}
 	})
 	// Profiles, as Prometheus serves them: how docs/performance.md's
 	// figures were taken, and how a user finds where a shard's CPU goes.
@@ -452,14 +498,15 @@ func (d *Daemon) handler() http.Handler {
 // handler adds the history from the store and strips the URL of anything
 // secret.
 func (d *Daemon) Status() Status {
+	cur := d.current()
 	st := Status{
 		Target: d.cfg.Target.Name, Protocol: d.cfg.Target.Protocol, URL: d.cfg.Target.URL,
 		Run: d.env.run, Started: d.started,
-		Population: PopulationStatus{Configured: d.cfg.Population.Users, Online: d.pop.Online(), Ready: d.pop.Ready()},
-		Canary:     CanaryStatus{Schedule: d.cfg.Canary.Schedule, Enabled: d.canary != nil},
+		Population: PopulationStatus{Configured: cur.Population.Users, Online: d.bg.Online(), Ready: d.bg.Ready()},
+		Canary:     CanaryStatus{Schedule: cur.Canary.Schedule, Enabled: d.canary != nil},
 		Soak:       SoakStatus{Running: d.soak.Running()},
 	}
-	for _, p := range d.cfg.Soak.Profiles {
+	for _, p := range cur.Soak.Profiles {
 		st.Soak.Profiles = append(st.Soak.Profiles, p.Name)
 	}
 	for _, src := range metrics.Sources {

@@ -73,6 +73,10 @@ type env struct {
 	stop     context.CancelFunc
 }
 
+// inProcess reports whether the embedded target runs in this process, its
+// connections counting against the same file limit.
+func (e *env) inProcess() bool { return e.target != nil || e.targetLn != nil }
+
 // newEnv builds the driver for cfg. pops are the sizes of the populations
 // the command will run at once, for the open-file and port checks. With
 // protocol embedded and no URL it opens an embedded target's listener on a

@@ -358,3 +358,29 @@ func TestMaxConnectRateWhileDown(t *testing.T) {
 		}
 	})
 }
+
+// A block of a grown population numbers its users and groups on from the
+// blocks before it, so that no two blocks log in as the same user.
+func TestOffsetNumbering(t *testing.T) {
+	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
+	p, err := New(Options{
+		Driver: newCountingDriver(), Set: set, Run: "r1", Prefix: "p", Users: 7, GroupSize: 5,
+		Offset: 10, GroupOffset: 3, Block: true,
+		Heartbeat: time.Minute, Deadline: time.Second, LostAfter: 2 * time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := p.Plan()
+	if got := []string{plan.Users[0], plan.Users[6]}; got[0] != "p-u10" || got[1] != "p-u16" {
+		t.Errorf("users %v…, want p-u10 to p-u16", got)
+	}
+	if len(plan.Groups) != 2 || plan.Groups[0].Name != "p-g3" || plan.Groups[1].Name != "p-g4" {
+		t.Errorf("groups %v, want p-g3 and p-g4", plan.Groups)
+	}
+	if _, err := New(Options{Driver: newCountingDriver(), Set: set, Users: 2, GroupSize: 2, Offset: -1,
+		Heartbeat: time.Minute, Deadline: time.Second, LostAfter: 2 * time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond}); err == nil {
+		t.Error("a negative offset was accepted")
+	}
+}

@@ -68,6 +68,18 @@ type Options struct {
 	// that dropped everyone is not stormed by them coming back at once
 	// (the jittered backoff spreads them further). 0 is no limit.
 	MaxConnectRate float64
+	// Limiter, if set, is the connect limiter to use instead of one of
+	// MaxConnectRate: populations that share it share the rate, as the
+	// blocks of one resized population must.
+	Limiter *rate.Limiter
+	// Offset and GroupOffset number the users and groups from these
+	// instead of 0: PREFIX-u(Offset+i), PREFIX-g(GroupOffset+g). A
+	// population grown at run time is made of blocks, each a Population
+	// of its own, numbered on from the one before.
+	Offset, GroupOffset int
+	// Block marks such a block: its owner keeps the population's target
+	// and ready gauges, which a block would set for itself alone.
+	Block bool
 	// CrossPeer, if set, is a user of another shard (another process) to
 	// whom user 0 sends direct messages with SendCross; CrossFrom is the
 	// user of another shard who sends to user 0. Each process counts only
@@ -177,6 +189,8 @@ func New(o Options) (*Population, error) {
 		return nil, errors.New("population: slow_readers durations must not be negative")
 	case o.LagThreshold < 0:
 		return nil, fmt.Errorf("population: lag_threshold %v: must not be negative", o.LagThreshold)
+	case o.Offset < 0 || o.GroupOffset < 0:
+		return nil, fmt.Errorf("population: offsets %d, %d: must not be negative", o.Offset, o.GroupOffset)
 	case !(o.MaxConnectRate >= 0):
 		return nil, fmt.Errorf("population: max_connect_rate %v: must not be negative", o.MaxConnectRate)
 	}
@@ -194,11 +208,11 @@ func New(o Options) (*Population, error) {
 	}
 	p.ledger.obs = o.Observer
 	p.ledger.health = o.Health
-	if o.MaxConnectRate > 0 {
-		// A tenth of a second's worth of burst: enough that a ramp at
-		// the limit does not stutter on timer granularity, too little
-		// to be a storm.
-		p.connects = rate.NewLimiter(rate.Limit(o.MaxConnectRate), max(1, int(o.MaxConnectRate/10)))
+	switch {
+	case o.Limiter != nil:
+		p.connects = o.Limiter
+	case o.MaxConnectRate > 0:
+		p.connects = NewConnectLimiter(o.MaxConnectRate)
 	}
 	p.paused.Store(o.StartPaused)
 	p.layout()
@@ -312,12 +326,19 @@ const voidRepeats = 8
 // written off as an ack timeout.
 const maxInflight = 1024
 
+// NewConnectLimiter returns the limiter of MaxConnectRate: a tenth of a
+// second's worth of burst, enough that a ramp at the limit does not stutter
+// on timer granularity, too little to be a storm.
+func NewConnectLimiter(perSecond float64) *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond/10)))
+}
+
 // layout names the users, pairs them for direct chats and groups them.
 func (p *Population) layout() {
 	o := p.opts
 	p.users = make([]*user, o.Users)
 	for i := range p.users {
-		name := fmt.Sprintf("%s-u%d", o.Prefix, i)
+		name := fmt.Sprintf("%s-u%d", o.Prefix, o.Offset+i)
 		p.users[i] = &user{p: p, idx: i, name: name, nameB: []byte(name), inbox: p.ledger.NewInbox()}
 		p.users[i].inbox.user = i
 		// Half the users start with a group message: if all alternated
@@ -353,7 +374,7 @@ func (p *Population) layout() {
 		if end-start < 2 {
 			break
 		}
-		grp := Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, g)}
+		grp := Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, o.GroupOffset+g)}
 		for _, u := range p.users[start:end] {
 			grp.Members = append(grp.Members, u.name)
 		}
@@ -472,7 +493,9 @@ func (p *Population) Ledger() *Ledger { return p.ledger }
 func (p *Population) Run(ctx context.Context) error {
 	o := p.opts
 	p.ctx = ctx
-	o.Set.Target.Set(float64(o.Users))
+	if !o.Block {
+		o.Set.Target.Set(float64(o.Users))
+	}
 	if err := p.provision(ctx); err != nil {
 		return err
 	}
@@ -500,7 +523,9 @@ func (p *Population) Run(ctx context.Context) error {
 	wg.Go(func() { p.heartbeat(ctx) })
 	wg.Go(func() { p.sweeper(ctx) })
 	wg.Wait()
-	o.Set.Ready.Set(0)
+	if !o.Block {
+		o.Set.Ready.Set(0)
+	}
 	return nil
 }
 
@@ -594,7 +619,9 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		u.everOnline.Store(true)
 		o.Set.Online.Inc()
 		if p.online.Add(1) == int64(o.Users) && !p.ready.Swap(true) {
-			o.Set.Ready.Set(1)
+			if !o.Block {
+				o.Set.Ready.Set(1)
+			}
 			p.log.Info("population online", "users", o.Users, "took", time.Since(start).Round(time.Millisecond))
 		}
 		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })

@@ -160,3 +160,68 @@ soak:
 		resp.Body.Close()
 	}
 }
+
+// TestSIGHUPReloads edits the configuration file of a running daemon and
+// sends SIGHUP: the population grows to the new size; a broken file is
+// then refused and the daemon runs on.
+func TestSIGHUPReloads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	bin := filepath.Join(t.TempDir(), "imcanary")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	url := startTarget(t, target.Faults{})
+	cfgFile := filepath.Join(t.TempDir(), "imcanary.yaml")
+	write := func(body string) {
+		if err := os.WriteFile(cfgFile, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := func(users int) string {
+		return fmt.Sprintf("target: {url: %q}\ndata_dir: %q\npopulation: {users: %d, rate: 1, ramp: 0s}\ncanary: {schedule: \"\"}\n", url, t.TempDir(), users)
+	}
+	write(conf(4))
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "run", "--config", cfgFile, "--http.listen", addr, "--log.level=warn")
+	cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=hup-test")
+	cmd.Stderr = &prefixWriter{t: t, prefix: "imcanary: "}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	metric := func(name string) float64 {
+		fams, err := scrape(addr)
+		if err != nil {
+			return -1
+		}
+		return value(fams, name)
+	}
+	waitHUP := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitHUP("4 sessions online", func() bool { return metric("imcanary_sessions_online") == 4 })
+	// The data_dir differs between calls of conf: keep the first.
+	first, _ := os.ReadFile(cfgFile)
+	write(strings.Replace(string(first), "users: 4", "users: 7", 1))
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitHUP("7 sessions online after SIGHUP", func() bool {
+		return metric("imcanary_sessions_online") == 7 && metric("imcanary_config_last_reload_successful") == 1
+	})
+	write("population: {users: [\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitHUP("the broken file refused", func() bool { return metric("imcanary_config_last_reload_successful") == 0 })
+	if n := metric("imcanary_sessions_online"); n != 7 {
+		t.Errorf("%v sessions online after a refused reload, want the 7 running", n)
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"regexp"
 	"sync"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,6 +25,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log.format", "text", "log format: text or json")
 	webConfig := fs.String("web.config.file", "", "exporter-toolkit web configuration file: TLS and basic authentication for every HTTP endpoint")
+	enableReload := fs.Bool("web.enable-reload", true, "serve POST /-/reload (SIGHUP reloads either way)")
 	config.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: imcanary run [--config FILE] [--KEY=VALUE ...]\n\n"+
@@ -61,7 +64,11 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 	)
-	d, err := daemon.New(cfg, log, reg, daemon.WithWebConfig(*webConfig))
+	// A reload reads the same sources again: the file, the environment
+	// as it is then, and the command line.
+	reload := func() (config.Config, error) { return config.Load(*cfgFile, os.Environ(), fs) }
+	d, err := daemon.New(cfg, log, reg, daemon.WithWebConfig(*webConfig),
+		daemon.WithReload(reload), daemon.WithReloadEndpoint(*enableReload))
 	if err != nil {
 		return badConfig(err)
 	}
@@ -70,6 +77,20 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var wg sync.WaitGroup
 	// Exits when Run returns.
 	wg.Go(func() { daemon.TuneMemory(tune, d.MemoryLimit(), d.Ready, log) })
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// Exits when Run returns. Reload logs its own outcome.
+	wg.Go(func() {
+		for {
+			select {
+			case <-tune.Done():
+				return
+			case <-hup:
+				_ = d.Reload()
+			}
+		}
+	})
 	defer wg.Wait()
 	defer stopTuning()
 	return d.Run(ctx)

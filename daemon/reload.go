@@ -1,0 +1,194 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+)
+
+// WithReload lets the daemon reload its configuration (SIGHUP, POST
+// /-/reload) from load, which reads the same sources as the first load did:
+// the file, the environment and the command line.
+func WithReload(load func() (config.Config, error)) Option {
+	return func(d *Daemon) { d.load = load }
+}
+
+// WithReloadEndpoint serves POST /-/reload when on (the default).
+func WithReloadEndpoint(on bool) Option {
+	return func(d *Daemon) { d.noReloadEndpoint = !on }
+}
+
+// liveKeys are what a reload applies while everything runs: the population's
+// size (a block of users added or removed, nobody else reconnected), and
+// the schedules and profiles of the canary and soak runs (the scheduler
+// rebuilt, no session touched). Every other key is fixed at start: a change
+// to it is refused, naming it, and the running configuration stays.
+var liveKeys = map[string]bool{
+	"population.users": true,
+	"canary.schedule":  true,
+	"canary.jitter":    true,
+	"soak.profiles":    true,
+}
+
+// Reload reads the configuration again and applies it, or returns why not.
+// On any error the running configuration stays, whole.
+// imcanary_config_last_reload_successful says which.
+func (d *Daemon) Reload() error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	changed, err := d.reload()
+	if err != nil {
+		d.metrics.ConfigLastReloadOK.Set(0)
+		d.log.Error("configuration reload failed; the running configuration stays", "err", err)
+		return err
+	}
+	d.metrics.ConfigLastReloadOK.Set(1)
+	d.metrics.ConfigLastReloadSuccess.SetToCurrentTime()
+	d.log.Info("configuration reloaded", "changed", changed)
+	return nil
+}
+
+func (d *Daemon) reload() ([]string, error) {
+	if d.load == nil {
+		return nil, errors.New("reload: this daemon has no configuration source to read again")
+	}
+	d.curMu.RLock()
+	jobs, running := d.jobs, d.sched != nil
+	d.curMu.RUnlock()
+	if !running {
+		return nil, errors.New("reload: the daemon is not running")
+	}
+	next, err := d.load()
+	if err != nil {
+		return nil, err
+	}
+	if err := next.Validate(); err != nil {
+		return nil, err
+	}
+	if d.env.inProcess() && next.Target.URL == "" {
+		// As at start: an empty URL is the embedded target this process
+		// runs, whose URL New filled in.
+		next.Target.URL = d.cfg.Target.URL
+	}
+	cur := d.current()
+	changed := diffKeys(reflect.ValueOf(cur), reflect.ValueOf(next), "")
+	var fixed []string
+	for _, k := range changed {
+		if !liveKeys[k] {
+			fixed = append(fixed, k)
+		}
+	}
+	if len(fixed) > 0 {
+		return nil, fmt.Errorf("reload: %s changed: only population.users, canary.schedule, canary.jitter and soak.profiles "+
+			"apply while running; restart imcanary for the rest", strings.Join(fixed, ", "))
+	}
+	if (cur.Canary.Schedule == "") != (next.Canary.Schedule == "") {
+		return nil, errors.New("reload: canary.schedule: turning the canary on or off needs a restart (its users log in at start)")
+	}
+	if len(changed) == 0 {
+		return nil, nil
+	}
+	if err := d.checkCapacity(next); err != nil {
+		return nil, err
+	}
+	sched, err := d.schedule(jobs, next)
+	if err != nil {
+		return nil, err
+	}
+	if next.Population.Users != cur.Population.Users {
+		if err := d.bg.resize(next.Population.Users); err != nil {
+			return nil, err
+		}
+	}
+	for _, pr := range next.Soak.Profiles {
+		d.registerProfile(pr.Name)
+	}
+	d.curMu.Lock()
+	d.cur = next
+	old := d.sched
+	d.sched = sched
+	d.curMu.Unlock()
+	sched.Start()
+	// Jobs already running go on: their context is jobs, not the
+	// scheduler's.
+	old.Stop()
+	return changed, nil
+}
+
+// checkCapacity checks the file and port headroom of next's populations,
+// as New checked the first configuration's.
+func (d *Daemon) checkCapacity(next config.Config) error {
+	pops := populations(next)
+	users := 0
+	for _, n := range pops {
+		users += n
+	}
+	if err := checkFileLimit(users, d.env.inProcess()); err != nil {
+		return err
+	}
+	return checkPorts(pops, len(d.env.sources), ephemeralPorts())
+}
+
+// populations lists the sizes of the populations cfg may run at once.
+func populations(cfg config.Config) []int {
+	pops := []int{cfg.Population.Users}
+	if cfg.Canary.Schedule != "" {
+		pops = append(pops, cfg.Canary.Users)
+	}
+	soakUsers := 0
+	for _, p := range cfg.Soak.Profiles {
+		// One soak runs at a time: the largest is what must fit.
+		soakUsers = max(soakUsers, p.Users)
+	}
+	if soakUsers > 0 {
+		pops = append(pops, soakUsers)
+	}
+	return pops
+}
+
+// registerProfile makes a profile's series exist from the start, at 0.
+func (d *Daemon) registerProfile(name string) {
+	t := d.cfg.Target.Name
+	for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
+		d.metrics.SoakRuns.WithLabelValues(t, name, r)
+	}
+	d.metrics.SoakSkipped.WithLabelValues(t, name)
+	d.metrics.SoakRunning.WithLabelValues(t, name)
+}
+
+// diffKeys returns the configuration keys (koanf's dotted names) whose
+// values differ between a and b, two config.Config values or parts of one.
+// A struct is compared field by field; anything else (a list of profiles,
+// a duration) as a whole.
+func diffKeys(a, b reflect.Value, prefix string) []string {
+	if a.Kind() != reflect.Struct {
+		if reflect.DeepEqual(a.Interface(), b.Interface()) {
+			return nil
+		}
+		return []string{prefix}
+	}
+	var keys []string
+	t := a.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("koanf")
+		if tag == "" || !f.IsExported() {
+			continue
+		}
+		key := tag
+		if prefix != "" {
+			key = prefix + "." + tag
+		}
+		keys = append(keys, diffKeys(a.Field(i), b.Field(i), key)...)
+	}
+	return keys
+}
+
+// scheduler is what Run and Reload keep of the cron.
+type scheduler = *cron.Cron
