@@ -124,6 +124,11 @@ type Population struct {
 	// received either) before the session counts as lagging: a silent
 	// stall. 0 means half of Deadline.
 	LagThreshold time.Duration `koanf:"lag_threshold"`
+	// SessionLifetime, if positive, is the mean time a session stays
+	// logged in before its user logs out and back in (churn): lifetimes
+	// are drawn from an exponential distribution, as independent users'
+	// would be. 0 keeps sessions until something ends them.
+	SessionLifetime time.Duration `koanf:"session_lifetime"`
 	// SlowReaders turns part of the population into slow readers: an
 	// always-on slow-reader drill.
 	SlowReaders SlowReaders `koanf:"slow_readers"`

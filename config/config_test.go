@@ -368,6 +368,7 @@ func TestKeys(t *testing.T) {
 		"population.prefix",
 		"population.ramp",
 		"population.rate",
+		"population.session_lifetime",
 		"population.slow_readers.fraction",
 		"population.slow_readers.pause",
 		"population.slow_readers.pause_every",

@@ -170,6 +170,7 @@ var help = map[string]string{
 	"population.backoff.max":              "cap of every reconnect delay",
 	"population.max_connect_rate":         "most connect attempts per second of each population, reconnects included",
 	"population.source_addrs":             `local addresses to connect from, round-robin by user: IPs and IPv4 ranges such as "127.0.0.1-127.0.0.16", comma-separated; empty lets the kernel pick`,
+	"population.session_lifetime":         "mean time a session stays logged in before its user logs out and back in (churn); 0 is no churn",
 	"population.lag_threshold":            "how long an acked message may go unreceived before its recipient counts as lagging; 0 is half the deadline",
 	"population.slow_readers.fraction":    "fraction of the users who read slowly (a slow-reader drill), 0 to below 1",
 	"population.slow_readers.read_delay":  "slow readers' pause after each delivery",

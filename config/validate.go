@@ -229,6 +229,8 @@ func (c Config) problems() []*ValidationError {
 	switch {
 	case p.LagThreshold < 0:
 		fail("population.lag_threshold", p.LagThreshold, "must not be negative")
+	case p.SessionLifetime < 0 || (p.SessionLifetime > 0 && p.SessionLifetime < time.Second):
+		fail("population.session_lifetime", p.SessionLifetime, "must be 0 (no churn) or at least 1s")
 	case p.Deadline > 0 && p.LagThreshold >= p.Deadline:
 		// A stall must be flagged before its messages are late.
 		fail("population.lag_threshold", p.LagThreshold, "must be less than population.deadline (%v)", p.Deadline)

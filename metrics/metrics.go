@@ -59,11 +59,14 @@ const (
 	ReasonSlowConsumer = "slow_consumer"
 	ReasonError        = "error"
 	ReasonShutdown     = "shutdown"
+	// ReasonChurn is a session the population ended itself, at the end
+	// of its lifetime (population.session_lifetime), to log in again.
+	ReasonChurn = "churn"
 )
 
 // DisconnectReasons lists every value of the reason label of
 // imcanary_session_disconnects_total.
-var DisconnectReasons = []string{ReasonServerClose, ReasonSlowConsumer, ReasonError, ReasonShutdown}
+var DisconnectReasons = []string{ReasonServerClose, ReasonSlowConsumer, ReasonError, ReasonShutdown, ReasonChurn}
 
 // Send error reasons.
 const (

@@ -384,3 +384,50 @@ func TestOffsetNumbering(t *testing.T) {
 		t.Error("a negative offset was accepted")
 	}
 }
+
+// TestChurn: with a session lifetime, each user logs out and back in about
+// once per lifetime, counted as churn and nothing else, while the
+// population stays nearly whole.
+func TestChurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newCountingDriver()
+		set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
+		const users, lifetime, run = 50, 2 * time.Second, 60 * time.Second
+		p, err := New(Options{
+			Driver: d, Set: set, Run: "r1", Prefix: "p", Users: users, GroupSize: 5,
+			Heartbeat: time.Minute, Deadline: 10 * time.Second, LostAfter: 20 * time.Second,
+			BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+			SessionLifetime: lifetime,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = p.Run(ctx) })
+		least := users
+		for range int(run / (100 * time.Millisecond)) {
+			time.Sleep(100 * time.Millisecond)
+			least = min(least, p.Online())
+		}
+		cancel()
+		wg.Wait()
+		churn := metrics.Value(set.Disconnects[metrics.ReasonChurn])
+		// 50 users for 60 s at a 2 s mean lifetime: about 1,500, give or
+		// take the exponential's spread and the moments spent away.
+		if churn < 1200 || churn > 1700 {
+			t.Errorf("%v churn disconnects, want about %d", churn, users*int(run/lifetime))
+		}
+		for _, r := range []string{metrics.ReasonError, metrics.ReasonServerClose, metrics.ReasonSlowConsumer} {
+			if n := metrics.Value(set.Disconnects[r]); n != 0 {
+				t.Errorf("%v disconnects for %s, want only churn", n, r)
+			}
+		}
+		if n := metrics.Value(set.Disconnects[metrics.ReasonShutdown]); n != users {
+			t.Errorf("%v shutdown disconnects, want one per user (%d) at the end", n, users)
+		}
+		if least < users-10 {
+			t.Errorf("as few as %d of %d online, want churn to keep nearly everyone on", least, users)
+		}
+	})
+}

@@ -68,6 +68,10 @@ type Options struct {
 	// that dropped everyone is not stormed by them coming back at once
 	// (the jittered backoff spreads them further). 0 is no limit.
 	MaxConnectRate float64
+	// SessionLifetime, if positive, is the mean of the exponentially
+	// distributed time a session stays logged in before its user logs out
+	// and back in (churn; disconnect reason "churn").
+	SessionLifetime time.Duration
 	// Limiter, if set, is the connect limiter to use instead of one of
 	// MaxConnectRate: populations that share it share the rate, as the
 	// blocks of one resized population must.
@@ -625,12 +629,24 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			p.log.Info("population online", "users", o.Users, "took", time.Since(start).Round(time.Millisecond))
 		}
 		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
+		var churned atomic.Bool
+		var lifetime *time.Timer
+		if o.SessionLifetime > 0 {
+			life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
+			lifetime = time.AfterFunc(life, func() { churned.Store(true); _ = sess.Close() })
+		}
 		err = sess.Serve(u)
+		if lifetime != nil {
+			lifetime.Stop()
+		}
 		stop()
 		_ = sess.Close()
 		o.Set.Online.Dec()
 		p.online.Add(-1)
 		reason := ReasonOf(err)
+		if churned.Load() && ctx.Err() == nil {
+			reason = metrics.ReasonChurn
+		}
 		o.Set.Disconnects[reason].Inc()
 		if obs != nil {
 			obs.Disconnect(u.idx, reason, err)
@@ -643,7 +659,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		// A session that held for a while earns a fresh backoff; one the
 		// server kills at once keeps backing off, so a flapping server
 		// is not stormed.
-		if time.Since(began) > o.BackoffMax {
+		if time.Since(began) > o.BackoffMax || reason == metrics.ReasonChurn {
 			attempt = 0
 		}
 		if !Sleep(ctx, p.backoff(attempt)) {
