@@ -56,6 +56,10 @@ type popConfig struct {
 	dialTimeout      time.Duration // the driver's; 0 is its default
 	// wrap, if set, wraps the driver the population uses.
 	wrap func(probe.Driver) probe.Driver
+	// via, if set, maps the target's address to the one the population
+	// dials: a proxy in between.
+	via      func(addr string) string
+	observer probe.Observer
 }
 
 func startTarget(t *testing.T, addr string, o target.Options) (*target.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
@@ -89,7 +93,11 @@ func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
 	fx := &fixture{t: t}
 	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", target.Options{Faults: f, SendQueue: pc.sendQueue, SendBuffer: pc.sendBuffer})
 	fx.srv, fx.ln, fx.addr, fx.stopT = srv, ln, ln.Addr().String(), stopT
-	drv, err := embedded.New(embedded.Options{URL: "ws://" + fx.addr + "/ws", Secret: secret, Heartbeat: time.Second, DialTimeout: pc.dialTimeout})
+	dial := fx.addr
+	if pc.via != nil {
+		dial = pc.via(fx.addr)
+	}
+	drv, err := embedded.New(embedded.Options{URL: "ws://" + dial + "/ws", Secret: secret, Heartbeat: time.Second, DialTimeout: pc.dialTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +124,7 @@ func newFixture(t *testing.T, f target.Faults, pc popConfig) *fixture {
 		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
 		MessageSize: pc.messageSize, SlowReaders: pc.slow, Health: fx.health,
-		MaxConnectRate: pc.maxConnectRate,
+		MaxConnectRate: pc.maxConnectRate, Observer: pc.observer,
 	})
 	if err != nil {
 		t.Fatal(err)
