@@ -423,8 +423,10 @@ func TestChurn(t *testing.T) {
 				t.Errorf("%v disconnects for %s, want only churn", n, r)
 			}
 		}
-		if n := metrics.Value(set.Disconnects[metrics.ReasonShutdown]); n != users {
-			t.Errorf("%v shutdown disconnects, want one per user (%d) at the end", n, users)
+		// At the end, one per user online then: a user between two
+		// sessions has none to close.
+		if n := metrics.Value(set.Disconnects[metrics.ReasonShutdown]); n < users-5 || n > users {
+			t.Errorf("%v shutdown disconnects, want about one per user (%d) at the end", n, users)
 		}
 		if least < users-10 {
 			t.Errorf("as few as %d of %d online, want churn to keep nearly everyone on", least, users)
