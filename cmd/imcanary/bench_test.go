@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"math"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +23,7 @@ func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs a bench of targets and probers")
 	}
-	bin := filepath.Join(t.TempDir(), "imcanary")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	// Under a minute on an idle machine; the bound is for a loaded one.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -25,10 +25,7 @@ func TestKilledMidSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon twice")
 	}
-	bin := filepath.Join(t.TempDir(), "imcanary")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	url := startTarget(t, target.Faults{})
 	dir := t.TempDir()
 	cfgFile := filepath.Join(t.TempDir(), "imcanary.yaml")
@@ -168,10 +165,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon")
 	}
-	bin := filepath.Join(t.TempDir(), "imcanary")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	url := startTarget(t, target.Faults{})
 	cfgFile := filepath.Join(t.TempDir(), "imcanary.yaml")
 	write := func(body string) {

@@ -30,10 +30,7 @@ func TestLongRun(t *testing.T) {
 	}
 	d = max(d, 3*time.Minute)
 	const warmup = time.Minute
-	bin := filepath.Join(t.TempDir(), "imcanary")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte("longrun-secret"), 0o600); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -129,4 +130,37 @@ func TestSoakAndCanaryExitCodes(t *testing.T) {
 	if err != nil || !bytes.Contains(b, []byte(`"result": "pass"`)) {
 		t.Errorf("--json wrote %q (%v), want a report with result pass", b, err)
 	}
+}
+
+// built is the imcanary binary the process-level tests run, built once.
+var built struct {
+	once      sync.Once
+	dir, path string
+	out       []byte
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// binary builds imcanary, once per test run, for the tests that run it as
+// a process of its own.
+func binary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "imcanary-test-"); built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "imcanary")
+		built.out, built.err = exec.Command("go", "build", "-o", built.path, ".").CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("go build: %v\n%s", built.err, built.out)
+	}
+	return built.path
 }

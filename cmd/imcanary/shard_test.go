@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,10 +28,7 @@ func TestTwoShards(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs two daemons")
 	}
-	bin := filepath.Join(t.TempDir(), "imcanary")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	url := startTarget(t, target.Faults{})
 	const users = 10
 	var addrs [2]string
