@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +47,16 @@ func (a *attempts) peak() int {
 	return most
 }
 
+// openFiles counts this process's open file descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(fds)
+}
+
 // listenAgain binds addr, which a target just left.
 func listenAgain(t *testing.T, addr string) net.Listener {
 	t.Helper()
@@ -75,6 +87,9 @@ func TestTargetOutages(t *testing.T) {
 	fx := newFixture(t, target.Faults{}, pc)
 	addr := fx.addr
 	time.Sleep(time.Second)
+	// What the process holds in steady state, to compare after recovery:
+	// an outage must leak no goroutine and no connection.
+	goroutines0, files0 := runtime.NumGoroutine(), openFiles(t)
 
 	// Killed.
 	fx.srv.Close()
@@ -169,6 +184,16 @@ func TestTargetOutages(t *testing.T) {
 		t.Errorf("delivered %v + lost %v vs expected %v, duplicates %v: want every acked message accounted once, none twice",
 			c1.delivered, c1.lost, c1.expected, c1.dup)
 	}
+	// Nothing leaked: once the dialers of the reconnect burst have gone
+	// idle and exited, the goroutines and open files are back where they
+	// were before the first outage.
+	var goroutines1, files1 int
+	waitFor(t, 10*time.Second, "goroutines and files back to their steady state", func() bool {
+		goroutines1, files1 = runtime.NumGoroutine(), openFiles(t)
+		return goroutines1 <= goroutines0+5 && files1 <= files0+2
+	})
+	t.Logf("steady state before the outages: %d goroutines, %d open files; after: %d, %d", goroutines0, files0, goroutines1, files1)
+
 	// Steady state: a clean stretch after recovery loses nothing more.
 	fx.pop.SetSending(true)
 	time.Sleep(2 * time.Second)
