@@ -48,12 +48,9 @@ type Daemon struct {
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
 	// health is the prober's self-monitor, shared by every population.
-	health *saturation.Monitor
-	// sessions is how many sessions the populations that may run at once
-	// hold.
-	sessions int
-	store    *soak.Store
-	started  time.Time
+	health  *saturation.Monitor
+	store   *soak.Store
+	started time.Time
 
 	httpLn net.Listener
 	// webConfig is the --web.config.file; "" serves plain HTTP.
@@ -90,8 +87,16 @@ type Option func(*Daemon)
 func WithWebConfig(path string) Option { return func(d *Daemon) { d.webConfig = path } }
 
 // MemoryLimit is the Go runtime memory limit sized for the sessions this
-// daemon may hold at once (see TuneMemory).
-func (d *Daemon) MemoryLimit() int64 { return sizedMemoryLimit(d.cfg, d.sessions) }
+// daemon may hold at once (see TuneMemory), in the configuration in force:
+// a population a reload has grown is sized for.
+func (d *Daemon) MemoryLimit() int64 {
+	cur := d.current()
+	sessions := 0
+	for _, n := range populations(cur) {
+		sessions += n
+	}
+	return sizedMemoryLimit(cur, sessions)
+}
 
 // Ready reports whether the background population is online.
 func (d *Daemon) Ready() bool { return d.bg.Ready() }
@@ -117,9 +122,6 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	}
 	// The populations that may run at once.
 	pops := populations(cfg)
-	for _, n := range pops {
-		d.sessions += n
-	}
 	e, err := newEnv(cfg, pops, log)
 	if err != nil {
 		return nil, err

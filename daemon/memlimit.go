@@ -106,7 +106,7 @@ func readMemory() memReading {
 // memoryTuner keeps the runtime's memory limit at the sized value, raised
 // to the floor when what is live needs more.
 type memoryTuner struct {
-	sized int64
+	sized func() int64
 	log   *slog.Logger
 	read  func() memReading
 	set   func(int64) int64
@@ -115,7 +115,7 @@ type memoryTuner struct {
 
 // newMemoryTuner returns nil when GOMEMLIMIT is set: the operator's limit
 // stands.
-func newMemoryTuner(sized int64, log *slog.Logger) *memoryTuner {
+func newMemoryTuner(sized func() int64, log *slog.Logger) *memoryTuner {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
 		return nil
@@ -125,14 +125,15 @@ func newMemoryTuner(sized int64, log *slog.Logger) *memoryTuner {
 
 // tune sets the limit once.
 func (t *memoryTuner) tune() {
-	limit := max(t.sized, memoryFloor(t.read()))
+	sized := t.sized()
+	limit := max(sized, memoryFloor(t.read()))
 	// Small moves are not worth a log line or a change of pace.
 	if t.cur != 0 && abs(limit-t.cur) < t.cur/16 {
 		return
 	}
 	t.set(limit)
 	if t.cur == 0 || limit > t.cur {
-		t.log.Info("memory limit", "bytes", limit, "sized", t.sized)
+		t.log.Info("memory limit", "bytes", limit, "sized", sized)
 	}
 	t.cur = limit
 }
@@ -145,7 +146,7 @@ func (t *memoryTuner) tune() {
 // The limit is first set once ready() is true: a ramp makes garbage at the
 // pace of its logins, and a collector held to the limit then would slow the
 // ramp for memory that is returned minutes later anyway.
-func TuneMemory(ctx context.Context, sized int64, ready func() bool, log *slog.Logger) {
+func TuneMemory(ctx context.Context, sized func() int64, ready func() bool, log *slog.Logger) {
 	if t := newMemoryTuner(sized, log); t != nil {
 		t.run(ctx, ready)
 	}

@@ -40,7 +40,7 @@ func TestMemoryTuner(t *testing.T) {
 	const mib = 1 << 20
 	var reading memReading
 	var sets []int64
-	tu := &memoryTuner{sized: 200 * mib, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	tu := &memoryTuner{sized: func() int64 { return 200 * mib }, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		read: func() memReading { return reading },
 		set:  func(n int64) int64 { sets = append(sets, n); return 0 }}
 
@@ -73,7 +73,7 @@ func TestMemoryTuner(t *testing.T) {
 
 func TestMemoryTunerLeavesGOMEMLIMIT(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "1GiB")
-	if tu := newMemoryTuner(100<<20, slog.New(slog.NewTextHandler(io.Discard, nil))); tu != nil {
+	if tu := newMemoryTuner(func() int64 { return 100 << 20 }, slog.New(slog.NewTextHandler(io.Discard, nil))); tu != nil {
 		t.Error("a tuner was made although GOMEMLIMIT is set: the operator's limit must stand")
 	}
 }

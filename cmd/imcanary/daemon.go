@@ -76,7 +76,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	tune, stopTuning := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	// Exits when Run returns.
-	wg.Go(func() { daemon.TuneMemory(tune, d.MemoryLimit(), d.Ready, log) })
+	wg.Go(func() { daemon.TuneMemory(tune, d.MemoryLimit, d.Ready, log) })
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
