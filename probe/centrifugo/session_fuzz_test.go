@@ -3,13 +3,11 @@ package centrifugo
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe/internal/fuzzcorpus"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
 
@@ -20,7 +18,7 @@ import (
 // Seeds are the frames captured from Centrifugo (FuzzParseFrame's corpus)
 // and some a hostile server might send.
 func FuzzServe(f *testing.F) {
-	for _, s := range corpusFrames(f, "testdata/fuzz/FuzzParseFrame") {
+	for _, s := range fuzzcorpus.Bytes(f, "testdata/fuzz/FuzzParseFrame") {
 		f.Add(s)
 	}
 	for _, s := range []string{
@@ -72,27 +70,4 @@ func parses(frame []byte) bool {
 		}
 	}
 	return true
-}
-
-// corpusFrames returns the inputs of a fuzz corpus directory written by
-// go test, which holds one []byte per file.
-func corpusFrames(tb testing.TB, dir string) [][]byte {
-	tb.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out [][]byte
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		_, v, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		q, ok := strings.CutPrefix(v, "[]byte(")
-		if s, err := strconv.Unquote(strings.TrimSuffix(q, ")")); ok && err == nil {
-			out = append(out, []byte(s))
-		}
-	}
-	return out
 }

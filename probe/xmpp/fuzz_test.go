@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/xml"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/imcanary/imcanary/probe/internal/fuzzcorpus"
 )
 
 // hostileFrames are frames a hostile or broken server might send, each
@@ -129,29 +129,6 @@ func capturedLen(st *stanza) int {
 		len(st.body) + len(st.text) + len(st.jid) + len(st.sasl) + len(st.scratch)
 }
 
-// corpusSeeds returns the inputs of a fuzz corpus directory written by
-// go test, which holds one []byte per file.
-func corpusSeeds(tb testing.TB, dir string) [][]byte {
-	tb.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out [][]byte
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		_, v, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		q, ok := strings.CutPrefix(v, "[]byte(")
-		if s, err := strconv.Unquote(strings.TrimSuffix(q, ")")); ok && err == nil {
-			out = append(out, []byte(s))
-		}
-	}
-	return out
-}
-
 // FuzzParseFrameLimits holds parseFrame to its limits on any frame: it never
 // panics; an error has a message; it hands over no more than maxElements
 // elements, each lying in the frame, with fields valid UTF-8 and together
@@ -161,7 +138,7 @@ func corpusSeeds(tb testing.TB, dir string) [][]byte {
 // Its seeds are Prosody's frames (FuzzParseFrame's corpus) and small
 // versions of the hostile frames above.
 func FuzzParseFrameLimits(f *testing.F) {
-	for _, s := range corpusSeeds(f, "testdata/fuzz/FuzzParseFrame") {
+	for _, s := range fuzzcorpus.Bytes(f, "testdata/fuzz/FuzzParseFrame") {
 		f.Add(s)
 	}
 	for _, frame := range hostileFrames() {
