@@ -32,11 +32,7 @@ func TestCanaryTargetDownFromStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	base := "http://" + d.HTTPAddr()
+	base, _ := runDaemon(t, d)
 	waitFor(t, 10*time.Second, "a failed canary round", func() bool {
 		return scrape(t, base)[`imcanary_canary_failures_total`] > 0
 	})
@@ -72,10 +68,7 @@ func TestCanaryOnceBesideDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runDaemon(t, d)
 	rounds := func(result string) float64 {
 		var n float64
 		for _, k := range metrics.Kinds {

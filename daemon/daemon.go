@@ -67,7 +67,7 @@ type Daemon struct {
 	curMu sync.RWMutex
 	cur   config.Config
 	jobs  context.Context
-	sched scheduler
+	sched *cron.Cron
 }
 
 // current returns the configuration in force.

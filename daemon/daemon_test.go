@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,15 +187,7 @@ func TestScheduledJobsAndHistory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		return "http://" + d.HTTPAddr(), func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run() = %v", err)
-			}
-		}
+		return runDaemon(t, d)
 	}
 	base, stop := start()
 	var st Status
@@ -263,4 +256,24 @@ func TestLocalSecret(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dir, "secret")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("secret file mode = %v, %v; want 0600", st.Mode().Perm(), err)
 	}
+}
+
+// runDaemon runs d until stop is called or the test ends, and returns its
+// base URL. Stop waits for Run, which must return nil.
+func runDaemon(t *testing.T, d *Daemon) (base string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return "http://" + d.HTTPAddr(), stop
 }

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"context"
 	"encoding/hex"
 	"log/slog"
 	"maps"
@@ -132,11 +131,7 @@ func TestRunSourceAddrs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	base := "http://" + d.HTTPAddr()
+	base, _ := runDaemon(t, d)
 	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
 
 	u, err := url.Parse(d.TargetURL())

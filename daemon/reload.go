@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 )
@@ -189,6 +187,3 @@ func diffKeys(a, b reflect.Value, prefix string) []string {
 	}
 	return keys
 }
-
-// scheduler is what Run and Reload keep of the cron.
-type scheduler = *cron.Cron

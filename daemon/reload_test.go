@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -68,16 +67,7 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	}()
-	base := "http://" + d.HTTPAddr()
+	base, _ := runDaemon(t, d)
 	waitFor(t, 10*time.Second, "10 users ready", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
 
 	post := func() (int, string) {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"io/fs"
@@ -68,10 +67,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	base := "http://" + d.HTTPAddr()
+	base, stop := runDaemon(t, d)
 	var st Status
 	waitFor(t, 20*time.Second, "a canary round and a soak run", func() bool {
 		getJSON(t, base+"/api/v1/status", &st)
@@ -86,10 +82,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		}
 		pages["GET "+path] = body
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run() = %v", err)
-	}
+	stop()
 	pages["the log"] = logs.String()
 	err = filepath.WalkDir(cfg.DataDir, func(path string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
