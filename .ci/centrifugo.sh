@@ -12,6 +12,7 @@
 # file check. The HMAC secret comes from IMCANARYTEST_CENTRIFUGO_SECRET, or
 # is generated and written to DIR/secret; it is never printed.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 version=v6.9.1
 cache=${IMCANARY_CACHE:-/var/cache/imcanary}
@@ -24,20 +25,7 @@ usage() {
 }
 
 build() {
-  if [ -x "$bin" ]; then
-    return 0
-  fi
-  export PATH="$PATH:/usr/local/go/bin"
-  mkdir -p "$bindir"
-  # Built outside any module so that the pinned version's own go.mod
-  # decides every dependency; a temporary GOBIN makes a broken build leave
-  # no half-written binary where the check above would trust it.
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
-  (cd "$tmp" && GOFLAGS=-buildvcs=false GOBIN="$tmp/bin" go install "github.com/centrifugal/centrifugo/v6@$version")
-  # Copied next to its place, then renamed: the rename is atomic.
-  cp "$tmp/bin/centrifugo" "$bin.new"
-  mv "$bin.new" "$bin"
+  cached_go_install "github.com/centrifugal/centrifugo/v6@$version" centrifugo "$bin"
 }
 
 start() {

@@ -10,6 +10,7 @@
 # on two cores) into the cache that also keeps Centrifugo. v2.5.0 is the
 # newest version the module proxy lists under github.com/Shopify/toxiproxy/v2.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 version=v2.5.0
 cache=${IMCANARY_CACHE:-/var/cache/imcanary}
@@ -22,16 +23,7 @@ usage() {
 }
 
 build() {
-  if [ -x "$bin" ]; then
-    return 0
-  fi
-  export PATH="$PATH:/usr/local/go/bin"
-  mkdir -p "$bindir"
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
-  (cd "$tmp" && GOFLAGS=-buildvcs=false GOBIN="$tmp/bin" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$version")
-  cp "$tmp/bin/server" "$bin.new"
-  mv "$bin.new" "$bin"
+  cached_go_install "github.com/Shopify/toxiproxy/v2/cmd/server@$version" server "$bin"
 }
 
 start() {
