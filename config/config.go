@@ -3,7 +3,12 @@
 // validated. Every error names the key and the value that are wrong.
 package config
 
-import "time"
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
 
 // Config is the whole configuration of one imcanary daemon.
 type Config struct {
@@ -18,6 +23,9 @@ type Config struct {
 	Soak    Soak    `koanf:"soak"`
 	// Saturation sets when imcanary declares itself saturated.
 	Saturation Saturation `koanf:"saturation"`
+	// SLO is the service level objective the status page judges the
+	// SLIs against.
+	SLO SLO `koanf:"slo"`
 	// Shard makes this daemon one shard of several (see ParseShard): ""
 	// (one daemon), "I/N", or "auto/N" for the ordinal that ends the host
 	// name, as a StatefulSet's pods have.
@@ -48,6 +56,42 @@ type Target struct {
 	XMPP XMPP `koanf:"xmpp"`
 	// Centrifugo holds what only the centrifugo protocol uses.
 	Centrifugo Centrifugo `koanf:"centrifugo"`
+	// Headers are extra HTTP request headers for every request to the
+	// target, the WebSocket upgrade included: an auth proxy in front of a
+	// staging server wants its own. Only the file can set the list.
+	Headers []Header `koanf:"headers"`
+}
+
+// Header is one extra request header. Its value is given inline or, when it
+// is a credential, read from ValueFile (never logged, never shown).
+type Header struct {
+	// Name is the header's name, such as "X-Staging-Auth".
+	Name string `koanf:"name"`
+	// Value is the header's value; exactly one of Value and ValueFile is
+	// set.
+	Value string `koanf:"value"`
+	// ValueFile holds the value, trailing newlines trimmed.
+	ValueFile string `koanf:"value_file"`
+}
+
+// Read returns the header's value: Value, or the contents of ValueFile.
+// An error names the file, never its content.
+func (h Header) Read() (string, error) {
+	if h.ValueFile == "" {
+		return h.Value, nil
+	}
+	b, err := os.ReadFile(h.ValueFile)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", h.ValueFile)
+	}
+	if !validHeaderValue(v) {
+		return "", fmt.Errorf("%s holds a line break or a control character, which a header value cannot", h.ValueFile)
+	}
+	return v, nil
 }
 
 // XMPP configures the XMPP driver. Each probe user's password is derived
@@ -176,6 +220,14 @@ type Saturation struct {
 	// MaxPorts is the highest ratio of used to available ephemeral ports
 	// of any local address.
 	MaxPorts float64 `koanf:"max_ports"`
+}
+
+// SLO is the service level objective of both SLIs, completeness and
+// latency. The alert rules have their own copy
+// (imcanary:slo_objective:ratio in deploy/prometheus): keep the two equal.
+type SLO struct {
+	// Objective is the fraction of good events, such as 0.999.
+	Objective float64 `koanf:"objective"`
 }
 
 // Backoff is a capped exponential backoff with full jitter.
@@ -383,5 +435,6 @@ func Default() Config {
 			MaxFDs:          0.9,
 			MaxPorts:        0.9,
 		},
+		SLO: SLO{Objective: 0.999},
 	}
 }

@@ -74,9 +74,8 @@ func TestExampleIsDefault(t *testing.T) {
 	if err := k.Load(file.Provider(example), yaml.Parser()); err != nil {
 		t.Fatal(err)
 	}
-	// The list soak.profiles is in the file but, being file-only, not in
-	// Keys().
-	want := slices.Sorted(slices.Values(append(Keys(), "soak.profiles")))
+	// The lists are in the file but, being file-only, not in Keys().
+	want := slices.Sorted(slices.Values(append(Keys(), "soak.profiles", "target.headers")))
 	if got := k.Keys(); !slices.Equal(got, want) {
 		t.Errorf("keys of %s = %v, want %v", example, got, want)
 	}
@@ -385,6 +384,7 @@ func TestKeys(t *testing.T) {
 		"saturation.max_send_lag",
 		"saturation.window",
 		"shard",
+		"slo.objective",
 		"target.centrifugo.direct_namespace",
 		"target.centrifugo.group_namespace",
 		"target.centrifugo.recover",

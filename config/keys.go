@@ -186,6 +186,7 @@ var help = map[string]string{
 	"saturation.max_cpu":                  "highest CPU use per usable core before imcanary is saturated, 0 to 1",
 	"saturation.max_fds":                  "highest ratio of open files to the file limit before imcanary is saturated",
 	"saturation.max_ports":                "highest ratio of used ephemeral ports of a local address before imcanary is saturated",
+	"slo.objective":                       "objective of the completeness and latency SLIs that the status page judges them by, such as 0.999; keep it equal to imcanary:slo_objective:ratio in the alert rules",
 	"data_dir":                            "directory of the run history (soak reports, canary rounds)",
 	"history.max_runs":                    "number of soak run reports kept",
 	"history.max_age":                     "age after which soak reports and canary rounds are pruned",

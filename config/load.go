@@ -94,11 +94,14 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 }
 
 // deriveProfiles fills in the keys of each soak profile whose default
-// follows other keys, and drops an empty list so that "profiles: []" loads
+// follows other keys, and drops empty lists so that "profiles: []" loads
 // to the same Config as no profiles at all.
 func (c *Config) deriveProfiles() {
 	if len(c.Soak.Profiles) == 0 {
 		c.Soak.Profiles = nil
+	}
+	if len(c.Target.Headers) == 0 {
+		c.Target.Headers = nil
 	}
 	for i := range c.Soak.Profiles {
 		p := &c.Soak.Profiles[i]

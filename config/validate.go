@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -19,6 +20,32 @@ import (
 // the protocol drivers appends each driver's name beside its entry in the
 // driver map, before loading the configuration.
 var Protocols = []string{"embedded", "xmpp", "centrifugo"}
+
+// headerNameRE is an HTTP header name: a token (RFC 9110, section 5.6.2).
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+// reservedHeaders are the request headers gorilla/websocket writes for the
+// handshake and refuses to take from the caller, in canonical form.
+var reservedHeaders = []string{
+	"Host", "Upgrade", "Connection", "Sec-Websocket-Key", "Sec-Websocket-Version",
+	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol",
+}
+
+// validHeaderValue reports whether v can be sent as a header value: no
+// control character but tab.
+func validHeaderValue(v string) bool {
+	for i := range len(v) {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// hidden stands for a value that an error must not repeat.
+type hidden struct{}
+
+func (hidden) String() string { return "(not shown)" }
 
 // namespaceRE is what a Centrifugo namespace may be named.
 var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -166,6 +193,33 @@ func (c Config) problems() []*ValidationError {
 		}
 	}
 
+	seen := make(map[string]bool)
+	for i, h := range t.Headers {
+		at := fmt.Sprintf("target.headers[%d]", i)
+		canon := http.CanonicalHeaderKey(h.Name)
+		switch {
+		case !headerNameRE.MatchString(h.Name):
+			fail(at+".name", h.Name, "must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)")
+		case slices.Contains(reservedHeaders, canon):
+			fail(at+".name", h.Name, "is set by the WebSocket handshake itself and cannot be replaced")
+		case seen[canon]:
+			fail(at+".name", h.Name, "is given twice: put both values in one entry, comma-separated")
+		}
+		seen[canon] = true
+		// A value is never shown: it may be a credential put inline by
+		// mistake.
+		shown := any("")
+		if h.Value != "" {
+			shown = hidden{}
+		}
+		switch {
+		case (h.Value == "") == (h.ValueFile == ""):
+			fail(at+".value", shown, "exactly one of %s.value and %s.value_file must be set", at, at)
+		case !validHeaderValue(h.Value):
+			fail(at+".value", shown, "must not hold a line break or a control character")
+		}
+	}
+
 	p := c.Population
 	if p.Users < 1 {
 		fail("population.users", p.Users, "must be at least 1")
@@ -274,6 +328,10 @@ func (c Config) problems() []*ValidationError {
 		if !(r.v > 0 && r.v <= 1) {
 			fail(r.key, r.v, "must be above 0 and at most 1")
 		}
+	}
+
+	if !(c.SLO.Objective > 0 && c.SLO.Objective < 1) {
+		fail("slo.objective", c.SLO.Objective, "must be above 0 and below 1, such as 0.999")
 	}
 
 	if c.DataDir == "" {

@@ -68,6 +68,33 @@ const (
 // imcanary_session_disconnects_total.
 var DisconnectReasons = []string{ReasonServerClose, ReasonSlowConsumer, ReasonError, ReasonShutdown, ReasonChurn}
 
+// Connect failure reasons: why one connect-and-login attempt failed. The
+// set is closed and small so that every series exists at zero, and each
+// says where to look: the network (refused, timeout, dns, tls, network),
+// what answered the WebSocket upgrade (http_4xx, http_5xx, http_other), the
+// login (unauthorized, protocol), or setting up users and groups before any
+// session (provisioning).
+const (
+	ConnectRefused      = "refused"      // nothing listens: TCP connection refused
+	ConnectTimeout      = "timeout"      // no answer in time: dial, handshake or login
+	ConnectDNS          = "dns"          // the host name does not resolve
+	ConnectTLS          = "tls"          // the TLS handshake failed: certificate, protocol
+	ConnectNetwork      = "network"      // any other network error: reset, unreachable, closed early
+	ConnectHTTP4xx      = "http_4xx"     // the upgrade was answered 4xx (but 401 and 403)
+	ConnectHTTP5xx      = "http_5xx"     // the upgrade was answered 5xx
+	ConnectHTTPOther    = "http_other"   // the upgrade was answered with a status that is not 101
+	ConnectUnauthorized = "unauthorized" // credentials refused: HTTP 401/403 or the protocol's own login refusal
+	ConnectProtocol     = "protocol"     // the server spoke, but not the protocol as expected
+	ConnectProvisioning = "provisioning" // creating users or groups failed for a reason of its own
+)
+
+// ConnectFailReasons lists every value of the reason label of
+// imcanary_session_connect_failures_total.
+var ConnectFailReasons = []string{
+	ConnectRefused, ConnectTimeout, ConnectDNS, ConnectTLS, ConnectNetwork,
+	ConnectHTTP4xx, ConnectHTTP5xx, ConnectHTTPOther, ConnectUnauthorized, ConnectProtocol, ConnectProvisioning,
+}
+
 // Send error reasons.
 const (
 	SendOffline      = "offline"      // the sender had no session at its intended send time
@@ -120,7 +147,9 @@ type Metrics struct {
 	SessionsOnline     *prometheus.GaugeVec
 	SessionsTarget     *prometheus.GaugeVec
 	SessionConnects    *prometheus.CounterVec
+	ConnectFailures    *prometheus.CounterVec
 	SessionDisconnects *prometheus.CounterVec
+	TargetReachable    *prometheus.GaugeVec
 
 	MessagesSent *prometheus.CounterVec
 	SendErrors   *prometheus.CounterVec
@@ -154,6 +183,7 @@ type Metrics struct {
 	CanarySkipped       *prometheus.CounterVec
 	CanaryLastTimestamp *prometheus.GaugeVec
 	CanaryLastSuccess   *prometheus.GaugeVec
+	CanaryNextRound     *prometheus.GaugeVec
 
 	ConfigLastReloadOK      prometheus.Gauge
 	ConfigLastReloadSuccess prometheus.Gauge
@@ -203,12 +233,20 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"target", "source"}),
 		SessionConnects: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_session_connects_total",
-			Help: "Connect and login attempts, by result (success or failure).",
+			Help: "Connect and login attempts, by result (success or failure), provisioning attempts included.",
 		}, []string{"target", "source", "result"}),
+		ConnectFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_session_connect_failures_total",
+			Help: "Failed connect, login and provisioning attempts, by reason: refused, timeout, dns, tls, network, http_4xx, http_5xx, http_other, unauthorized, protocol, provisioning. They sum to imcanary_session_connects_total{result=\"failure\"}.",
+		}, []string{"target", "source", "reason"}),
 		SessionDisconnects: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_session_disconnects_total",
-			Help: "Sessions that ended, by reason: server_close, slow_consumer (the server's slow-reader close), error (network or protocol error), shutdown (imcanary's own).",
+			Help: "Sessions that ended, by reason: server_close, slow_consumer (the server's slow-reader close), error (network or protocol error), shutdown (imcanary's own), churn (imcanary logging a user out at the end of its session lifetime).",
 		}, []string{"target", "source", "reason"}),
+		TargetReachable: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_target_reachable",
+			Help: "1 while imcanary can connect and log in to the target, 0 once the last attempts of every population failed (three in a row, or every one so far); imcanary_session_connect_failures_total says why.",
+		}, []string{"target"}),
 		MessagesSent: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_messages_sent_total",
 			Help: "Probe messages written to the server.",
@@ -322,6 +360,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "imcanary_canary_last_round_success",
 			Help: "1 if the last canary round passed, else 0.",
 		}, []string{"target"}),
+		CanaryNextRound: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_canary_next_round_timestamp_seconds",
+			Help: "Unix time the next canary round is due by the schedule, set at start and after each round that ran: once it lies well in the past, rounds have stopped.",
+		}, []string{"target"}),
 		ConfigLastReloadOK: f.NewGauge(prometheus.GaugeOpts{
 			Name: "imcanary_config_last_reload_successful",
 			Help: "1 if the configuration last loaded (at start, or on reload) was applied, 0 if it was rejected and the one before it still runs.",
@@ -373,9 +415,12 @@ type Set struct {
 	DeliveryLag                    prometheus.Observer
 
 	ConnectOK, ConnectFail prometheus.Counter
-	Disconnects            map[string]prometheus.Counter
-	SendErrors             map[string]prometheus.Counter
-	Ignored                map[string]prometheus.Counter
+	// ConnectFailures counts failed attempts by reason (one of
+	// ConnectFailReasons); each also counts in ConnectFail.
+	ConnectFailures map[string]prometheus.Counter
+	Disconnects     map[string]prometheus.Counter
+	SendErrors      map[string]prometheus.Counter
+	Ignored         map[string]prometheus.Counter
 
 	Kind [2]KindSet // indexed by KindIndex
 }
@@ -424,9 +469,13 @@ func (m *Metrics) For(target, source string) *Set {
 		DeliveryLag:     m.DeliveryLag.WithLabelValues(target, source),
 		ConnectOK:       m.SessionConnects.WithLabelValues(target, source, "success"),
 		ConnectFail:     m.SessionConnects.WithLabelValues(target, source, "failure"),
+		ConnectFailures: map[string]prometheus.Counter{},
 		Disconnects:     map[string]prometheus.Counter{},
 		SendErrors:      map[string]prometheus.Counter{},
 		Ignored:         map[string]prometheus.Counter{},
+	}
+	for _, r := range ConnectFailReasons {
+		s.ConnectFailures[r] = m.ConnectFailures.WithLabelValues(target, source, r)
 	}
 	for _, r := range DisconnectReasons {
 		s.Disconnects[r] = m.SessionDisconnects.WithLabelValues(target, source, r)
@@ -511,4 +560,16 @@ func Below(o prometheus.Observer, le float64) (below, count float64) {
 		}
 	}
 	return below, float64(d.Histogram.GetSampleCount())
+}
+
+// Failed counts one failed connect, login or provisioning attempt under
+// reason (one of ConnectFailReasons; anything else counts as protocol, so
+// that no failure goes uncounted).
+func (s *Set) Failed(reason string) {
+	c, ok := s.ConnectFailures[reason]
+	if !ok {
+		c = s.ConnectFailures[ConnectProtocol]
+	}
+	c.Inc()
+	s.ConnectFail.Inc()
 }
