@@ -265,6 +265,10 @@ type Canary struct {
 	Result string    `json:"result"` // "pass" or "fail"
 	// Checks has one entry per message kind ("direct", "group").
 	Checks []CanaryCheck `json:"checks"`
+	// Cause says in words why a round that failed with session_down did:
+	// how many canary users were offline and the last connect error, as
+	// "2 of 4 canary users offline: connection refused (dial tcp …)".
+	Cause string `json:"cause,omitempty"`
 }
 
 // CanaryCheck is the outcome of one kind of message in a canary round.
