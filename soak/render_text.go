@@ -194,6 +194,9 @@ func WriteCanaryText(w io.Writer, c *Canary) error {
 		rows = append(rows, row)
 	}
 	tw.table(renderLeft, rows)
+	if c.Cause != "" {
+		tw.printf("  cause: %s\n", c.Cause)
+	}
 	if tw.err != nil {
 		return fmt.Errorf("soak: write canary text: %w", tw.err)
 	}
