@@ -9,11 +9,11 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -32,6 +32,14 @@ type Status struct {
 	Canary     CanaryStatus     `json:"canary"`
 	Soak       SoakStatus       `json:"soak"`
 	SLIs       []SLI            `json:"slis"`
+	// Verdict is the page's answer: healthy, degraded, down, saturated
+	// or starting, and why.
+	Verdict      Verdict          `json:"verdict"`
+	Reachability ReachStatus      `json:"reachability"`
+	Recent       RecentStatus     `json:"recent"`
+	Saturation   SaturationStatus `json:"saturation"`
+	// trend is the last hour's readings, for the page's charts.
+	trend []trendPoint
 }
 
 // PopulationStatus is the background population's size and readiness.
@@ -46,6 +54,10 @@ type CanaryStatus struct {
 	Schedule string        `json:"schedule"`
 	Enabled  bool          `json:"enabled"`
 	Rounds   []soak.Canary `json:"rounds"`
+	// Next is when the next round is due by the schedule (it starts up
+	// to Jitter later); zero when the canary is off.
+	Next   time.Time     `json:"next"`
+	Jitter time.Duration `json:"jitter_ns"`
 }
 
 // SoakStatus is the configured soak profiles, the one running ("" when
@@ -54,6 +66,17 @@ type SoakStatus struct {
 	Profiles []string          `json:"profiles"`
 	Running  string            `json:"running"`
 	Runs     []soak.RunSummary `json:"runs"`
+	// Schedules are the profiles' schedules and when each is next due,
+	// in the order of Profiles.
+	Schedules []ProfileSchedule `json:"schedules"`
+}
+
+// ProfileSchedule is one soak profile's schedule: Schedule empty (and
+// Next zero) for a profile run only on demand.
+type ProfileSchedule struct {
+	Profile  string    `json:"profile"`
+	Schedule string    `json:"schedule"`
+	Next     time.Time `json:"next"`
 }
 
 // SLI is the delivery record of one source (background, canary, soak) and
@@ -166,7 +189,7 @@ func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/api/")
 // filled in from the store.
 func (h *statusHandler) status() (Status, error) {
 	st := h.src.Status()
-	st.URL = redactURL(st.URL)
+	st.URL = probe.RedactURL(st.URL)
 	if h.store != nil {
 		rounds, err := h.store.CanaryRounds(statusRecent)
 		if err != nil {
@@ -338,50 +361,54 @@ func writeHTML(w http.ResponseWriter, b []byte) {
 	w.Write(b)
 }
 
-// redactURL strips a URL of what may hold a credential: userinfo, query
-// and fragment. What cannot be parsed is not shown at all.
-func redactURL(s string) string {
-	if s == "" {
-		return ""
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return ""
-	}
-	if u.Opaque != "" {
-		// "user:pass@host" parses as scheme "user" with opaque
-		// "pass@host": keep only what follows the last '@'.
-		o, _, _ := strings.Cut(u.Opaque, "?")
-		if i := strings.LastIndexByte(o, '@'); i >= 0 {
-			return o[i+1:]
-		}
-		return u.Scheme + ":" + o
-	}
-	u.User = nil
-	u.RawQuery, u.ForceQuery = "", false
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
-}
-
 // statusPageData is what the status page template renders.
 type statusPageData struct {
 	Status
 	Now time.Time
+	// Charts are the last hour's completeness and latency, as inline SVG.
+	Charts []template.HTML
 }
 
 // statusPage is the status page: inline styles, no script, no external
 // URL, and relative links so that it works behind a proxy under a path
 // prefix. It refreshes itself every 15 seconds.
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"time":    pageTime,
-	"ratio":   pageRatio,
-	"loss":    pageLoss,
-	"latency": pageLatency,
-	"slowest": slowest,
-	"count":   func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) },
-	"length":  pageLength,
-	"class":   resultClass,
-	"reasons": canaryReasons,
+	"time":      pageTime,
+	"ratio":     pageRatio,
+	"loss":      pageLoss,
+	"latency":   pageLatency,
+	"slowest":   slowest,
+	"count":     count,
+	"length":    pageLength,
+	"class":     resultClass,
+	"reasons":   canaryReasons,
+	"join":      func(s []string) string { return strings.Join(s, ", ") },
+	"objective": func(v float64) string { return percent(v) },
+	// judged colours a ratio against the objective: "good" at or above
+	// it, "bad" below, nothing when there is no figure.
+	"judged": func(v *float64, objective float64) string {
+		switch {
+		case v == nil:
+			return ""
+		case *v < objective:
+			return "bad"
+		}
+		return "good"
+	},
+	"span": ago,
+	"seconds": func(v *float64) string {
+		if v == nil {
+			return "—"
+		}
+		return pageLatency(time.Duration(*v * float64(time.Second)))
+	},
+	"failures": func(m map[string]float64) string {
+		s, _ := strings.CutSuffix(failureSummary(m), ")")
+		if _, rest, ok := strings.Cut(s, "("); ok {
+			return rest
+		}
+		return s
+	},
 }).Parse(statusPageHTML))
 
 const statusPageHTML = `<!doctype html>
@@ -390,7 +417,7 @@ const statusPageHTML = `<!doctype html>
 <meta charset="utf-8">
 <meta http-equiv="refresh" content="15">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>imcanary: {{.Target}}</title>
+<title>imcanary: {{.Target}}: {{.Verdict.State}}</title>
 <style>
 :root{color-scheme:light dark}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:75em;padding:0 1em}
@@ -408,18 +435,52 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em;margin:.8e
 dt{color:#888}
 dd{margin:0}
 code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
+.verdict{border-radius:6px;padding:.8em 1em;margin:.8em 0 1em;border:1px solid;border-left-width:8px}
+.verdict .state{font-size:1.5em;font-weight:700;text-transform:uppercase;letter-spacing:.04em}
+.verdict p{margin:.3em 0 0;font-size:1.05em}
+.verdict ul{margin:.4em 0 0;padding-left:1.3em}
+.v-healthy{border-color:#1a7f37;background:#1a7f3714}.v-healthy .state{color:#1a7f37}
+.v-degraded{border-color:#bc4c00;background:#bc4c0014}.v-degraded .state{color:#bc4c00}
+.v-down{border-color:#cf222e;background:#cf222e14}.v-down .state{color:#cf222e}
+.v-saturated{border-color:#8250df;background:#8250df14}.v-saturated .state{color:#8250df}
+.v-starting{border-color:#6e7781;background:#6e778114}.v-starting .state{color:#6e7781}
+.good{color:#1a7f37}
+.bad{color:#cf222e;font-weight:600}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1em}
+figure{margin:0}
+figcaption{font-weight:600;margin-bottom:.3em}
+svg{max-width:100%;height:auto}
+svg text{font:11px system-ui,sans-serif;fill:currentColor}
 </style>
 </head>
 <body>
 <h1>imcanary: {{.Target}}</h1>
-<p class="muted">At {{time .Now}}; refreshes every 15 seconds. JSON: <a href="api/v1/status">status</a>, <a href="api/v1/runs">runs</a>.</p>
+<p class="muted">At {{time .Now}}; refreshes every 15 seconds. JSON: <a href="api/v1/status">status</a>, <a href="api/v1/runs">runs</a>; <a href="metrics">metrics</a>.</p>
+<section class="verdict v-{{.Verdict.State}}" id="verdict" aria-label="verdict">
+<div class="state" id="verdict-state">{{.Verdict.State}}</div>
+<p id="verdict-cause">{{.Verdict.Cause}}</p>
+{{if gt (len .Verdict.Causes) 1}}<ul>{{range $i, $c := .Verdict.Causes}}{{if $i}}<li>{{$c}}</li>{{end}}{{end}}</ul>{{end}}
+</section>
 <dl>
 <dt>Target</dt><dd>{{.Target}} ({{.Protocol}})</dd>
 <dt>URL</dt><dd>{{with .URL}}<code>{{.}}</code>{{else}}—{{end}}</dd>
+<dt>Reachable</dt><dd>{{with .Reachability}}{{if not .Known}}<span class="muted">not yet known: no connect attempt has ended</span>{{else if .Reachable}}<span class="good">yes</span>, since {{time .Since}}{{if not .LastFailure.IsZero}}<span class="muted">; last failure {{time .LastFailure}}: {{.Cause}}</span>{{end}}{{else}}<span class="bad">no</span>, since {{time .Since}}: {{.Cause}}{{end}}{{end}}</dd>
+<dt>Population</dt><dd><span class="{{if lt .Population.Online .Population.Configured}}bad{{else}}good{{end}}">{{.Population.Online}} of {{.Population.Configured}} online</span>
+<span class="muted">— imcanary {{if .Population.Ready}}ready (every user has logged in once; /readyz answers 200){{else}}not ready yet (/readyz answers 503){{end}}</span></dd>
+<dt>Prober</dt><dd>{{if .Saturation.Saturated}}<span class="bad">saturated</span> since {{time .Saturation.Since}}: {{join .Saturation.Causes}}{{else}}<span class="good">not saturated</span>{{end}}</dd>
 <dt>Run</dt><dd><code>{{.Run}}</code>, started {{time .Started}}</dd>
-<dt>Population</dt><dd>{{.Population.Online}} of {{.Population.Configured}} online,
-{{if .Population.Ready}}<span class="pass">ready</span>{{else}}<span class="fail">not ready</span>{{end}}</dd>
 </dl>
+
+<h2>Last {{span .Recent.Window}}</h2>
+<p class="muted">Judged as the alert rules judge: completeness counts a delivery lost or late as bad, latency one over 1s; objective {{objective .Recent.Objective}}. Loss is judged {{span .Recent.LostAfter}} after sending, so the losses of the last {{span .Recent.LostAfter}} are not counted yet.</p>
+{{if .Recent.SLIs}}<table id="recent">
+<thead><tr><th>source</th><th>kind</th><th class="n">owed</th><th class="n">delivered</th><th class="n">lost</th><th class="n">late</th><th class="n">duplicate</th><th class="n">reordered</th><th class="n">completeness</th><th class="n">within 1s</th><th class="n">p99</th></tr></thead>
+<tbody>
+{{range .Recent.SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{count .Late}}</td><td class="n">{{count .Duplicate}}</td><td class="n">{{count .Reordered}}</td><td class="n {{judged .Completeness $.Recent.Objective}}">{{ratio .Completeness}}</td><td class="n {{judged .Latency $.Recent.Objective}}">{{ratio .Latency}}</td><td class="n">{{seconds .P99}}</td></tr>
+{{end}}</tbody>
+</table>{{end}}
+<p>{{with .Recent}}{{count .Connects}} connect attempts{{with .Failures}}, failed: {{failures .}}{{else}}, none failed{{end}}.{{end}}</p>
+{{with .Charts}}<div class="charts">{{range .}}{{.}}{{end}}</div>{{end}}
 
 <h2>Delivery since start</h2>
 {{if .SLIs}}<table>
@@ -430,7 +491,7 @@ code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
 </table>{{else}}<p class="muted">No deliveries measured yet.</p>{{end}}
 
 <h2>Canary</h2>
-<p>{{if .Canary.Enabled}}Schedule <code>{{.Canary.Schedule}}</code>.{{else}}Disabled.{{end}}</p>
+<p>{{if .Canary.Enabled}}Schedule <code>{{.Canary.Schedule}}</code>; next round due {{time .Canary.Next}}{{if .Canary.Jitter}} (starting up to {{span .Canary.Jitter}} later){{end}}.{{else}}Disabled.{{end}}</p>
 {{if .Canary.Rounds}}<table>
 <thead><tr><th>time</th><th>result</th><th>checks</th><th class="n">slowest</th><th>reasons</th></tr></thead>
 <tbody>
@@ -439,12 +500,17 @@ code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
 </table>{{else}}<p class="muted">No canary rounds yet.</p>{{end}}
 
 <h2>Soak</h2>
-<p>Profiles: {{range $i, $p := .Soak.Profiles}}{{if $i}}, {{end}}<code>{{$p}}</code>{{if eq $p $.Soak.Running}} <strong>(running)</strong>{{end}}{{else}}none configured{{end}}.
-{{if .Soak.Running}}Running: <code>{{.Soak.Running}}</code>.{{else}}None running.{{end}}</p>
-{{if .Soak.Runs}}<table>
-<thead><tr><th>run</th><th>profile</th><th>result</th><th>start</th><th class="n">length</th><th class="n">loss</th><th class="n">p99 delivery</th><th>json</th></tr></thead>
+{{if .Soak.Schedules}}<table>
+<thead><tr><th>profile</th><th>schedule</th><th>next run due</th></tr></thead>
 <tbody>
-{{range .Soak.Runs}}<tr><td><a href="runs/{{.ID}}/report.html"><code>{{.ID}}</code></a></td><td>{{.Profile}}</td><td class="{{class .Result}}">{{.Result}}</td><td>{{time .Start}}</td><td class="n">{{length .Start .End}}</td><td class="n">{{loss .LossRatio}}</td><td class="n">{{latency .P99Delivery}}</td><td><a href="api/v1/runs/{{.ID}}">json</a></td></tr>
+{{range .Soak.Schedules}}<tr><td><code>{{.Profile}}</code>{{if eq .Profile $.Soak.Running}} <strong>(running)</strong>{{end}}</td><td>{{with .Schedule}}<code>{{.}}</code>{{else}}<span class="muted">on demand</span>{{end}}</td><td>{{time .Next}}</td></tr>
+{{end}}</tbody>
+</table>{{else}}<p>Profiles: none configured.</p>{{end}}
+<p>{{if .Soak.Running}}Running: <code>{{.Soak.Running}}</code>.{{else}}None running.{{end}}</p>
+{{if .Soak.Runs}}<table>
+<thead><tr><th>run</th><th>target</th><th>profile</th><th>result</th><th>start</th><th class="n">length</th><th class="n">loss</th><th class="n">p99 delivery</th><th>json</th></tr></thead>
+<tbody>
+{{range .Soak.Runs}}<tr><td><a href="runs/{{.ID}}/report.html"><code>{{.ID}}</code></a></td><td>{{.Target}}</td><td>{{.Profile}}</td><td class="{{class .Result}}">{{.Result}}</td><td>{{time .Start}}</td><td class="n">{{length .Start .End}}</td><td class="n">{{loss .LossRatio}}</td><td class="n">{{latency .P99Delivery}}</td><td><a href="api/v1/runs/{{.ID}}">json</a></td></tr>
 {{end}}</tbody>
 </table>{{else}}<p class="muted">No soak runs yet.</p>{{end}}
 </body>

@@ -59,6 +59,10 @@ type Options struct {
 	// Health, if set, records the prober's own send and receive lags and
 	// says when it is saturated.
 	Health Health
+	// Reach, if set, hears the outcome of every connect, login and
+	// provisioning attempt: whether the target takes logins right now.
+	// Populations of one prober share it.
+	Reach *Reach
 	// SourceAddrs, if set, are the local addresses sessions connect from,
 	// user i from SourceAddrs[i%len]: always the same one, so that a user
 	// keeps its address across reconnects. Empty lets the kernel pick.
@@ -557,11 +561,21 @@ func (p *Population) provision(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		err := p.opts.Driver.Provision(ctx, plan)
 		if err == nil {
+			if attempt > 0 {
+				// Only after a failure: provisioning that works says
+				// nothing the first login will not.
+				p.opts.Reach.Succeeded()
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
+		// A provisioning attempt is a connect attempt that failed
+		// before any session: counted as one, under the reason it
+		// could not connect for, or provisioning if it did connect.
+		err = Provisioning(err)
+		p.failed(err)
 		p.log.Warn("provisioning failed, retrying", "err", err)
 		if !Sleep(ctx, p.backoff(attempt)) {
 			return nil
@@ -606,14 +620,15 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			if ctx.Err() != nil {
 				return
 			}
-			o.Set.ConnectFail.Inc()
-			p.log.Debug("connect failed", "user", u.name, "err", err)
+			reason := p.failed(err)
+			p.log.Debug("connect failed", "user", u.name, "reason", reason, "err", err)
 			if !Sleep(ctx, p.backoff(attempt)) {
 				return
 			}
 			continue
 		}
 		o.Set.ConnectOK.Inc()
+		o.Reach.Succeeded()
 		began := time.Now()
 		u.mu.Lock()
 		u.sess = sess
@@ -666,6 +681,15 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			return
 		}
 	}
+}
+
+// failed counts a failed connect, login or provisioning attempt under its
+// reason and tells Reach; it returns the reason.
+func (p *Population) failed(err error) string {
+	reason := FailureReason(err)
+	p.opts.Set.Failed(reason)
+	p.opts.Reach.Failed(reason, err)
+	return reason
 }
 
 // connect runs the driver's Connect on one of the population's dialers (see

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ type Options struct {
 	// URL is Centrifugo's WebSocket endpoint,
 	// ws://127.0.0.1:8000/connection/websocket.
 	URL string
+	// Header is sent with every WebSocket upgrade: imcanary's User-Agent
+	// and the configured target.headers. It is not modified.
+	Header http.Header
 	// Secret is the HMAC key of client.token.hmac_secret_key that signs
 	// connection tokens (HS256). It is never logged.
 	Secret []byte
@@ -312,12 +316,9 @@ func (d *Driver) token(user string) (string, error) {
 func (d *Driver) connect(ctx context.Context, user string, chans []string, st *userState) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.DialTimeout)
 	defer cancel()
-	conn, resp, err := d.dialer.DialContext(ctx, d.opts.URL, nil)
+	conn, err := wsframe.Dial(ctx, d.dialer, d.opts.URL, d.opts.Header)
 	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("dial %s: %w (HTTP %d)", d.opts.URL, err, resp.StatusCode)
-		}
-		return nil, fmt.Errorf("dial %s: %w", d.opts.URL, err)
+		return nil, err
 	}
 	conn.SetReadLimit(d.opts.MaxFrame)
 	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn), user: user, userB: []byte(user), st: st}
@@ -445,7 +446,7 @@ func (s *session) handshake(chans []string) error {
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
-				return fmt.Errorf("server closed the connection: %d %q", ce.Code, ce.Text)
+				return loginClosed(ce.Code, fmt.Errorf("server closed the connection: %d %q", ce.Code, ce.Text))
 			}
 			return err
 		}
@@ -486,11 +487,15 @@ func (s *session) handshakeFrame(frame []byte, hs *loginState) error {
 				return err
 			}
 		case m.push == pushDisconnect:
-			return fmt.Errorf("server disconnected: %d %q", m.code, m.reason)
+			return loginClosed(int(m.code), fmt.Errorf("server disconnected: %d %q", m.code, m.reason))
 		case m.push != pushNone:
 		case m.id == uint64(hs.connectID):
 			if m.hasErr {
-				return fmt.Errorf("connect refused: %d %s", m.errCode, m.errMsg)
+				err := fmt.Errorf("connect refused: %d %s", m.errCode, m.errMsg)
+				if m.errCode == errUnauthorized || m.errCode == errTokenExpired {
+					err = probe.Unauthorized(err)
+				}
+				return err
 			}
 			hs.connected = true
 			s.connected(&m.res)
@@ -1066,4 +1071,23 @@ func appendEscaped[S string | []byte](b []byte, s S) []byte {
 		}
 	}
 	return b
+}
+
+// Centrifugo's codes for a client whose credentials it refuses: the
+// connect reply's errors 101 and 109, and disconnect 3500 (server/codes in
+// Centrifugo's documentation).
+const (
+	errUnauthorized     = 101
+	errTokenExpired     = 109
+	closeInvalidToken   = 3500
+	closeTokenExpiredV6 = 3005
+)
+
+// loginClosed classes a close or disconnect during the login: a refused
+// token is unauthorized, anything else keeps err as it is.
+func loginClosed(code int, err error) error {
+	if code == closeInvalidToken || code == closeTokenExpiredV6 {
+		return probe.Unauthorized(err)
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ var _ probe.Driver = (*Driver)(nil)
 type Options struct {
 	// URL is the target's WebSocket endpoint, ws://host:port/ws.
 	URL string
+	// Header is sent with every WebSocket upgrade: imcanary's User-Agent
+	// and the configured target.headers. It is not modified.
+	Header http.Header
 	// Secret signs login tokens; nil logs in with a placeholder token,
 	// which only a target without a secret accepts.
 	Secret []byte
@@ -188,12 +192,9 @@ func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error
 func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.DialTimeout)
 	defer cancel()
-	conn, resp, err := d.dialer.DialContext(ctx, d.opts.URL, nil)
+	conn, err := wsframe.Dial(ctx, d.dialer, d.opts.URL, d.opts.Header)
 	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("dial %s: %w (HTTP %d)", d.opts.URL, err, resp.StatusCode)
-		}
-		return nil, fmt.Errorf("dial %s: %w", d.opts.URL, err)
+		return nil, err
 	}
 	conn.SetReadLimit(d.opts.MaxFrame)
 	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn)}
@@ -251,7 +252,7 @@ func (s *session) login(user string) error {
 	if err != nil {
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) && ce.Code == target.CloseUnauthorized {
-			return fmt.Errorf("unauthorized: %s", ce.Text)
+			return probe.Unauthorized(fmt.Errorf("the target closed the login with %d %q", ce.Code, ce.Text))
 		}
 		return err
 	}

@@ -3,9 +3,13 @@ package embedded_test
 import (
 	"context"
 	"errors"
+	"io"
+	stdlog "log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/target"
 )
 
 // nopHandler ignores what a session reads.
@@ -117,25 +122,137 @@ func TestDisconnectReasons(t *testing.T) {
 	}
 }
 
-// TestConnectErrors checks a failed connect names what failed and leaves
+// TestConnectErrors checks that a failed connect names what failed, is
+// classed under the reason an operator needs (FailureReason), reads in
+// words (DescribeFailure), never shows the URL's query, and leaves
 // nothing open.
 func TestConnectErrors(t *testing.T) {
-	notFound := httptest.NewServer(http.NotFoundHandler())
-	defer notFound.Close()
-	tests := []struct {
-		name, url, want string
-	}{
-		{"nothing listening", "ws://127.0.0.1:1/ws", "dial ws://127.0.0.1:1/ws"},
-		{"not a websocket endpoint", "ws" + strings.TrimPrefix(notFound.URL, "http") + "/ws", "HTTP 404"},
+	status := func(code int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }))
+		t.Cleanup(srv.Close)
+		return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws?token=s3cret"
 	}
+	// A listener that accepts and never answers: the upgrade times out.
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var heldMu sync.Mutex
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			heldMu.Lock()
+			held = append(held, c)
+			heldMu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		hole.Close()
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	// A listener that hangs up at once: a network error.
+	hangup, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := hangup.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { hangup.Close() })
+	tlsSrv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	tlsSrv.Config.ErrorLog = stdlog.New(io.Discard, "", 0)
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	target, err := target.New(target.Options{Secret: []byte("the target's secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, stopTarget := context.WithCancel(context.Background())
+	tdone := make(chan struct{})
+	go func() { defer close(tdone); _ = target.Serve(tctx, tln) }()
+	t.Cleanup(func() { stopTarget(); <-tdone })
+
+	// A server that answers the login with something else: a protocol
+	// error.
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _, _ = c.ReadMessage()
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"welcome"}`))
+		_, _, _ = c.ReadMessage()
+	}))
+	t.Cleanup(garbage.Close)
+
+	tests := []struct {
+		name, url string
+		secret    []byte
+		want      string // in the error
+		reason    string
+		words     string // in DescribeFailure
+	}{
+		{"nothing listening", "ws://127.0.0.1:1/ws", nil, "dial ws://127.0.0.1:1/ws", metrics.ConnectRefused,
+			"connection refused (dial tcp 127.0.0.1:1: connect: connection refused)"},
+		{"HTTP 404", status(404), nil, "WebSocket upgrade answered HTTP 404 Not Found", metrics.ConnectHTTP4xx,
+			"the WebSocket upgrade was answered HTTP 404 Not Found"},
+		{"HTTP 401 from a proxy", status(401), nil, "HTTP 401 Unauthorized", metrics.ConnectUnauthorized,
+			"the WebSocket upgrade was answered HTTP 401 Unauthorized"},
+		{"HTTP 403", status(403), nil, "HTTP 403 Forbidden", metrics.ConnectUnauthorized, "HTTP 403 Forbidden"},
+		{"HTTP 503", status(503), nil, "HTTP 503 Service Unavailable", metrics.ConnectHTTP5xx, "HTTP 503 Service Unavailable"},
+		{"HTTP 200 without an upgrade", status(200), nil, "HTTP 200 OK", metrics.ConnectHTTPOther, "HTTP 200 OK"},
+		{"no answer", "ws://" + hole.Addr().String() + "/ws", nil, "timeout", metrics.ConnectTimeout, "timed out"},
+		// EOF or a reset, as the race between the close and the write
+		// goes.
+		{"hang-up", "ws://" + hangup.Addr().String() + "/ws", nil, "dial ws://", metrics.ConnectNetwork, "network error"},
+		{"untrusted certificate", "wss" + strings.TrimPrefix(tlsSrv.URL, "https") + "/ws", nil,
+			"certificate signed by unknown authority", metrics.ConnectTLS, "TLS handshake failed (tls: failed to verify certificate"},
+		{"plain WebSocket to a TLS port", "ws" + strings.TrimPrefix(tlsSrv.URL, "https") + "/ws", nil,
+			"HTTP 400 Bad Request", metrics.ConnectHTTP4xx, "HTTP 400"},
+		{"wrong secret", "ws://" + tln.Addr().String() + "/ws", []byte("not the target's secret"),
+			`closed the login with 4001 "bad token"`, metrics.ConnectUnauthorized,
+			`unauthorized: the target closed the login with 4001 "bad token"`},
+		{"not this protocol", "ws" + strings.TrimPrefix(garbage.URL, "http") + "/ws", nil,
+			`unexpected login reply type "welcome"`, metrics.ConnectProtocol, `protocol error (unexpected login reply type "welcome")`},
+	}
+
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			drv, err := embedded.New(embedded.Options{URL: tt.url, DialTimeout: 2 * time.Second})
+			drv, err := embedded.New(embedded.Options{URL: tt.url, Secret: tt.secret, DialTimeout: 500 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := drv.Connect(context.Background(), "u1"); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
+			_, err = drv.Connect(context.Background(), "u1")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Connect() = %v, want an error containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("Connect() = %v: the error shows the URL's query", err)
+			}
+			if got := probe.FailureReason(err); got != tt.reason {
+				t.Errorf("FailureReason(%v) = %q, want %q", err, got, tt.reason)
+			}
+			if got := probe.DescribeFailure(probe.FailureReason(err), err.Error()); !strings.Contains(got, tt.words) {
+				t.Errorf("DescribeFailure(%v) = %q, want it to contain %q", err, got, tt.words)
 			}
 		})
 	}

@@ -208,7 +208,7 @@ func (s *session) login(rooms []string, prev smState) error {
 				state = loginFeatures2
 				return s.write(openStream(d.opts.Domain), false)
 			case kindFailure:
-				return fmt.Errorf("authentication failed: %s", st.errorText())
+				return probe.Unauthorized(fmt.Errorf("authentication failed: %s", st.errorText()))
 			}
 		case loginFeatures2:
 			if st.kind != kindFeatures {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ type Options struct {
 	// URL is the server's WebSocket endpoint,
 	// ws://127.0.0.1:5280/xmpp-websocket.
 	URL string
+	// Header is sent with every WebSocket upgrade: imcanary's User-Agent
+	// and the configured target.headers. It is not modified.
+	Header http.Header
 	// Domain is the XMPP domain of the users (the host of their JIDs).
 	Domain string
 	// MUCService is the domain of the rooms. Default "conference."+Domain.
@@ -319,16 +323,13 @@ func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error
 }
 
 func (d *Driver) dial(ctx context.Context) (*websocket.Conn, error) {
-	conn, resp, err := d.dialer.DialContext(ctx, d.opts.URL, nil)
+	conn, err := wsframe.Dial(ctx, d.dialer, d.opts.URL, d.opts.Header)
 	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("dial %s: %w (HTTP %d)", d.opts.URL, err, resp.StatusCode)
-		}
-		return nil, fmt.Errorf("dial %s: %w", d.opts.URL, err)
+		return nil, err
 	}
 	if p := conn.Subprotocol(); p != "xmpp" {
 		conn.Close()
-		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want xmpp", d.opts.URL, p)
+		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want xmpp", probe.RedactURL(d.opts.URL), p)
 	}
 	conn.SetReadLimit(maxFrame)
 	return conn, nil

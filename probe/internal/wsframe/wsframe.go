@@ -7,12 +7,16 @@
 package wsframe
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/imcanary/imcanary/probe"
 )
 
 // keepMax is the largest buffer returned to the pool: one huge frame must
@@ -107,4 +111,21 @@ func Fail(c *websocket.Conn, err error) error {
 		c.NetConn().Close()
 	}
 	return err
+}
+
+// Dial opens a WebSocket to url with d, sending header with the upgrade.
+// Its errors are classed for probe.FailureReason and name the URL without
+// anything secret it may carry: an upgrade answered with another status
+// than 101 is probe.HandshakeStatus, a network or TLS error keeps its type
+// under the wrapping.
+func Dial(ctx context.Context, d *websocket.Dialer, url string, header http.Header) (*websocket.Conn, error) {
+	conn, resp, err := d.DialContext(ctx, url, header)
+	if err == nil {
+		return conn, nil
+	}
+	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp.Body.Close()
+		return nil, fmt.Errorf("dial %s: %w", probe.RedactURL(url), probe.HandshakeStatus(resp.StatusCode, resp.Status))
+	}
+	return nil, fmt.Errorf("dial %s: %w", probe.RedactURL(url), err)
 }
