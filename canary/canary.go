@@ -39,6 +39,10 @@ type Options struct {
 	// Health, if set, is the prober's self-monitor; the canary's receive
 	// lag feeds it like every population's.
 	Health probe.Health
+	// Reach is the prober's view of whether the target takes logins,
+	// shared with its other populations (see probe.Reach); nil makes one
+	// of the canary's own.
+	Reach *probe.Reach
 	// SourceAddrs and MaxConnectRate are as in probe.Options.
 	SourceAddrs    []netip.Addr
 	MaxConnectRate float64
@@ -76,6 +80,9 @@ func New(o Options) (*Canary, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Reach == nil {
+		o.Reach = probe.NewReach(nil)
+	}
 	c := &Canary{o: o, set: o.Metrics.For(o.Target, metrics.SourceCanary)}
 	for _, k := range metrics.Kinds {
 		for _, r := range []string{metrics.ResultPass, metrics.ResultFail} {
@@ -94,7 +101,7 @@ func New(o Options) (*Canary, error) {
 		Users: o.Users, GroupSize: o.Users, Rate: 0,
 		Heartbeat: o.Heartbeat, Deadline: o.Deadline, LostAfter: 2 * o.Deadline,
 		BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
-		Observer: c, Health: o.Health, CrossPeer: o.CrossPeer, CrossFrom: o.CrossFrom,
+		Observer: c, Health: o.Health, Reach: o.Reach, CrossPeer: o.CrossPeer, CrossFrom: o.CrossFrom,
 		SourceAddrs: o.SourceAddrs, MaxConnectRate: o.MaxConnectRate,
 	})
 	if err != nil {
@@ -179,6 +186,11 @@ func (c *Canary) round1(ctx context.Context) *soak.Canary {
 	if online := c.pop.Online(); online < o.Users {
 		fail(false, metrics.CanarySessionDown)
 		fail(true, metrics.CanarySessionDown)
+		// Nothing could be sent, but the round still owed every
+		// delivery its messages would have made: 0/4, not 0/0.
+		checks[false].Expected = o.Users * o.Messages * c.fanout(false)
+		checks[true].Expected = o.Users * o.Messages * c.fanout(true)
+		out.Cause = c.offlineCause(online)
 	} else {
 		rec := &record{acks: map[uint64]time.Duration{}, unacked: map[uint64]string{}, recv: map[string][]received{}}
 		c.mu.Lock()
@@ -280,6 +292,21 @@ func (c *Canary) judge(rec *record, m checking, ch *soak.CanaryCheck, fail func(
 			fail(metrics.CanaryNotDelivered)
 		}
 	}
+}
+
+// offlineCause says why a round found canary users offline: how many, and
+// the last failed attempt to reach the target that the prober knows of,
+// the canary's own or another population's (provisioning included).
+func (c *Canary) offlineCause(online int) string {
+	cause := fmt.Sprintf("%d of %d canary users offline", c.o.Users-online, c.o.Users)
+	st := c.o.Reach.State()
+	switch {
+	case st.LastFailure.IsZero():
+		return cause + ": no connect attempt has failed; still logging in"
+	case st.Known && !st.Reachable:
+		return cause + ": target unreachable: " + st.Cause()
+	}
+	return cause + ": last failure " + st.Cause()
 }
 
 // fanout is the deliveries a message of the kind owes: used for a message

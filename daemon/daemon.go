@@ -15,7 +15,9 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,9 +50,16 @@ type Daemon struct {
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
 	// health is the prober's self-monitor, shared by every population.
-	health  *saturation.Monitor
-	store   *soak.Store
-	started time.Time
+	health *saturation.Monitor
+	// reach is whether the target takes logins, from every population's
+	// connect attempts.
+	reach *probe.Reach
+	// trend keeps the last hour of SLI readings for the status page.
+	trend *trend
+	// lastRound is the last canary round that ran, for the verdict.
+	lastRound atomic.Pointer[soak.Canary]
+	store     *soak.Store
+	started   time.Time
 
 	httpLn net.Listener
 	// webConfig is the --web.config.file; "" serves plain HTTP.
@@ -157,11 +166,13 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	if d.health, err = newMonitor(d.cfg, d.metrics, log); err != nil {
 		return nil, err
 	}
+	d.reach = newReach(d.metrics, d.cfg.Target.Name)
+	d.trend = newTrend(d.metrics, d.cfg.Target.Name)
 	if d.bg, err = d.newBackground(e); err != nil {
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
-		if d.canary, err = newCanary(d.cfg, d.shard, e, d.metrics, d.health, log, cohortCanary); err != nil {
+		if d.canary, err = newCanary(d.cfg, d.shard, e, d.metrics, d.health, d.reach, log, cohortCanary); err != nil {
 			return nil, err
 		}
 	}
@@ -209,7 +220,19 @@ func shardPrefix(cfg config.Config, i int, sh config.Shard) string {
 	return fmt.Sprintf("%s-s%d", cfg.Population.Prefix, i)
 }
 
-func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, log *slog.Logger, cohort string) (*canary.Canary, error) {
+// newReach makes the prober's view of the target's reachability, exported
+// as imcanary_target_reachable once the first attempt has ended.
+func newReach(m *metrics.Metrics, target string) *probe.Reach {
+	return probe.NewReach(func(ok bool) {
+		v := 0.0
+		if ok {
+			v = 1
+		}
+		m.TargetReachable.WithLabelValues(target).Set(v)
+	})
+}
+
+func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, log *slog.Logger, cohort string) (*canary.Canary, error) {
 	c := cfg.Canary
 	o := canary.Options{
 		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
@@ -217,7 +240,7 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
 		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
 		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
-		Health: h, SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
+		Health: h, Reach: reach, SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
 	}
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
@@ -281,6 +304,7 @@ func (d *Daemon) newBackground(e *env) (*background, error) {
 			BackoffMax:      p.Backoff.Max,
 			LagThreshold:    p.LagThreshold,
 			Health:          d.health,
+			Reach:           d.reach,
 			SessionLifetime: p.SessionLifetime,
 			SlowReaders: probe.SlowReaders{
 				Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
@@ -296,7 +320,7 @@ func (d *Daemon) HTTPAddr() string { return d.httpLn.Addr().String() }
 
 // TargetURL is the URL of the target being monitored, without anything
 // secret it may carry.
-func (d *Daemon) TargetURL() string { return redactURL(d.cfg.Target.URL) }
+func (d *Daemon) TargetURL() string { return probe.RedactURL(d.cfg.Target.URL) }
 
 // Run serves until ctx ends, then shuts down in order within
 // ShutdownTimeout: the scheduler stops starting jobs, the running ones are
@@ -337,11 +361,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.health.Run(jobs) })
 	// Exits when jobs ends, after closing every session.
 	wg.Go(func() { d.bg.run(jobs) })
+	w := newWatch(d.reach, func() (int, int, bool) { return d.bg.Online(), d.bg.Users(), d.bg.Ready() },
+		d.cfg.Population.Backoff.Max, log.With("target", d.cfg.Target.Name))
+	// Exits when jobs ends.
+	wg.Go(func() { w.run(jobs) })
+	// Exits when jobs ends.
+	wg.Go(func() { d.trend.run(jobs) })
 	if d.canary != nil {
 		// Exits when jobs ends.
 		wg.Go(func() { _ = d.canary.Run(jobs) })
 	}
 	sched.Start()
+	d.setCanaryDue(time.Now())
 
 	var runErr error
 	select {
@@ -422,12 +453,58 @@ func (d *Daemon) canaryJob(ctx context.Context) {
 	if r.Result == metrics.ResultAborted {
 		return
 	}
+	d.lastRound.Store(r)
+	d.setCanaryDue(r.End)
 	if err := d.store.SaveCanary(r); err != nil {
 		d.log.Error("saving canary round", "err", err)
 	}
 	if r.Result != metrics.ResultPass {
-		d.log.Warn("canary round failed", "checks", r.Checks)
+		d.log.Warn("canary round failed: "+canarySummary(r), "round", r.ID)
 	}
+}
+
+// setCanaryDue sets imcanary_canary_next_round_timestamp_seconds to when
+// the next round is due after t by the schedule in force: at start and
+// after each round that ran, never when one is skipped, so that a canary
+// whose rounds stop leaves it in the past for the alert to see.
+func (d *Daemon) setCanaryDue(t time.Time) {
+	if d.canary == nil {
+		return
+	}
+	if next := nextDue(d.current().Canary.Schedule, t); !next.IsZero() {
+		d.metrics.CanaryNextRound.WithLabelValues(d.cfg.Target.Name).Set(float64(next.UnixNano()) / 1e9)
+	}
+}
+
+// nextDue returns when spec next fires after t, or the zero time for an
+// empty or bad spec (Validate has rejected those).
+func nextDue(spec string, t time.Time) time.Time {
+	if spec == "" {
+		return time.Time{}
+	}
+	sch, err := cron.ParseStandard(spec)
+	if err != nil {
+		return time.Time{}
+	}
+	return sch.Next(t)
+}
+
+// canarySummary puts a round's checks in one readable line: "direct 3/4
+// delivered (late), group 12/12 delivered; CAUSE".
+func canarySummary(r *soak.Canary) string {
+	var parts []string
+	for _, ch := range r.Checks {
+		p := fmt.Sprintf("%s %d/%d delivered", ch.Kind, ch.Delivered, ch.Expected)
+		if len(ch.Reasons) > 0 {
+			p += " (" + strings.Join(ch.Reasons, ", ") + ")"
+		}
+		parts = append(parts, p)
+	}
+	s := strings.Join(parts, ", ")
+	if r.Cause != "" {
+		s += "; " + r.Cause
+	}
+	return s
 }
 
 // canaryGrace is how long after the start a canary not yet online skips
@@ -497,6 +574,62 @@ func (d *Daemon) handler() http.Handler {
 	return mux
 }
 
+// judge fills in the recent window, the reachability, the saturation and
+// the verdict of st.
+func (d *Daemon) judge(st *Status, cur config.Config, now time.Time) {
+	st.trend = d.trend.points()
+	last := st.trend[len(st.trend)-1]
+	first, _ := since(st.trend, now.Add(-recentWindow))
+	st.Recent = RecentStatus{
+		Window: last.at.Sub(first.at), Objective: cur.SLO.Objective, LostAfter: cur.Population.LostAfter,
+		SLIs: windowSLIs(first, last), Connects: last.ok - first.ok, Failures: map[string]float64{},
+	}
+	for i, r := range metrics.ConnectFailReasons {
+		n := last.fail[i]
+		if i < len(first.fail) {
+			n -= first.fail[i]
+		}
+		st.Recent.Connects += n
+		if n > 0 {
+			st.Recent.Failures[r] = n
+		}
+	}
+	reach := d.reach.State()
+	st.Reachability = reachStatus(reach)
+	st.Saturation = SaturationStatus{Saturated: d.health.Saturated(), Causes: nonNil(d.health.Causes())}
+	if st.Saturation.Saturated {
+		st.Saturation.Since = d.health.Since()
+	}
+	in := verdictInput{
+		now: now, started: d.started, reach: reach,
+		startGrace: cur.Population.Ramp + readyGraceAfterRamp,
+		online:     st.Population.Online, users: st.Population.Configured, ready: st.Population.Ready,
+		saturation: st.Saturation, recent: st.Recent,
+		lagging: metrics.Value(d.metrics.For(d.cfg.Target.Name, metrics.SourceBackground).SessionsLagging),
+	}
+	if r := d.lastRound.Load(); r != nil && d.canary != nil {
+		in.lastCanary = &canaryOutcome{end: r.End, pass: r.Result == metrics.ResultPass, detail: canarySummary(r)}
+		// A failed round counts until the next one should have
+		// replaced it, with room for its jitter and deadline.
+		in.canaryStale = 2*canaryInterval(cur.Canary.Schedule, r.End) + cur.Canary.Jitter + 2*cur.Canary.Deadline
+	}
+	st.Verdict = judge(in)
+}
+
+// readyGraceAfterRamp is how long after its ramp the background population
+// counts as starting rather than short of sessions: the population's own
+// grace before it sends anyway.
+const readyGraceAfterRamp = 30 * time.Second
+
+// canaryInterval is the gap between the rounds due after t.
+func canaryInterval(spec string, t time.Time) time.Duration {
+	a := nextDue(spec, t)
+	if a.IsZero() {
+		return 0
+	}
+	return nextDue(spec, a).Sub(a)
+}
+
 // Status implements statusSource: the live state for the status page. The
 // handler adds the history from the store and strips the URL of anything
 // secret.
@@ -509,9 +642,15 @@ func (d *Daemon) Status() Status {
 		Canary:     CanaryStatus{Schedule: cur.Canary.Schedule, Enabled: d.canary != nil},
 		Soak:       SoakStatus{Running: d.soak.Running()},
 	}
+	now := time.Now()
+	if d.canary != nil {
+		st.Canary.Next, st.Canary.Jitter = nextDue(cur.Canary.Schedule, now), cur.Canary.Jitter
+	}
 	for _, p := range cur.Soak.Profiles {
 		st.Soak.Profiles = append(st.Soak.Profiles, p.Name)
+		st.Soak.Schedules = append(st.Soak.Schedules, ProfileSchedule{Profile: p.Name, Schedule: p.Schedule, Next: nextDue(p.Schedule, now)})
 	}
+	d.judge(&st, cur, now)
 	for _, src := range metrics.Sources {
 		set := d.metrics.For(d.cfg.Target.Name, src)
 		for i, k := range metrics.Kinds {

@@ -148,10 +148,12 @@ func scrape(t *testing.T, base string) map[string]float64 {
 				v = m.Gauge.GetValue()
 			}
 			out[name] += v
-			// Also by source, the label that splits cohorts.
+			// Also by source, the label that splits cohorts, and by
+			// the few labels tests look at one value of.
 			for _, l := range m.Label {
-				if l.GetName() == "source" {
-					out[name+`{source="`+l.GetValue()+`"}`] += v
+				switch l.GetName() {
+				case "source", "reason", "result":
+					out[name+`{`+l.GetName()+`="`+l.GetValue()+`"}`] += v
 				}
 			}
 		}

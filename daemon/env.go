@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,34 +24,35 @@ import (
 	"github.com/imcanary/imcanary/probe/embedded"
 	"github.com/imcanary/imcanary/probe/xmpp"
 	"github.com/imcanary/imcanary/target"
+	"github.com/prometheus/common/version"
 )
 
 // drivers maps target.protocol to its adapter: the one place that lists
 // them.
-var drivers = map[string]func(cfg config.Config, secret []byte) (probe.Driver, error){
-	"embedded": func(cfg config.Config, secret []byte) (probe.Driver, error) {
-		return embedded.New(embedded.Options{URL: cfg.Target.URL, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
+var drivers = map[string]func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error){
+	"embedded": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
+		return embedded.New(embedded.Options{URL: cfg.Target.URL, Header: header, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
 	},
-	"xmpp": func(cfg config.Config, secret []byte) (probe.Driver, error) {
+	"xmpp": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
 		if secret == nil {
 			return nil, fmt.Errorf("xmpp derives the users' passwords from the target secret: set target.secret_file or %s", config.SecretEnv)
 		}
 		x := cfg.Target.XMPP
 		return xmpp.New(xmpp.Options{
-			URL: cfg.Target.URL, Domain: x.Domain, MUCService: x.MUCService, Register: x.Register, Resume: x.Resume,
+			URL: cfg.Target.URL, Header: header, Domain: x.Domain, MUCService: x.MUCService, Register: x.Register, Resume: x.Resume,
 			Heartbeat: cfg.Population.Heartbeat,
 			// Each user's password is an HMAC of its name: one secret
 			// provisions and logs in every user, none is written down.
 			Password: func(user string) string { return target.Token(secret, user) },
 		})
 	},
-	"centrifugo": func(cfg config.Config, secret []byte) (probe.Driver, error) {
+	"centrifugo": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
 		if secret == nil {
 			return nil, fmt.Errorf("centrifugo needs the token secret: set target.secret_file or %s", config.SecretEnv)
 		}
 		c := cfg.Target.Centrifugo
 		return centrifugo.New(centrifugo.Options{
-			URL: cfg.Target.URL, Secret: secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,
+			URL: cfg.Target.URL, Header: header, Secret: secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,
 			TokenTTL: c.TokenTTL, Heartbeat: cfg.Population.Heartbeat, Recover: c.Recover,
 		})
 	},
@@ -127,12 +129,17 @@ func newEnv(cfg config.Config, pops []int, log *slog.Logger) (*env, error) {
 		}
 		e.cfg.Target.URL = "ws://" + e.targetLn.Addr().String() + "/ws"
 	}
+	header, err := requestHeader(cfg.Target.Headers)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
 	newDriver, found := drivers[e.cfg.Target.Protocol]
 	if !found {
 		e.close()
 		return nil, fmt.Errorf("target.protocol: %q: no such driver", e.cfg.Target.Protocol)
 	}
-	if e.driver, err = newDriver(e.cfg, e.secret); err != nil {
+	if e.driver, err = newDriver(e.cfg, e.secret, header); err != nil {
 		e.close()
 		return nil, fmt.Errorf("target.protocol %s: %w", e.cfg.Target.Protocol, err)
 	}
@@ -331,6 +338,33 @@ func localSecret(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
 	return s, f.Close()
+}
+
+// UserAgent is what imcanary calls itself in every request to a target,
+// so that the server's operators can tell synthetic traffic apart:
+// "imcanary/VERSION".
+func UserAgent() string {
+	v := version.Version
+	if v == "" {
+		v = "unknown"
+	}
+	return "imcanary/" + v
+}
+
+// requestHeader is the header of every request to the target: the
+// User-Agent, then target.headers, whose values it reads (a User-Agent
+// among them replaces imcanary's). Errors name the header, never a value.
+func requestHeader(extra []config.Header) (http.Header, error) {
+	h := http.Header{}
+	h.Set("User-Agent", UserAgent())
+	for i, x := range extra {
+		v, err := x.Read()
+		if err != nil {
+			return nil, fmt.Errorf("target.headers[%d].value_file: %w", i, err)
+		}
+		h.Set(x.Name, v)
+	}
+	return h, nil
 }
 
 func newRunID() string {

@@ -41,7 +41,7 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 		return nil, err
 	}
 	// A one-shot canary is no shard's: it runs beside the daemons.
-	c, err := newCanary(e.cfg, config.Shard{Count: 1}, e, m, h, log, cohortOneshotCanary)
+	c, err := newCanary(e.cfg, config.Shard{Count: 1}, e, m, h, newReach(m, e.cfg.Target.Name), log, cohortOneshotCanary)
 	if err != nil {
 		return nil, err
 	}

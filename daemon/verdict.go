@@ -1,0 +1,289 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// Verdicts of the status page, worst first in the order judge tries them.
+const (
+	VerdictDown      = "down"
+	VerdictSaturated = "saturated"
+	VerdictStarting  = "starting"
+	VerdictDegraded  = "degraded"
+	VerdictHealthy   = "healthy"
+)
+
+// Verdict is the status page's one-word answer and why, in words.
+type Verdict struct {
+	// State is one of the Verdict* values.
+	State string `json:"state"`
+	// Cause is the main reason, in a sentence; Causes lists every reason
+	// found, Cause first.
+	Cause  string   `json:"cause"`
+	Causes []string `json:"causes"`
+}
+
+// WindowSLI is the record of one source and message kind over the recent
+// window, judged as the SLO rules judge it: completeness counts a
+// delivery lost or late as bad, latency counts one over a second as bad.
+type WindowSLI struct {
+	Source    string  `json:"source"`
+	Kind      string  `json:"kind"`
+	Expected  float64 `json:"expected"`
+	Delivered float64 `json:"delivered"`
+	Lost      float64 `json:"lost"`
+	Late      float64 `json:"late"`
+	Duplicate float64 `json:"duplicate"`
+	Reordered float64 `json:"reordered"`
+	// Completeness is 1 - (lost+late)/expected, null while nothing was
+	// expected; Latency is the share of deliveries within a second,
+	// null while nothing was delivered.
+	Completeness *float64 `json:"completeness"`
+	Latency      *float64 `json:"latency"`
+	// P99 is the 99th percentile of delivery latency in seconds,
+	// estimated from the histogram's buckets; null with no delivery.
+	P99 *float64 `json:"p99_seconds"`
+}
+
+// RecentStatus is the recent window: its SLIs, the connect failures in it
+// by reason, and the objective they are judged by.
+type RecentStatus struct {
+	// Window is how far back the figures go: recentWindow, or less just
+	// after the start.
+	Window    time.Duration      `json:"window_ns"`
+	Objective float64            `json:"objective"`
+	SLIs      []WindowSLI        `json:"slis"`
+	Connects  float64            `json:"connects"`
+	Failures  map[string]float64 `json:"connect_failures"`
+	// LostAfter is population.lost_after: loss is judged this long after
+	// sending, so the window's losses are those of messages sent that
+	// much earlier.
+	LostAfter time.Duration `json:"lost_after_ns"`
+}
+
+// ReachStatus is probe.ReachState for the page.
+type ReachStatus struct {
+	Known       bool      `json:"known"`
+	Reachable   bool      `json:"reachable"`
+	Since       time.Time `json:"since"`
+	Reason      string    `json:"reason,omitempty"`
+	Cause       string    `json:"cause,omitempty"`
+	LastFailure time.Time `json:"last_failure"`
+}
+
+func reachStatus(st probe.ReachState) ReachStatus {
+	r := ReachStatus{Known: st.Known, Reachable: st.Reachable, Since: st.Since, LastFailure: st.LastFailure}
+	if st.Reason != "" {
+		r.Reason, r.Cause = st.Reason, st.Cause()
+	}
+	return r
+}
+
+// SaturationStatus is the prober's self-monitor, as the page shows it.
+type SaturationStatus struct {
+	Saturated bool      `json:"saturated"`
+	Since     time.Time `json:"since"`
+	Causes    []string  `json:"causes"`
+}
+
+// windowSLIs turns two readings into the recent window's SLIs, in the
+// order of trendSources and metrics.Kinds.
+func windowSLIs(from, to trendPoint) []WindowSLI {
+	var out []WindowSLI
+	for s, src := range trendSources {
+		for k, kind := range metrics.Kinds {
+			d := to.kind[s][k].minus(from.kind[s][k])
+			w := WindowSLI{Source: src, Kind: kind, Expected: d.expected, Delivered: d.delivered,
+				Lost: d.lost, Late: d.late, Duplicate: d.duplicate, Reordered: d.reordered}
+			if d.expected > 0 {
+				c := clamp01(1 - (d.lost+d.late)/d.expected)
+				w.Completeness = &c
+			}
+			if d.delivered > 0 {
+				l := clamp01(d.within(1) / d.delivered)
+				w.Latency = &l
+				if p := d.quantile(0.99); !math.IsNaN(p) {
+					w.P99 = &p
+				}
+			}
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// clamp01 keeps a ratio in [0, 1]: counters are read one after another, so
+// a delivery counted after its expectation was read can tip a ratio over.
+func clamp01(v float64) float64 { return max(0, min(v, 1)) }
+
+// verdictInput is everything judge looks at, gathered by the daemon.
+type verdictInput struct {
+	now         time.Time
+	started     time.Time
+	startGrace  time.Duration // how long the population may take to come online
+	reach       probe.ReachState
+	online      int
+	users       int
+	ready       bool
+	saturation  SaturationStatus
+	recent      RecentStatus
+	lagging     float64
+	lastCanary  *canaryOutcome // nil: no round yet, or the canary is off
+	canaryStale time.Duration  // how old a failed round may be and still count
+}
+
+// canaryOutcome is what judge needs of the last canary round.
+type canaryOutcome struct {
+	end    time.Time
+	pass   bool
+	detail string
+}
+
+// judge gives the status page's verdict. A target that cannot be reached is
+// down whatever else holds, because that is certain even on a saturated
+// prober; a saturated prober comes next, because every other figure may be
+// its own; then a population still ramping in; then anything short of the
+// objective.
+func judge(in verdictInput) Verdict {
+	counts := fmt.Sprintf("%d of %d sessions online", in.online, in.users)
+	switch {
+	case in.reach.Known && !in.reach.Reachable:
+		return verdict(VerdictDown, fmt.Sprintf("target unreachable for %s: %s; %s",
+			ago(in.now.Sub(in.reach.Since)), in.reach.Cause(), counts))
+	case in.ready && in.users > 0 && in.online == 0:
+		// Every session dropped, and the attempts since have not (yet)
+		// failed often enough to call the target unreachable.
+		why := "logging in again"
+		if in.reach.Streak > 0 {
+			why = fmt.Sprintf("%d attempts failed since the last success, the last: %s", in.reach.Streak, in.reach.Cause())
+		}
+		return verdict(VerdictDown, "no session online: "+counts+"; "+why)
+	case in.saturation.Saturated:
+		return verdict(VerdictSaturated, fmt.Sprintf("imcanary is saturated (%s) since %s: its latency and loss figures may be its own, not the target's",
+			strings.Join(in.saturation.Causes, ", "), ago(in.now.Sub(in.saturation.Since))+" ago"))
+	case !in.ready && in.now.Sub(in.started) < in.startGrace:
+		return verdict(VerdictStarting, "starting: "+counts)
+	}
+
+	var causes []string
+	if in.online < in.users {
+		causes = append(causes, counts)
+	}
+	objective := in.recent.Objective
+	span := "over the last " + ago(in.recent.Window)
+	for _, w := range in.recent.SLIs {
+		name := w.Source + " " + w.Kind
+		if w.Completeness != nil && *w.Completeness < objective {
+			causes = append(causes, fmt.Sprintf("%s completeness %s %s (objective %s): %s lost, %s late of %s owed",
+				name, percent(*w.Completeness), span, percent(objective), count(w.Lost), count(w.Late), count(w.Expected)))
+		}
+		if w.Latency != nil && *w.Latency < objective {
+			causes = append(causes, fmt.Sprintf("%s latency: %s of deliveries within 1s %s (objective %s)",
+				name, percent(*w.Latency), span, percent(objective)))
+		}
+		if w.Duplicate > 0 {
+			causes = append(causes, fmt.Sprintf("%s: %s duplicate deliveries %s", name, count(w.Duplicate), span))
+		}
+		if w.Reordered > 0 {
+			causes = append(causes, fmt.Sprintf("%s: %s deliveries out of order %s", name, count(w.Reordered), span))
+		}
+	}
+	if c := in.lastCanary; c != nil && !c.pass && in.now.Sub(c.end) <= in.canaryStale {
+		causes = append(causes, "last canary round failed: "+c.detail)
+	}
+	if in.lagging > 0 {
+		causes = append(causes, fmt.Sprintf("%s sessions lagging: the server acknowledged messages they have not received", count(in.lagging)))
+	}
+	if f := failureSummary(in.recent.Failures); f != "" {
+		causes = append(causes, f+" "+span)
+	}
+	if len(causes) > 0 {
+		return Verdict{State: VerdictDegraded, Cause: causes[0], Causes: causes}
+	}
+	return verdict(VerdictHealthy, fmt.Sprintf("all %d sessions online; every SLI at or above %s %s", in.users, percent(objective), span))
+}
+
+func verdict(state, cause string) Verdict {
+	return Verdict{State: state, Cause: cause, Causes: []string{cause}}
+}
+
+// failureSummary says the connect failures of the window, most common
+// reason first: "12 connect attempts failed (timeout 10, refused 2)".
+func failureSummary(byReason map[string]float64) string {
+	total := 0.0
+	var reasons []string
+	for r, n := range byReason {
+		if n > 0 {
+			total += n
+			reasons = append(reasons, r)
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	slices.SortFunc(reasons, func(a, b string) int {
+		if byReason[a] != byReason[b] {
+			if byReason[a] > byReason[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = r + " " + count(byReason[r])
+	}
+	noun := "attempts"
+	if total == 1 {
+		noun = "attempt"
+	}
+	return fmt.Sprintf("%s connect %s failed (%s)", count(total), noun, strings.Join(parts, ", "))
+}
+
+// percent prints a ratio as the page's percentages do: three decimals,
+// rounded down so that 99.9996% never reads as 100%.
+func percent(v float64) string {
+	return pageRatio(&v)
+}
+
+// count prints a whole count, with thousands separators from 10,000.
+func count(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	s := strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	if len(s) <= 4 {
+		return s
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// ago prints a span to the second ("12s", "3m5s", "2h0m"), or to the
+// millisecond under a second.
+func ago(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
