@@ -461,3 +461,22 @@ func (*cohortDisconnects) Login(int, time.Duration, error)                      
 func (*cohortDisconnects) Ack(uint64, bool, time.Duration)                           {}
 func (*cohortDisconnects) Unacked(uint64, string, string)                            {}
 func (*cohortDisconnects) Received(int, *probe.Header, time.Duration, probe.Outcome) {}
+
+// TestRealWrongSecret: a token signed with the wrong secret is refused by
+// the real Centrifugo, and the failure is classed unauthorized, so that a
+// rotated secret pages as an authentication failure and not as an outage.
+func TestRealWrongSecret(t *testing.T) {
+	url, _ := realServer(t, "IMCANARYTEST_CENTRIFUGO_URL")
+	drv, err := New(Options{URL: url, Secret: []byte("not the server's secret at all"), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = drv.Connect(context.Background(), uniquePrefix("wrongsecret")+"-u0")
+	if err == nil {
+		t.Fatal("Connect with the wrong secret succeeded")
+	}
+	if got := probe.FailureReason(err); got != metrics.ConnectUnauthorized {
+		t.Errorf("FailureReason(%v) = %q, want %q", err, got, metrics.ConnectUnauthorized)
+	}
+	t.Logf("%v: %s", err, probe.DescribeFailure(probe.FailureReason(err), err.Error()))
+}

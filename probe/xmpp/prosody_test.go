@@ -3,6 +3,7 @@ package xmpp_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"runtime"
@@ -669,4 +670,23 @@ func TestProsodyResume(t *testing.T) {
 	_, _ = a2.Close(), b.Close()
 	wait(t, da2)
 	wait(t, db)
+}
+
+// TestProsodyWrongPassword: a user whose password is not the one it
+// registered with is refused by Prosody's SASL, and the failure is classed
+// unauthorized.
+func TestProsodyWrongPassword(t *testing.T) {
+	user := fmt.Sprintf("wrongpass%d", time.Now().UnixNano()%1e9)
+	ctx := context.Background()
+	if err := prosodyDriver(t, "right-").Provision(ctx, probe.Plan{Users: []string{user}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := prosodyDriver(t, "wrong-").Connect(ctx, user)
+	if err == nil {
+		t.Fatal("Connect with the wrong password succeeded")
+	}
+	if got := probe.FailureReason(err); got != metrics.ConnectUnauthorized {
+		t.Errorf("FailureReason(%v) = %q, want %q", err, got, metrics.ConnectUnauthorized)
+	}
+	t.Logf("%v: %s", err, probe.DescribeFailure(probe.FailureReason(err), err.Error()))
 }
