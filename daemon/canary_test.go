@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +89,58 @@ func TestCanaryOnceBesideDaemon(t *testing.T) {
 	waitFor(t, 10*time.Second, "another daemon round", func() bool { return rounds(metrics.ResultPass)+rounds(metrics.ResultFail) > passed })
 	if f := rounds(metrics.ResultFail); f != 0 {
 		t.Errorf("daemon canary failed %v rounds while a one-shot ran beside it", f)
+	}
+}
+
+// TestCanaryOnceSaysWhy: `imcanary canary --once` against a closed port
+// fails with session_down, counts what the round owed (0 of 4, not 0 of
+// 0) and says why in words.
+func TestCanaryOnceSaysWhy(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Target.URL = "ws://" + closedPort(t) + "/ws"
+	cfg.Population.Backoff = config.Backoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond}
+	r, err := CanaryOnce(context.Background(), cfg, slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, msgs := cfg.Canary.Users, cfg.Canary.Messages
+	want := map[string]int{metrics.KindDirect: users * msgs, metrics.KindGroup: users * msgs * (users - 1)}
+	for _, ch := range r.Checks {
+		if ch.Pass || ch.Delivered != 0 || ch.Expected != want[ch.Kind] || !slices.Contains(ch.Reasons, metrics.CanarySessionDown) {
+			t.Errorf("%s check = %+v, want a failure 0/%d with session_down", ch.Kind, ch, want[ch.Kind])
+		}
+	}
+	wantCause := fmt.Sprintf("%d of %d canary users offline: target unreachable: connection refused (dial tcp", users, users)
+	if r.Result != metrics.ResultFail || !strings.HasPrefix(r.Cause, wantCause) {
+		t.Errorf("round = %s, cause %q, want fail with a cause starting %q", r.Result, r.Cause, wantCause)
+	}
+}
+
+// TestCanaryNextRound: imcanary_canary_next_round_timestamp_seconds says
+// when the next round is due, from the start on and after every round, so
+// that an alert can tell a canary that stopped.
+func TestCanaryNextRound(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Canary = config.Canary{Schedule: "@every 2s", Deadline: 500 * time.Millisecond, Users: 3, Messages: 1}
+	d, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	base, _ := runDaemon(t, d)
+	next := func() time.Time {
+		v := scrape(t, base)["imcanary_canary_next_round_timestamp_seconds"]
+		return time.Unix(0, int64(v*1e9))
+	}
+	waitFor(t, 5*time.Second, "the next round's time", func() bool { return !next().IsZero() && next().After(start) })
+	first := next()
+	if first.After(start.Add(2*time.Second + time.Second)) {
+		t.Errorf("next round due %v after the start, want within the 2s schedule", first.Sub(start))
+	}
+	waitFor(t, 15*time.Second, "a round, and the next one's time", func() bool { return next().After(first) })
+	var st Status
+	getJSON(t, base+"/api/v1/status", &st)
+	if st.Canary.Next.IsZero() || st.Canary.Next.Before(time.Now().Add(-time.Second)) {
+		t.Errorf("status canary next = %v, want a time due", st.Canary.Next)
 	}
 }

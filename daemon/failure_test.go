@@ -235,3 +235,53 @@ func grepLines(s, sub string) []string {
 	}
 	return out
 }
+
+// TestRequestHeaders: every request to the target carries imcanary's
+// User-Agent and the configured target.headers, a credential read from its
+// value_file among them, which then appears nowhere imcanary writes.
+func TestRequestHeaders(t *testing.T) {
+	const credential = "proxy-credential-7f3a9c"
+	var mu sync.Mutex
+	var seen []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	cfg, logs, log := failureConfig(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws")
+	file := filepath.Join(t.TempDir(), "proxy-token")
+	if err := os.WriteFile(file, []byte(credential+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Target.Headers = []config.Header{{Name: "X-Environment", Value: "staging"}, {Name: "X-Proxy-Auth", ValueFile: file}}
+	d, err := New(cfg, log, prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, stop := runDaemon(t, d)
+	key := `imcanary_session_connect_failures_total{reason="unauthorized"}`
+	waitFor(t, 10*time.Second, key, func() bool { return scrape(t, base)[key] > 0 })
+	_, status := get(t, base+"/api/v1/status")
+	_, page := get(t, base+"/")
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 {
+		t.Fatal("the target saw no request")
+	}
+	for _, h := range seen {
+		if ua := h.Get("User-Agent"); ua != UserAgent() || !strings.HasPrefix(ua, "imcanary/") {
+			t.Errorf("User-Agent = %q, want %q", ua, UserAgent())
+		}
+		if h.Get("X-Environment") != "staging" || h.Get("X-Proxy-Auth") != credential {
+			t.Errorf("request headers %v lack the configured X-Environment and X-Proxy-Auth", h)
+		}
+	}
+	for what, s := range map[string]string{"log": logs.String(), "status": status, "page": page} {
+		if strings.Contains(s, credential) {
+			t.Errorf("the %s shows the header's credential", what)
+		}
+	}
+}
