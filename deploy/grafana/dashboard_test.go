@@ -264,6 +264,8 @@ func exported(t *testing.T) map[string]series {
 	m.CanarySkipped.WithLabelValues("t")
 	m.CanaryLastTimestamp.WithLabelValues("t")
 	m.CanaryLastSuccess.WithLabelValues("t")
+	m.CanaryNextRound.WithLabelValues("t")
+	m.TargetReachable.WithLabelValues("t")
 	m.SoakRuns.WithLabelValues("t", "p", metrics.ResultPass)
 	m.SoakSkipped.WithLabelValues("t", "p")
 	m.SoakLastSuccess.WithLabelValues("t", "p")
