@@ -370,6 +370,35 @@ func fileAt(pod corev1.PodSpec, c corev1.Container, p string) (volumeFile, corev
 // daemonFlags is the flag set of imcanary run: the configuration keys and
 // the command's own flags. Kept in step with cmd/imcanary/daemon.go by
 // hand; a flag missing here fails the test rather than passing unseen.
+// The flag and the variable that set target.secret_file.
+const (
+	secretFileFlag = "target.secret_file"
+	secretFileEnv  = config.EnvPrefix + "TARGET_SECRET_FILE"
+)
+
+// secretFile returns the target.secret_file the pod reads, by the loader's
+// precedence: a flag among the container's args, else its environment,
+// else the configuration file's text.
+func secretFile(fs *pflag.FlagSet, env []string, text string) (string, error) {
+	if fs.Changed(secretFileFlag) {
+		return fs.GetString(secretFileFlag)
+	}
+	for _, e := range slices.Backward(env) {
+		if v, ok := strings.CutPrefix(e, secretFileEnv+"="); ok {
+			return v, nil
+		}
+	}
+	var f struct {
+		Target struct {
+			SecretFile string `json:"secret_file"`
+		} `json:"target"`
+	}
+	if err := yaml.Unmarshal([]byte(text), &f); err != nil {
+		return "", fmt.Errorf("%s: %w", configKey, err)
+	}
+	return f.Target.SecretFile, nil
+}
+
 func daemonFlags() *pflag.FlagSet {
 	fs := pflag.NewFlagSet("imcanary run", pflag.ContinueOnError)
 	fs.String("config", "", "")
@@ -601,6 +630,28 @@ func TestManifests(t *testing.T) {
 				env = append(env, e.Name+"="+e.Value)
 			}
 		}
+		// The loader reads target.secret_file, which in the pod is the
+		// Secret created in the cluster and never committed: note where
+		// the pod reads it (checked to be a mounted Secret below) and
+		// give the loader a stand-in file in its place, set in the layer
+		// that sets it.
+		podSecret, err := secretFile(fs, env, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if podSecret != "" {
+			stand := filepath.Join(t.TempDir(), "secret")
+			if err := os.WriteFile(stand, []byte("stand-in for the cluster's Secret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if fs.Changed(secretFileFlag) {
+				if err := fs.Set(secretFileFlag, stand); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				env = append(slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, secretFileEnv+"=") }), secretFileEnv+"="+stand)
+			}
+		}
 		cfg, err := config.Load(file, env, fs)
 		if err != nil {
 			t.Fatalf("config.Load(%s of ConfigMap %s): %v", configKey, cm.Name, err)
@@ -634,10 +685,10 @@ func TestManifests(t *testing.T) {
 		// The target secret comes from a Secret, as a file or as the
 		// one environment variable, and README.md says how to make it.
 		var secret volumeFile
-		if cfg.Target.SecretFile != "" {
-			f, _, ok := fileAt(pod, c, cfg.Target.SecretFile)
+		if podSecret != "" {
+			f, _, ok := fileAt(pod, c, podSecret)
 			if !ok || f.kind != "secret" {
-				t.Errorf("target.secret_file %s is %+v, want a key of a mounted Secret", cfg.Target.SecretFile, f)
+				t.Errorf("target.secret_file %s is %+v, want a key of a mounted Secret", podSecret, f)
 			}
 			secret = f
 		}
