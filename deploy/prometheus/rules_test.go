@@ -406,6 +406,27 @@ func TestSLOAlerts(t *testing.T) {
 	}
 }
 
+// sloAlerts are the alerts that judge the server by imcanary's own timing,
+// which a saturated prober cannot be trusted with: Alertmanager holds back
+// exactly those labelled slo="true" while ImcanaryProberSaturated fires. An
+// alert about imcanary itself, or about what the server refuses (logins,
+// duplicates), must not be held back with them.
+var sloAlerts = []string{"ImcanaryCompletenessBudgetBurn", "ImcanaryLatencyBudgetBurn", "ImcanaryCanaryFailing"}
+
+// TestSLOLabel checks that slo="true" is on the alerts in sloAlerts and on
+// no other.
+func TestSLOLabel(t *testing.T) {
+	for _, r := range loadRules(t).alerts() {
+		v, ok := r.Labels["slo"]
+		if ok && v != "true" {
+			t.Errorf("%s: slo=%q, want \"true\" or no slo label", r.Alert, v)
+		}
+		if want := slices.Contains(sloAlerts, r.Alert); ok != want {
+			t.Errorf("%s: has slo label %v, want %v (sloAlerts lists the alerts saturation holds back)", r.Alert, ok, want)
+		}
+	}
+}
+
 // TestObjectiveIsConfigurable changes the one objective in the rules file
 // to 99.99% and runs testdata/four-nines.yml against that copy: the alerts
 // must follow the objective they read, not a number written into them. It
