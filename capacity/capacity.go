@@ -174,13 +174,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	err = b.run(ctx)
 	b.rep.Seconds = time.Since(b.started).Seconds()
-	if ctx.Err() != nil {
-		b.rep.Stop = Stop{Reason: "interrupted", Detail: ctx.Err().Error()}
-		return b.rep, ctx.Err()
+	switch {
+	case ctx.Err() != nil:
+		b.rep.Stop = Stop{Reason: StopInterrupted, Detail: ctx.Err().Error()}
+		err = ctx.Err()
+	case err != nil && b.rep.Stop.Reason == "":
+		b.rep.Stop = Stop{Reason: StopError, Detail: err.Error()}
 	}
-	if err != nil && b.rep.Stop.Reason == "" {
-		b.rep.Stop = Stop{Reason: "error", Detail: err.Error()}
-	}
+	// Judged on the final Stop: an interrupted run reached no limit.
+	setLimit(b.rep)
 	return b.rep, err
 }
 

@@ -42,7 +42,7 @@ func (b *bench) throughput(ctx context.Context) error {
 		return err
 	}
 
-	count := map[string]func() (float64, error){
+	delivered := map[string]func() (float64, error){
 		kindBare: func() (float64, error) {
 			if _, err := fmt.Fprintln(bare.stdin); err != nil {
 				return 0, fmt.Errorf("bare reader: %w", err)
@@ -82,7 +82,7 @@ func (b *bench) throughput(ctx context.Context) error {
 			var wg sync.WaitGroup
 			// Exits when stop is closed.
 			wg.Go(func() { sent = fs.flood(kind, floodRate, stop) })
-			err := b.floodWindow(ctx, count[kind], pid[kind], res[kind])
+			err := b.floodWindow(ctx, delivered[kind], pid[kind], res[kind])
 			close(stop)
 			wg.Wait()
 			res[kind].Sent += float64(sent)
@@ -111,12 +111,12 @@ func (b *bench) throughput(ctx context.Context) error {
 	t.FrameBytes = float64(n) / 5
 	for _, c := range []*Client{&t.Bare, &t.Imcanary} {
 		if c.DeliveriesPerSecond < 0.9*floodRate {
-			b.warn("a flood client took %.0f deliveries/s of the %d offered: the machine was too busy to keep the pace, and that client's figure includes some backlog", c.DeliveriesPerSecond, floodRate)
+			b.warn("a flood client took %s deliveries/s of the %s offered: the machine was too busy to keep the pace, and that client's figure includes some backlog", count(c.DeliveriesPerSecond), count(floodRate))
 		}
 	}
 	if s, err := fetchMetrics(ctx, imc.addr); err == nil {
 		if d := s.sum(mIgnored) - ignored0; d > 0 {
-			b.warn("the prober ignored %.0f flood frames (imcanary_deliveries_ignored_total): its throughput counts only deliveries", d)
+			b.warn("the prober ignored %s flood frames (imcanary_deliveries_ignored_total): its throughput counts only deliveries", count(d))
 		}
 	}
 	return nil
@@ -308,24 +308,25 @@ func (b *bench) steps(ctx context.Context) {
 		switch {
 		case errors.As(err, &no):
 			b.rep.Steps = append(b.rep.Steps, st)
-			b.rep.Stop = Stop{Reason: "not_online", Step: i + 1, Detail: err.Error()}
+			b.rep.Stop = Stop{Reason: StopNotOnline, Step: i + 1, Detail: err.Error()}
 			return
 		case err != nil:
-			b.rep.Stop = Stop{Reason: "error", Step: i + 1, Detail: err.Error()}
+			b.rep.Stop = Stop{Reason: StopError, Step: i + 1, Detail: err.Error()}
 			return
 		}
 		b.rep.Steps = append(b.rep.Steps, st)
 		if len(st.Discounted) > 0 {
-			b.warn("step %d: %s discounted: the saturation monitor counts every prober's connections from 127.0.0.1 as each one's ephemeral ports, but each prober dials its own target, and %d connections per destination use %.0f%% of the range",
-				i+1, strings.Join(st.Discounted, ", "), st.SessionsPerProcess,
+			b.warn("step %d: %s discounted: the saturation monitor counts every prober's connections from 127.0.0.1 as each one's ephemeral ports, but each prober dials its own target, and %s connections per destination use %.0f%% of the range",
+				i+1, strings.Join(st.Discounted, ", "), count(float64(st.SessionsPerProcess)),
 				100*float64(st.SessionsPerProcess)/float64(b.rep.Machine.EphemeralPorts[1]-b.rep.Machine.EphemeralPorts[0]+1))
 		}
 		if st.Saturated {
-			b.rep.Stop = Stop{Reason: "saturated", Step: i + 1, Detail: "saturation detector fired: " + strings.Join(st.Causes, ", ")}
+			b.rep.Stop = Stop{Reason: StopSaturated, Step: i + 1, Detail: "saturation detector fired: " + strings.Join(st.Causes, ", ")}
 			return
 		}
 	}
-	b.rep.Stop = Stop{Reason: "steps_done", Detail: fmt.Sprintf("%d steps held, the last at %d sessions per process (file limit %d)", len(steps), steps[len(steps)-1], b.rep.Machine.FileLimit)}
+	b.rep.Stop = Stop{Reason: StopStepsDone, Detail: fmt.Sprintf("%s steps held, the last at %s sessions per process (file limit %s)",
+		count(float64(len(steps))), count(float64(steps[len(steps)-1])), count(float64(b.rep.Machine.FileLimit)))}
 }
 
 // plan makes the plan from the figures.

@@ -196,3 +196,45 @@ func ceilDiv(a, b float64) int {
 	}
 	return max(1, int(math.Ceil(a/b-1e-9)))
 }
+
+// setLimit fills r's Plan.Limit and Plan.LimitFound from findLimit.
+func setLimit(r *Report) {
+	r.Plan.Limit = findLimit(r)
+	r.Plan.LimitFound = r.Plan.Limit != ""
+}
+
+// findLimit says which limit, if any, r's run reached (Plan.Limit), from
+// why its steps ended and what the largest step held came to. It runs once
+// Stop is final: a run that ended in an error or was interrupted found no
+// limit, whatever it held.
+func findLimit(r *Report) string {
+	switch r.Stop.Reason {
+	case StopSaturated:
+		return LimitSaturated
+	case StopNotOnline:
+		return LimitNotOnline
+	case StopStepsDone:
+	default:
+		return ""
+	}
+	// Every step held; the largest one held (all online, not saturated)
+	// may have reached a bound.
+	per := 0
+	for _, st := range r.Steps {
+		if st.Online >= st.Sessions && !st.Saturated {
+			per = max(per, st.SessionsPerProcess)
+		}
+	}
+	p := r.Plan
+	switch {
+	case per == 0:
+		return ""
+	case p.FDBound > 0 && per >= p.FDBound, per >= maxSessionsPerProcess(r.Machine.FileLimit):
+		return LimitFDs
+	case p.PortBound > 0 && per >= p.PortBound:
+		return LimitPorts
+	case p.MemorySessions > 0 && p.Sessions >= p.MemorySessions:
+		return LimitMemory
+	}
+	return ""
+}

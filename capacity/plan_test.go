@@ -160,3 +160,59 @@ func TestMakePlan(t *testing.T) {
 		}
 	})
 }
+
+// TestFindLimit: a plan says it found what limits the machine only when the
+// run reached a limit; steps that all held short of every bound leave the
+// figure as the largest step tried.
+func TestFindLimit(t *testing.T) {
+	machine := Machine{Cores: 2, GOMAXPROCS: 2, MemAvailableBytes: 20 << 30, FileLimit: 20000, EphemeralPorts: [2]int{32768, 60999}}
+	step := func(per, procs int, saturated bool) Step {
+		return Step{SessionsPerProcess: per, Processes: procs, Sessions: per * procs, Online: per * procs, Saturated: saturated}
+	}
+	report := func(stop Stop, steps ...Step) *Report {
+		r := &Report{Machine: machine, Steps: steps, Stop: stop}
+		r.Plan = Plan{Sessions: 0, FDBound: 17985, PortBound: 25408, MemorySessions: 1906501}
+		for _, st := range steps {
+			if !st.Saturated && st.Online >= st.Sessions {
+				r.Plan.Sessions = max(r.Plan.Sessions, st.Sessions)
+			}
+		}
+		return r
+	}
+	done := Stop{Reason: StopStepsDone}
+	for _, tc := range []struct {
+		name string
+		r    *Report
+		want string
+	}{
+		{"quick, every step held", report(done, step(500, 1, false), step(1000, 1, false)), ""},
+		{"saturated", report(Stop{Reason: StopSaturated, Step: 2}, step(1000, 6, false), step(10000, 6, true)), LimitSaturated},
+		{"first step saturated", report(Stop{Reason: StopSaturated, Step: 1}, step(1000, 6, true)), LimitSaturated},
+		{"not online", report(Stop{Reason: StopNotOnline, Step: 2}, step(1000, 1, false), step(2000, 1, false)), LimitNotOnline},
+		{"full, to the file limit", report(done, step(10000, 2, false), step(19936, 2, false)), LimitFDs},
+		{"at the fd bound", report(done, step(17985, 1, false)), LimitFDs},
+		{"interrupted", report(Stop{Reason: StopInterrupted}, step(19936, 2, false)), ""},
+		{"error", report(Stop{Reason: StopError, Step: 2}, step(1000, 1, false)), ""},
+		{"nothing ran", report(Stop{}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := findLimit(tc.r); got != tc.want {
+				t.Errorf("findLimit(%+v) = %q, want %q", tc.r.Stop, got, tc.want)
+			}
+		})
+	}
+	t.Run("ports", func(t *testing.T) {
+		r := report(done, step(9000, 1, false))
+		r.Plan.PortBound = 9000
+		if got := findLimit(r); got != LimitPorts {
+			t.Errorf("findLimit(9,000 per process, port bound 9,000) = %q, want %q", got, LimitPorts)
+		}
+	})
+	t.Run("memory", func(t *testing.T) {
+		r := report(done, step(5000, 4, false))
+		r.Plan.MemorySessions = 20000
+		if got := findLimit(r); got != LimitMemory {
+			t.Errorf("findLimit(20,000 sessions, memory for 20,000) = %q, want %q", got, LimitMemory)
+		}
+	})
+}

@@ -236,6 +236,24 @@ type Step struct {
 	Attempts int `json:"attempts"`
 }
 
+// Stop reasons.
+const (
+	StopStepsDone   = "steps_done"
+	StopSaturated   = "saturated"
+	StopNotOnline   = "not_online"
+	StopError       = "error"
+	StopInterrupted = "interrupted"
+)
+
+// Limits a plan can have reached (Plan.Limit).
+const (
+	LimitSaturated = StopSaturated
+	LimitNotOnline = StopNotOnline
+	LimitFDs       = "fds"
+	LimitPorts     = "ports"
+	LimitMemory    = "memory"
+)
+
 // Stop says why the steps ended.
 type Stop struct {
 	// Reason is "steps_done" (every step held, up to the file limit),
@@ -252,9 +270,21 @@ type Plan struct {
 	// Sessions is the most sessions the run held without saturation, all
 	// probers together, and DeliveriesPerSecond what imcanary could verify
 	// on this machine's cores while holding them, if the target ran
-	// elsewhere.
+	// elsewhere. Sessions is what the machine holds only when LimitFound;
+	// otherwise it is the largest step tried, and the machine may hold
+	// more.
 	Sessions            int     `json:"sessions"`
 	DeliveriesPerSecond float64 `json:"deliveries_per_second"`
+	// LimitFound says the run reached a limit, and Limit names it:
+	// "saturated" (the step after the last one held saturated a prober),
+	// "not_online" (a prober could not bring that step's sessions
+	// online), or, when every step held, the bound the largest one
+	// reached: "fds" or "ports" (FDBound, PortBound: a shard's, so more
+	// processes may hold more) or "memory" (MemorySessions). Limit is ""
+	// when LimitFound is false: the steps ended, or the run stopped,
+	// short of every limit.
+	LimitFound bool   `json:"limit_found"`
+	Limit      string `json:"limit"`
 	// SessionsPerProcess is the most sessions one process (one shard)
 	// should hold, and Bound the limit that sets it: "fds" or "ports".
 	SessionsPerProcess int    `json:"sessions_per_process"`
@@ -322,16 +352,17 @@ func WriteJSON(w io.Writer, r *Report) error {
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "imcanary bench (%s, %s): %d cores (load %.1f at the start), %s available, file limit %d, ephemeral ports %d-%d\n",
-		r.Mode, time.Duration(r.Seconds*float64(time.Second)).Round(time.Second), m.Cores, m.Load1, bytesIEC(float64(m.MemAvailableBytes)),
-		m.FileLimit, m.EphemeralPorts[0], m.EphemeralPorts[1])
+	// Port numbers are names, not counts: they stay ungrouped.
+	fmt.Fprintf(&b, "imcanary bench (%s, %s): %s cores (load %.1f at the start), %s available, file limit %s, ephemeral ports %d-%d\n",
+		r.Mode, time.Duration(r.Seconds*float64(time.Second)).Round(time.Second), count(float64(m.Cores)), m.Load1, bytesIEC(float64(m.MemAvailableBytes)),
+		count(float64(m.FileLimit)), m.EphemeralPorts[0], m.EphemeralPorts[1])
 	s := r.Setup
-	fmt.Fprintf(&b, "%d prober process(es) against %s target(s); logins at up to %s/s per prober (%s)\n\n",
-		s.Processes, s.Target, count(s.ConnectRate), s.ConnectLimiter)
+	fmt.Fprintf(&b, "%s prober process(es) against %s target(s); logins at up to %s/s per prober (%s)\n\n",
+		count(float64(s.Processes)), s.Target, count(s.ConnectRate), s.ConnectLimiter)
 
 	t := r.Throughput
-	fmt.Fprintf(&b, "Verification throughput: the same delivery frames (%.0f B) at %s/s to each client, %d connections, %d rounds of %s\n",
-		t.FrameBytes, count(t.OfferedPerSecond), t.Connections, t.Rounds, secs(t.WindowSeconds))
+	fmt.Fprintf(&b, "Verification throughput: the same delivery frames (%s B) at %s/s to each client, %s connections, %s rounds of %s\n",
+		count(t.FrameBytes), count(t.OfferedPerSecond), count(float64(t.Connections)), count(float64(t.Rounds)), secs(t.WindowSeconds))
 	fmt.Fprintf(&b, "  bare read loop   %9s deliveries per core-second  (%s/s on %.2f cores)\n",
 		count(t.Bare.DeliveriesPerCoreSecond), count(t.Bare.DeliveriesPerSecond), t.Bare.CoresUsed)
 	fmt.Fprintf(&b, "  imcanary         %9s deliveries per core-second  (%s/s on %.2f cores)  %.0f%% of the bare loop\n\n",
@@ -339,7 +370,7 @@ func WriteText(w io.Writer, r *Report) error {
 
 	traffic := "idle sessions"
 	if s.Rate > 0 {
-		traffic = fmt.Sprintf("%g msg/s per user, groups of %d", s.Rate, s.GroupSize)
+		traffic = fmt.Sprintf("%g msg/s per user, groups of %s", s.Rate, count(float64(s.GroupSize)))
 	}
 	fmt.Fprintf(&b, "Sessions: steps of %s, heartbeat %s, measured over %s after %s; baseline prober %s RSS\n",
 		traffic, secs(s.HeartbeatSeconds), secs(s.WindowSeconds), secs(s.SettleSeconds), bytesIEC(float64(r.Baseline.RSSBytes)))
@@ -348,15 +379,15 @@ func WriteText(w io.Writer, r *Report) error {
 	for i, st := range r.Steps {
 		fmt.Fprintf(&b, "  %-4d %8s %8s %9s %9s %9s %10s %8.2fµs %9s %9s %7.2f  %s\n",
 			i+1, count(float64(st.SessionsPerProcess)), count(float64(st.Sessions)), count(st.LoginsPerSecond),
-			fmt.Sprintf("%.0f/%.0f", st.LoginCPUSeconds*1e6, st.TargetLoginCPUSeconds*1e6), bytesIEC(st.BytesPerSession), bytesIEC(st.HeapBytesPerSession),
+			count(st.LoginCPUSeconds*1e6)+"/"+count(st.TargetLoginCPUSeconds*1e6), bytesIEC(st.BytesPerSession), bytesIEC(st.HeapBytesPerSession),
 			st.CPUSecondsPerSessionSecond*1e6, count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturation(st))
 	}
 	b.WriteString("  (login µs: CPU per login in imcanary/in the target; RSS/sess and heap/sess: imcanary's, over the\n" +
 		"   baseline; CPU/sess: CPU time per session per second; others: cores used by other processes)\n")
 	if l := r.Logins; l.LoginsPerSecond > 0 {
-		fmt.Fprintf(&b, "Ramp baseline: a bare login loop (%d in flight, no rate limit) logged %s sessions in at %s/s,\n"+
-			"  %.0f µs of CPU per login in the client and %.0f in the target", l.Workers, count(float64(l.Sessions)),
-			count(l.LoginsPerSecond), l.CPUSecondsPerLogin*1e6, l.TargetCPUSecondsPerLogin*1e6)
+		fmt.Fprintf(&b, "Ramp baseline: a bare login loop (%s in flight, no rate limit) logged %s sessions in at %s/s,\n"+
+			"  %s µs of CPU per login in the client and %s in the target", count(float64(l.Workers)), count(float64(l.Sessions)),
+			count(l.LoginsPerSecond), count(l.CPUSecondsPerLogin*1e6), count(l.TargetCPUSecondsPerLogin*1e6))
 		for _, st := range slices.Backward(r.Steps) {
 			if st.SessionsPerProcess == l.Sessions && st.LoginsPerSecond > 0 {
 				fmt.Fprintf(&b, "; imcanary's ramp at that size is %.0f%% of it", 100*st.LoginsPerSecond/l.LoginsPerSecond)
@@ -382,7 +413,7 @@ func WriteText(w io.Writer, r *Report) error {
 
 	p := r.Plan
 	fmt.Fprintf(&b, "Capacity plan\n")
-	fmt.Fprintf(&b, "  This machine holds %s sessions at %s deliveries/s.\n", count(float64(p.Sessions)), count(p.DeliveriesPerSecond))
+	fmt.Fprintf(&b, "  %s\n", heldLine(r))
 	fmt.Fprintf(&b, "  A shard (one process) should hold at most %s sessions, bound by %s: fds allow %s (saturation.max_fds\n"+
 		"  of the file limit, less the prober's own files), ports %s per source address and target (max_ports of the range).\n",
 		count(float64(p.SessionsPerProcess)), p.Bound, count(float64(p.FDBound)), count(float64(p.PortBound)))
@@ -395,8 +426,9 @@ func WriteText(w io.Writer, r *Report) error {
 	if name == "" {
 		name = "the default configuration"
 	}
-	fmt.Fprintf(&b, "  For %s (%s users at %g msg/s, groups of %d: %s deliveries/s, %.3g cores): run %d shard(s) (bound by %s) on %d machine(s) like this one.\n",
-		name, count(float64(c.Users)), c.Rate, c.GroupSize, count(c.DeliveriesPerSecond), c.CPUCores, c.Shards, c.Bound, c.Machines)
+	fmt.Fprintf(&b, "  For %s (%s users at %g msg/s, groups of %s: %s deliveries/s, %.3g cores): run %s shard(s) (bound by %s) on %s machine(s) like this one.\n",
+		name, count(float64(c.Users)), c.Rate, count(float64(c.GroupSize)), count(c.DeliveriesPerSecond), c.CPUCores,
+		count(float64(c.Shards)), c.Bound, count(float64(c.Machines)))
 	if len(r.Warnings) > 0 {
 		b.WriteString("\nNotes:\n")
 		for _, w := range r.Warnings {
@@ -405,6 +437,51 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// heldLine is the plan's first line: the sessions held and, as honestly
+// as the run allows, whether that is what the machine holds. Without a
+// limit reached it is only the largest step tried.
+func heldLine(r *Report) string {
+	p := r.Plan
+	held := fmt.Sprintf("%s sessions at %s deliveries/s", count(float64(p.Sessions)), count(p.DeliveriesPerSecond))
+	// The step that ended the run: "the next step, 119,616 sessions,"
+	// after one that held, "the first step" when none did.
+	which, why := "the next step", r.Stop.Detail
+	if p.Sessions == 0 {
+		which = "the first step"
+	}
+	if i := r.Stop.Step - 1; i >= 0 && i < len(r.Steps) {
+		st := r.Steps[i]
+		which += ", " + count(float64(st.Sessions)) + " sessions,"
+		if len(st.Causes) > 0 {
+			why = strings.Join(st.Causes, ", ")
+		}
+	}
+	switch {
+	case p.Limit == LimitSaturated && p.Sessions == 0:
+		return fmt.Sprintf("No step held: %s saturated a prober (%s).", which, why)
+	case p.Limit == LimitSaturated:
+		return fmt.Sprintf("This machine holds %s: %s saturated a prober (%s).", held, which, why)
+	case p.Limit == LimitNotOnline && p.Sessions == 0:
+		return fmt.Sprintf("No step held: at %s a prober could not bring its sessions online.", which)
+	case p.Limit == LimitNotOnline:
+		return fmt.Sprintf("This machine holds %s: at %s a prober could not bring its sessions online.", held, which)
+	case p.Limit == LimitFDs:
+		return fmt.Sprintf("Held %s, every prober at a shard's file bound (%s sessions): more processes may hold more.",
+			held, count(float64(p.FDBound)))
+	case p.Limit == LimitPorts:
+		return fmt.Sprintf("Held %s, every prober at a shard's port bound (%s sessions): more source addresses may hold more.",
+			held, count(float64(p.PortBound)))
+	case p.Limit == LimitMemory:
+		return fmt.Sprintf("This machine holds %s: its available memory holds %s at %s each.",
+			held, count(float64(p.MemorySessions)), bytesIEC(p.BytesPerSession))
+	case p.Sessions == 0:
+		return fmt.Sprintf("No session step held (stopped: %s); no limit was reached.", r.Stop.Reason)
+	case r.Stop.Reason != StopStepsDone:
+		return fmt.Sprintf("Held %s before the run stopped (%s); no limit was reached.", held, r.Stop.Reason)
+	}
+	return fmt.Sprintf("Held %s, the largest step tried; no limit was reached, so this machine may hold more.", held)
 }
 
 // lag is a step's receive-lag p99, "-" for a step without deliveries.
@@ -426,7 +503,10 @@ func saturation(s Step) string {
 	return out
 }
 
-// count formats n with thousands separators.
+// count formats n, rounded to a whole number, with thousands separators.
+// Every count and whole figure of the text report goes through it, so that
+// no line shows 20000 beside 17,989; port numbers, step numbers and
+// process ids are names and are printed as they are.
 func count(n float64) string {
 	if math.IsNaN(n) || math.IsInf(n, 0) {
 		return "-"

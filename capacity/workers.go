@@ -176,7 +176,7 @@ type notOnline struct {
 }
 
 func (e *notOnline) Error() string {
-	s := fmt.Sprintf("prober %d: %d of %d sessions online after %v", e.prober, e.online, e.users, e.after.Round(time.Second))
+	s := fmt.Sprintf("prober %d: %s of %s sessions online after %v", e.prober, count(float64(e.online)), count(float64(e.users)), e.after.Round(time.Second))
 	if e.why != nil {
 		s += ": " + e.why.Error()
 	}
