@@ -181,12 +181,77 @@ func renderPercent(ratio float64) string {
 	return "<0.001%"
 }
 
-// renderRate prints a per-second rate with one decimal.
+// renderRate prints a per-second rate with one decimal, its whole part
+// grouped like a count (1,225.0), so that a rate and the counts beside it
+// read alike.
 func renderRate(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "-"
 	}
-	return strconv.FormatFloat(v, 'f', 1, 64)
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	sign := ""
+	if strings.HasPrefix(whole, "-") {
+		sign, whole = "-", whole[1:]
+	}
+	if n, err := strconv.ParseInt(whole, 10, 64); err == nil {
+		whole = renderCount(n)
+	}
+	return sign + whole + "." + frac
+}
+
+// renderSending returns how long r's send phase ran: Messages.SendSeconds,
+// or, for a report written before that field, the send phase's start to
+// the next phase's start (or the end of the run). ok is false when r has
+// no send phase to measure.
+func renderSending(r *Report) (time.Duration, bool) {
+	if s := r.Messages.SendSeconds; s > 0 && !math.IsInf(s, 0) {
+		return time.Duration(s * float64(time.Second)), true
+	}
+	for i, p := range r.Phases {
+		if p.Name != PhaseSend || p.Start.IsZero() {
+			continue
+		}
+		end := r.End
+		if i+1 < len(r.Phases) {
+			end = r.Phases[i+1].Start
+		}
+		if end.IsZero() || !end.After(p.Start) {
+			return 0, false
+		}
+		return end.Sub(p.Start), true
+	}
+	return 0, false
+}
+
+// renderSendRate prints the messages sent per second and the span it is
+// over, "250.7/s over 5m": an aborted run's rate is over the time it
+// sent, and the reader sees which. A report written before SendSeconds
+// existed stored a rate over the profile's duration, so the rate is
+// computed again from its phases.
+func renderSendRate(r *Report) string {
+	m := r.Messages
+	d, ok := renderSending(r)
+	if !ok {
+		return renderRate(m.SentPerSec) + "/s"
+	}
+	rate := m.SentPerSec
+	if m.SendSeconds <= 0 {
+		rate = float64(m.Sent) / d.Seconds()
+	}
+	return renderRate(rate) + "/s over " + renderSpan(d)
+}
+
+// renderThresholdValue prints a threshold's limit or actual value as the
+// report shows it. The runner writes counts as bare integers ("375253"),
+// which pipelines read; a person reads them grouped like every other
+// count (375,253). Anything else ("0.1%", "500ms", "≥ 1") is shown as
+// written.
+func renderThresholdValue(s string) string {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return renderCount(n)
+	}
+	return s
 }
 
 // renderKeyOrder returns the keys of a map with the known ones first, in
@@ -355,4 +420,42 @@ func renderSaturationPeriods(r *Report) [][]string {
 			renderOr(strings.Join(p.Causes, ", "), "-")})
 	}
 	return rows
+}
+
+// String is the progress as one line for a terminal or a log: phase,
+// elapsed and remaining time, sessions online, the rates of the last
+// sample interval and the cumulative losses. Loss is judged only
+// lost_after after a message's intended send time, so until the first
+// messages are that old the line says "lost pending" rather than a
+// reassuring 0, and it always says when loss is judged.
+func (p Progress) String() string {
+	lost := renderCount(p.Lost)
+	if !p.LossJudged && p.Lost == 0 {
+		lost = "pending"
+	}
+	if p.LostAfter > 0 {
+		lost += " (judged " + renderSpan(p.LostAfter) + " after send)"
+	}
+	return fmt.Sprintf("%-5s %6s elapsed %6s left  online %s/%s  sent %s/s  delivered %s/s  lost %s  late %s",
+		p.Phase, renderProgressSpan(p.Elapsed), renderProgressSpan(p.Remaining), renderCount(int64(p.Online)), renderCount(int64(p.Users)),
+		renderWholeRate(p.SentPerSec), renderWholeRate(p.DelivPerSec), lost, renderCount(p.Late))
+}
+
+// renderWholeRate prints a rate rounded to a whole number and grouped
+// like a count, for the progress line, where a decimal would only flicker.
+func renderWholeRate(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) >= math.MaxInt64 {
+		return "-"
+	}
+	return renderCount(int64(math.Round(v)))
+}
+
+// renderProgressSpan prints an elapsed or remaining time to the second,
+// "0s" below one: the line is redrawn every sample, and milliseconds
+// would only flicker.
+func renderProgressSpan(d time.Duration) string {
+	if d.Round(time.Second) == 0 {
+		return "0s"
+	}
+	return renderSpan(d)
 }

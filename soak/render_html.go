@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/imcanary/imcanary/metrics"
@@ -50,7 +51,12 @@ type renderPageData struct {
 	Errors                []renderKV
 	Notes                 []string
 	Charts                []renderChart
-	Samples               int
+	// Samples counts the samples, SamplesText is that count as shown.
+	Samples     int
+	SamplesText string
+	// Abbreviated lists the phase labels that had to be shortened on a
+	// chart, "d drain", for the note under the charts.
+	Abbreviated []string
 	// Drill and Saturation are nil when the run had none.
 	Drill      *renderDrillData
 	Saturation *renderSaturationData
@@ -100,6 +106,7 @@ func renderNewPage(r *Report) renderPageData {
 		Charts:  renderCharts(r),
 		Samples: len(r.Samples),
 	}
+	p.SamplesText = renderCount(int64(p.Samples))
 	switch r.Result {
 	case metrics.ResultPass:
 		p.VerdictClass = "pass"
@@ -133,6 +140,13 @@ func renderNewPage(r *Report) renderPageData {
 	}
 	for _, c := range p.Charts {
 		p.Shaded = p.Shaded || len(c.Bands) > 0
+		// Every chart shares the timeline, so one chart's list is all of
+		// them; the union keeps that true if they ever differ.
+		for _, a := range c.Abbreviated {
+			if !slices.Contains(p.Abbreviated, a) {
+				p.Abbreviated = append(p.Abbreviated, a)
+			}
+		}
 	}
 
 	pr := r.Profile
@@ -163,7 +177,7 @@ func renderNewPage(r *Report) renderPageData {
 				{"min online", renderPercent(u.MinOnlineRatio)},
 				{"groups", renderCount(int64(u.Groups))},
 			}},
-		{Title: "Messages", Big: renderCount(m.Sent), Sub: "sent, " + renderRate(m.SentPerSec) + "/s",
+		{Title: "Messages", Big: renderCount(m.Sent), Sub: "sent, " + renderSendRate(r),
 			Rows: []renderKV{
 				{"acked", renderCount(m.Acked)},
 				{"unacked", renderCount(m.Unacked)},
@@ -184,7 +198,8 @@ func renderNewPage(r *Report) renderPageData {
 	}
 
 	for _, t := range r.Thresholds {
-		row := renderThresholdRow{Name: t.Name, Limit: t.Limit, Actual: t.Actual, Result: "PASS", Pass: t.Pass}
+		row := renderThresholdRow{Name: t.Name, Limit: renderThresholdValue(t.Limit), Actual: renderThresholdValue(t.Actual),
+			Result: "PASS", Pass: t.Pass}
 		if !t.Pass {
 			row.Result = "FAIL"
 		}
@@ -390,7 +405,7 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 {{end}}</g>
 <text class="axis-title" x="{{.Right}}" y="{{.H}}" dy="-6" text-anchor="end">{{.XLabel}} →</text>
 <text class="axis-title" x="{{.YLabelX}}" y="{{.YLabelY}}" text-anchor="middle" transform="rotate(-90 {{.YLabelX}} {{.YLabelY}})">{{.YLabel}}</text>
-{{range .Phases}}<g class="phase"><line x1="{{.X}}" x2="{{.X}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}" stroke="#8c959f" stroke-width="1.2" stroke-dasharray="6 4"/><text x="{{.LabelX}}" y="{{.LabelY}}">{{.Label}}</text></g>
+{{range .Phases}}<g class="phase"><title>{{.Title}}</title><line x1="{{.X}}" x2="{{.X}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}" stroke="#8c959f" stroke-width="1.2" stroke-dasharray="6 4"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="{{.Anchor}}">{{.Label}}</text></g>
 {{end}}{{range .Refs}}<g class="ref"><line x1="{{$c.Left}}" x2="{{$c.Right}}" y1="{{.Y}}" y2="{{.Y}}" stroke="{{.Color}}" stroke-width="1.2" stroke-dasharray="3 3"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="end" fill="{{.Color}}">{{.Label}}</text></g>
 {{end}}<g class="series" fill="none" stroke-width="2" stroke-linejoin="round" stroke-linecap="round">
 {{range .Lines}}<polyline points="{{.Points}}" stroke="{{.Color}}"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}><title>{{.Name}}</title></polyline>
@@ -403,7 +418,7 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 </svg>
 </figure>
 {{end}}</div>
-<p class="chart-note">{{if .Samples}}{{.Samples}} sample{{if ne .Samples 1}}s{{end}}. Dashed grey lines mark the start of each phase. Latency is per sample interval; gaps mean nothing arrived.{{if .Shaded}} Shaded spans: imcanary itself was saturated.{{end}}{{else}}This run recorded no samples.{{end}}</p>
+<p class="chart-note">{{if .Samples}}{{.SamplesText}} sample{{if ne .Samples 1}}s{{end}}. Dashed grey lines mark the start of each phase{{with .Abbreviated}} (too short to name in full: {{range $i, $a := .}}{{if $i}}, {{end}}{{$a}}{{end}}){{end}}. Latency is per sample interval; gaps mean nothing arrived.{{if .Shaded}} Shaded spans: imcanary itself was saturated.{{end}}{{else}}This run recorded no samples.{{end}}</p>
 </section>
 
 <section aria-labelledby="h-deliveries">

@@ -47,12 +47,17 @@ type renderChart struct {
 	// Empty is the message shown instead of data when there is none.
 	Empty          string
 	EmptyX, EmptyY string
+	// Abbreviated lists the phase labels shortened for want of room,
+	// "d drain".
+	Abbreviated []string
 }
 
 type renderTick struct{ Pos, Label string }
 
-// renderMark is a phase boundary: a vertical dashed line and its label.
-type renderMark struct{ X, LabelX, LabelY, Label string }
+// renderMark is a phase boundary: a vertical dashed line, its label and
+// the label's text-anchor ("start" right of the line, "end" left of it),
+// and a tooltip with the phase's full name and span.
+type renderMark struct{ X, LabelX, LabelY, Label, Anchor, Title string }
 
 // renderRef is a horizontal reference line (a limit, the configured user
 // count) with its label at the right end.
@@ -114,6 +119,8 @@ type renderTimeline struct {
 	Min, Max   float64
 	PhaseNames []string
 	PhaseX     []float64
+	// PhaseTitles describe each phase for its tooltip: name and span.
+	PhaseTitles []string
 	// Bands are the saturated periods on the same axis.
 	Bands []renderBandSpec
 }
@@ -136,13 +143,22 @@ func renderNewTimeline(r *Report) renderTimeline {
 		tl.Min = min(tl.Min, tl.X[i])
 		tl.Max = max(tl.Max, tl.X[i])
 	}
-	for _, p := range r.Phases {
+	for i, p := range r.Phases {
 		if p.Start.IsZero() {
 			continue
 		}
 		x := since(p.Start)
 		tl.PhaseNames = append(tl.PhaseNames, p.Name)
 		tl.PhaseX = append(tl.PhaseX, x)
+		title := p.Name + " from " + renderTickSpan(math.Round(x))
+		end := r.End
+		if i+1 < len(r.Phases) {
+			end = r.Phases[i+1].Start
+		}
+		if !end.IsZero() && !end.Before(p.Start) {
+			title += ", for " + renderSpan(end.Sub(p.Start))
+		}
+		tl.PhaseTitles = append(tl.PhaseTitles, title)
 		tl.Min = min(tl.Min, x)
 		tl.Max = max(tl.Max, x)
 	}
@@ -204,14 +220,6 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 			c.Bands = append(c.Bands, renderBand{X: renderCoord(x1), W: renderCoord(x2 - x1), Title: b.Title})
 		}
 	}
-	for i, x := range tl.PhaseX {
-		px := xScale(x)
-		c.Phases = append(c.Phases, renderMark{
-			X: renderCoord(px), LabelX: renderCoord(px + 4), LabelY: renderCoord(top + 12),
-			Label: tl.PhaseNames[i],
-		})
-	}
-
 	if spec.AutoLog && !spec.Log && renderSpread(spec.Series, len(tl.X)) >= renderAutoLogSpread {
 		spec.Log = true
 		c.YLabel += " (log)"
@@ -282,6 +290,7 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 	for _, v := range yTicks {
 		c.YTicks = append(c.YTicks, renderTick{Pos: renderCoord(yScale(v)), Label: format(v)})
 	}
+	var refBoxes []renderBox
 	for _, ref := range spec.Refs {
 		if math.IsNaN(ref.Value) || math.IsInf(ref.Value, 0) || (spec.Log && ref.Value <= 0) {
 			continue
@@ -291,6 +300,29 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 			Y: renderCoord(y), LabelX: renderCoord(right - 4), LabelY: renderCoord(y - 4),
 			Label: ref.Label, Color: ref.Color,
 		})
+		// The reference's label, right-aligned above its line, is
+		// space the phase labels keep clear of.
+		refBoxes = append(refBoxes, renderBox{X0: right - 4 - renderPhaseWidth(ref.Label), X1: right - 4,
+			Y0: y - 4 - renderPhaseAscent, Y1: y - 4 + renderPhaseDescent})
+	}
+
+	// Phase marks and their labels, laid out around the references'.
+	marks := make([]float64, len(tl.PhaseX))
+	for i, x := range tl.PhaseX {
+		marks[i] = xScale(x)
+	}
+	for i, l := range renderPhaseLabels(tl.PhaseNames, marks, left, right, top, refBoxes) {
+		anchor := "start"
+		if l.Left {
+			anchor = "end"
+		}
+		c.Phases = append(c.Phases, renderMark{
+			X: renderCoord(marks[i]), LabelX: renderCoord(l.X), LabelY: renderCoord(renderPhaseBaseline(top, l.Row)),
+			Label: l.Text, Anchor: anchor, Title: tl.PhaseTitles[i],
+		})
+		if l.Short {
+			c.Abbreviated = append(c.Abbreviated, renderPhaseAbbrev(tl.PhaseNames[i])+" "+tl.PhaseNames[i])
+		}
 	}
 
 	if !hasData {
@@ -348,6 +380,140 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 		x += 23 + float64(len([]rune(name)))*renderCharWidth + 16
 	}
 	return c
+}
+
+// Phase labels: 11px semibold text, of which renderPhaseCharW is a
+// generous advance per character, since a label estimated too narrow
+// would overlap or be clipped: DejaVu Sans, the widest of the page's
+// fonts, measures 6.5 ("drain") to 8.1 ("ramp") in Chromium. Rows are
+// stacked renderPhaseRowH apart below the top edge of the plot.
+const (
+	renderPhaseCharW = 8.2
+	renderPhasePad   = 4 // between a mark and its label
+	renderPhaseGap   = 6 // between two labels on a row
+	renderPhaseRowH  = 13
+	// Three phases need three rows at most; a reference line's label at
+	// the right may take two more.
+	renderPhaseRows = 6
+	// The text's extent above and below its baseline, and the first
+	// row's baseline below the plot's top edge.
+	renderPhaseAscent   = 10
+	renderPhaseDescent  = 3
+	renderPhaseFirstRow = 12
+	// renderPhaseArrow ends a label drawn left of its mark, pointing at
+	// the line where the phase begins.
+	renderPhaseArrow = " →"
+)
+
+// renderPhaseBaseline is the y of row's baseline in a plot whose top edge
+// is at top.
+func renderPhaseBaseline(top float64, row int) float64 {
+	return top + renderPhaseFirstRow + float64(row)*renderPhaseRowH
+}
+
+// renderBox is a rectangle of the chart that phase labels keep clear of
+// (a reference line's label): x from X0 to X1, y from Y0 to Y1, in chart
+// units.
+type renderBox struct{ X0, X1, Y0, Y1 float64 }
+
+// renderPhaseLabel is where one phase label goes: its text, the x of its
+// anchor, its row (0 the top), whether it sits left of its mark (anchored
+// at its end, with an arrow) and whether it was shortened.
+type renderPhaseLabel struct {
+	Text        string
+	X           float64
+	Row         int
+	Left, Short bool
+}
+
+// renderPhaseWidth estimates the width of a phase label.
+func renderPhaseWidth(text string) float64 {
+	return float64(len([]rune(text))) * renderPhaseCharW
+}
+
+// renderPhaseAbbrev is the defined short form of a phase name, used when
+// the full name has no room: its first letter (r, s, d). The mark's
+// tooltip and the note under the charts give the full name.
+func renderPhaseAbbrev(name string) string {
+	for _, r := range name {
+		return string(r)
+	}
+	return name
+}
+
+// renderPhaseLabels lays out the labels of phase marks at xs, in a plot
+// from left to right whose top edge is at top (chart units), so that each
+// one is readable whatever the phases' lengths: never past the plot's
+// edges, never over another label or any box in avoid. A label goes, in
+// order of preference, right of its mark and before the next one; left of
+// its mark with an arrow pointing at it (a short last phase at the right
+// edge); the same on a lower row, where it may cross other marks; and
+// only then abbreviated, in the same order. A label that fits nowhere
+// (more phases crowded together than there are rows) is abbreviated on
+// the top row, inside the plot.
+func renderPhaseLabels(names []string, xs []float64, left, right, top float64, avoid []renderBox) []renderPhaseLabel {
+	type span struct{ lo, hi float64 }
+	taken := make([][]span, renderPhaseRows)
+	for row := range taken {
+		base := renderPhaseBaseline(top, row)
+		for _, b := range avoid {
+			if b.Y0 < base+renderPhaseDescent && base-renderPhaseAscent < b.Y1 {
+				taken[row] = append(taken[row], span{b.X0, b.X1})
+			}
+		}
+	}
+	free := func(row int, lo, hi float64) bool {
+		if lo < left || hi > right {
+			return false
+		}
+		for _, s := range taken[row] {
+			if lo < s.hi+renderPhaseGap && s.lo < hi+renderPhaseGap {
+				return false
+			}
+		}
+		return true
+	}
+	out := make([]renderPhaseLabel, len(names))
+	for i, name := range names {
+		x := xs[i]
+		// The next mark is the nearest one to the right, a label's
+		// padding before it; marks at the same x (a phase of no length)
+		// do not bound each other.
+		next := right
+		for j, xj := range xs {
+			if j != i && xj > x && xj-renderPhasePad < next {
+				next = xj - renderPhasePad
+			}
+		}
+		place := func(text string, short bool) bool {
+			for row := range renderPhaseRows {
+				limit := right
+				if row == 0 {
+					limit = next
+				}
+				if lo, hi := x+renderPhasePad, x+renderPhasePad+renderPhaseWidth(text); hi <= limit && free(row, lo, hi) {
+					taken[row] = append(taken[row], span{lo, hi})
+					out[i] = renderPhaseLabel{Text: text, X: lo, Row: row, Short: short}
+					return true
+				}
+				lt := text + renderPhaseArrow
+				if lo, hi := x-renderPhasePad-renderPhaseWidth(lt), x-renderPhasePad; free(row, lo, hi) {
+					taken[row] = append(taken[row], span{lo, hi})
+					out[i] = renderPhaseLabel{Text: lt, X: hi, Row: row, Left: true, Short: short}
+					return true
+				}
+			}
+			return false
+		}
+		if place(name, false) || place(renderPhaseAbbrev(name), true) {
+			continue
+		}
+		ab := renderPhaseAbbrev(name)
+		lo := renderClamp(x+renderPhasePad, left, max(left, right-renderPhaseWidth(ab)))
+		taken[0] = append(taken[0], span{lo, lo + renderPhaseWidth(ab)})
+		out[i] = renderPhaseLabel{Text: ab, X: lo, Short: true}
+	}
+	return out
 }
 
 // renderAutoLogSpread is the ratio of the largest series' peak to the

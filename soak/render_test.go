@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +73,7 @@ func renderTestReport() *Report {
 		},
 		Users: Users{Configured: 500, LoggedIn: 497, FailedLogins: 6, Groups: 50, MinOnlineRatio: 0.9417},
 		Messages: Messages{
-			Sent: 75210, SentPerSec: 250.7, Acked: 75012, Unacked: 198, Offline: 143, WriteErrors: 3,
+			Sent: 75210, SentPerSec: 250.7, SendSeconds: 300, Acked: 75012, Unacked: 198, Offline: 143, WriteErrors: 3,
 			Rejected: map[string]int64{"too_large": 2, "rate_limited": 41},
 		},
 		Disconnects: map[string]int64{"server_close": 3, "slow_consumer": 2, "error": 0},
@@ -816,5 +818,391 @@ func TestRenderNilReport(t *testing.T) {
 		if err := f(io.Discard, nil); err == nil {
 			t.Errorf("Write %s(nil) = nil, want an error", name)
 		}
+	}
+}
+
+// renderCheckPhaseLabels fails t unless labels, laid out for marks at xs in
+// a plot from left to right whose top edge is at top, are readable: each
+// one inside the plot, anchored at its own mark (starting just right of
+// it, or ending just left of it with an arrow pointing at it), clear of
+// every other label on its row and of every box in avoid, and, on the top
+// row, ending before the next mark. It returns how many were abbreviated.
+func renderCheckPhaseLabels(t *testing.T, names []string, xs []float64, left, right, top float64, avoid []renderBox, labels []renderPhaseLabel) (short int) {
+	t.Helper()
+	if len(labels) != len(names) {
+		t.Fatalf("%d labels for %d phases", len(labels), len(names))
+	}
+	type span struct{ lo, hi float64 }
+	spans := make([]span, len(labels))
+	for i, l := range labels {
+		w := renderPhaseWidth(l.Text)
+		lo, hi := l.X, l.X+w
+		text, want := l.Text, names[i]
+		if l.Left {
+			lo, hi = l.X-w, l.X
+			if !strings.HasSuffix(text, renderPhaseArrow) {
+				t.Errorf("label %q left of its mark has no arrow pointing at it", text)
+			}
+			text = strings.TrimSuffix(text, renderPhaseArrow)
+			if math.Abs(l.X-(xs[i]-renderPhasePad)) > 1e-9 {
+				t.Errorf("label %q ends at %v, want just left of its mark at %v", l.Text, l.X, xs[i])
+			}
+		} else if math.Abs(l.X-(xs[i]+renderPhasePad)) > 1e-9 && !l.Short {
+			t.Errorf("label %q starts at %v, want just right of its mark at %v", l.Text, l.X, xs[i])
+		}
+		if l.Short {
+			short++
+			want = renderPhaseAbbrev(names[i])
+		}
+		if text != want {
+			t.Errorf("label of phase %q = %q, want %q", names[i], l.Text, want)
+		}
+		if lo < left-1e-9 || hi > right+1e-9 {
+			t.Errorf("label %q spans %.1f–%.1f, outside the plot %.1f–%.1f: it would be clipped", l.Text, lo, hi, left, right)
+		}
+		if l.Row == 0 && !l.Left {
+			for j, xj := range xs {
+				if j != i && xj > xs[i] && hi > xj {
+					t.Errorf("label %q on the top row runs to %.1f, past the next mark at %.1f", l.Text, hi, xj)
+				}
+			}
+		}
+		base := renderPhaseBaseline(top, l.Row)
+		for _, b := range avoid {
+			if lo < b.X1 && b.X0 < hi && base-renderPhaseAscent < b.Y1 && b.Y0 < base+renderPhaseDescent {
+				t.Errorf("label %q on row %d overlaps %+v", l.Text, l.Row, b)
+			}
+		}
+		spans[i] = span{lo, hi}
+		for j := range i {
+			if labels[j].Row == l.Row && lo < spans[j].hi && spans[j].lo < hi {
+				t.Errorf("labels %q and %q overlap on row %d", labels[j].Text, l.Text, l.Row)
+			}
+		}
+	}
+	return short
+}
+
+func TestRenderPhaseLabels(t *testing.T) {
+	const left, right, top = 64, 544, 36
+	phases := []string{"ramp", "send", "drain"}
+	// x of a time in a run of total seconds.
+	at := func(sec, total float64) float64 { return left + sec/total*(right-left) }
+	// A reference line's label at the top right, where a short drain's
+	// label would go.
+	ref := []renderBox{{X0: right - 4 - 15*renderPhaseCharW, X1: right - 4, Y0: top + 1, Y1: top + 14}}
+	for _, tc := range []struct {
+		name  string
+		xs    []float64
+		avoid []renderBox
+		// wantLeft names the labels that must sit left of their mark.
+		wantLeft []string
+	}{
+		{"even", []float64{at(0, 450), at(60, 450), at(360, 450)}, nil, nil},
+		{"drain 1s of 10m", []float64{at(0, 600), at(60, 600), at(599, 600)}, nil, []string{"drain"}},
+		{"drain 0s at the end", []float64{at(0, 600), at(60, 600), at(600, 600)}, nil, []string{"drain"}},
+		{"ramp 0.2s", []float64{at(0, 600), at(0.2, 600), at(540, 600)}, nil, nil},
+		{"send 1s in the middle", []float64{at(0, 600), at(300, 600), at(301, 600)}, nil, []string{"send"}},
+		{"send and drain 1s at the end", []float64{at(0, 600), at(598, 600), at(599, 600)}, nil, []string{"send", "drain"}},
+		{"every phase at once", []float64{at(0, 600), at(0, 600), at(0, 600)}, nil, nil},
+		{"drain 1s under a reference label", []float64{at(0, 600), at(60, 600), at(599, 600)}, ref, []string{"drain"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			labels := renderPhaseLabels(phases, tc.xs, left, right, top, tc.avoid)
+			if n := renderCheckPhaseLabels(t, phases, tc.xs, left, right, top, tc.avoid, labels); n > 0 {
+				t.Errorf("%d labels abbreviated with room to stack them in full: %+v", n, labels)
+			}
+			for i, l := range labels {
+				if want := slices.Contains(tc.wantLeft, phases[i]); l.Left != want {
+					t.Errorf("label %q left of its mark = %v, want %v", l.Text, l.Left, want)
+				}
+			}
+		})
+	}
+	t.Run("crowded", func(t *testing.T) {
+		// More phases in one spot than rows: some are abbreviated, and
+		// none leaves the plot.
+		names := []string{"ramp", "send", "drain", "ramp", "send", "drain", "ramp", "send"}
+		xs := make([]float64, len(names))
+		for i := range xs {
+			xs[i] = right - float64(i)
+		}
+		labels := renderPhaseLabels(names, xs, left, right, top, nil)
+		for i, l := range labels {
+			w := renderPhaseWidth(l.Text)
+			lo, hi := l.X, l.X+w
+			if l.Left {
+				lo, hi = l.X-w, l.X
+			}
+			if lo < left || hi > right {
+				t.Errorf("label %d %q spans %.1f–%.1f, outside the plot", i, l.Text, lo, hi)
+			}
+		}
+	})
+}
+
+// renderShortDrainReport is a 10-minute run whose drain took its last
+// second: the drain's mark sits at the plot's right edge.
+func renderShortDrainReport() *Report {
+	r := renderTestReport()
+	at := func(d time.Duration) time.Time { return renderTestStart.Add(d) }
+	r.Result = "pass"
+	r.Profile.Ramp, r.Profile.Duration, r.Profile.Drain = time.Minute, 539*time.Second, 5*time.Second
+	r.Phases = []Phase{{Name: "ramp", Start: at(0)}, {Name: "send", Start: at(time.Minute)}, {Name: "drain", Start: at(599 * time.Second)}}
+	r.End = at(10 * time.Minute)
+	r.Samples = r.Samples[:0]
+	for i := 1; i <= 100; i++ {
+		el := time.Duration(i) * 6 * time.Second
+		ph := "send"
+		switch {
+		case el <= time.Minute:
+			ph = "ramp"
+		case el > 599*time.Second:
+			ph = "drain"
+		}
+		r.Samples = append(r.Samples, Sample{T: at(el), Phase: ph, Online: 497, SentPerSec: 250, DelivPerSec: 1225,
+			P50: 12 * time.Millisecond, P99: 160 * time.Millisecond, Max: 420 * time.Millisecond})
+	}
+	return r
+}
+
+// TestWriteHTMLShortDrain: the label of a drain of 1 s at the end of a
+// 10-minute run is the whole word, inside the plot, pointing at its mark,
+// with the phase's name and span in a tooltip.
+func TestWriteHTMLShortDrain(t *testing.T) {
+	r := renderShortDrainReport()
+	for _, c := range renderCharts(r) {
+		left, _ := strconv.ParseFloat(c.Left, 64)
+		right, _ := strconv.ParseFloat(c.Right, 64)
+		top, _ := strconv.ParseFloat(c.Top, 64)
+		// The reference lines' labels, which phase labels must clear.
+		var avoid []renderBox
+		for _, ref := range c.Refs {
+			x, _ := strconv.ParseFloat(ref.LabelX, 64)
+			y, _ := strconv.ParseFloat(ref.LabelY, 64)
+			avoid = append(avoid, renderBox{X0: x - renderPhaseWidth(ref.Label), X1: x, Y0: y - renderPhaseAscent, Y1: y + renderPhaseDescent})
+		}
+		var names []string
+		var xs []float64
+		var labels []renderPhaseLabel
+		for i, m := range c.Phases {
+			x, _ := strconv.ParseFloat(m.X, 64)
+			lx, _ := strconv.ParseFloat(m.LabelX, 64)
+			ly, _ := strconv.ParseFloat(m.LabelY, 64)
+			names, xs = append(names, r.Phases[i].Name), append(xs, x)
+			labels = append(labels, renderPhaseLabel{Text: m.Label, X: lx, Left: m.Anchor == "end",
+				Row: int(math.Round((ly - renderPhaseBaseline(top, 0)) / renderPhaseRowH)), Short: !strings.HasPrefix(m.Label, r.Phases[i].Name)})
+		}
+		if n := renderCheckPhaseLabels(t, names, xs, left, right, top, avoid, labels); n > 0 {
+			t.Errorf("chart %s: %d phase labels abbreviated", c.ID, n)
+		}
+	}
+	var b bytes.Buffer
+	if err := WriteHTML(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	renderHTMLCheck(t, page, true)
+	for _, want := range []string{
+		`text-anchor="end">drain →</text>`, `text-anchor="start">send</text>`, `text-anchor="start">ramp</text>`,
+		"<title>drain from 9m59s, for 1s</title>", "<title>send from 1m, for 8m59s</title>",
+	} {
+		if n := strings.Count(page, want); n != 4 {
+			t.Errorf("WriteHTML(short drain) has %d of %q, want one per chart (4)", n, want)
+		}
+	}
+	if strings.Contains(page, "too short to name in full") {
+		t.Errorf("WriteHTML(short drain) says a label was shortened; every one fits in full")
+	}
+}
+
+// renderUngrouped finds whole numbers of four digits or more written
+// without separators: every count of 1,000 and up is grouped, so a table
+// never shows 12,345 beside 12345.
+var renderUngrouped = regexp.MustCompile(`(^|[^\d,.])\d{4,}([^\d,]|$)`)
+
+// TestReportsGroupCounts: the text and HTML reports of a run whose every
+// count is in the thousands print each with separators, thresholds and
+// rates included, while the JSON keeps them plain numbers.
+func TestReportsGroupCounts(t *testing.T) {
+	r := renderTestReport()
+	r.Users = Users{Configured: 12000, LoggedIn: 11998, FailedLogins: 1234, Groups: 1200, MinOnlineRatio: 0.99}
+	r.Profile.Users = 12000
+	r.Messages = Messages{Sent: 7521000, SentPerSec: 25070, SendSeconds: 300, Acked: 7501200, Unacked: 19800,
+		Offline: 14300, WriteErrors: 3000, Rejected: map[string]int64{"rate_limited": 4100}}
+	r.Disconnects = map[string]int64{"server_close": 3000, "slow_consumer": 2000}
+	for i := range r.Thresholds {
+		th := &r.Thresholds[i]
+		switch th.Name {
+		case "max_disconnects":
+			th.Limit, th.Actual, th.LimitValue, th.ActualValue = "10000", "5000", 10000, 5000
+		case "all_users_logged_in":
+			th.Limit, th.Actual, th.LimitValue, th.ActualValue = "12000", "11998", 12000, 11998
+		}
+	}
+	for i := range r.Errors {
+		r.Errors[i].Count *= 1000
+	}
+	for i := range r.Samples {
+		r.Samples[i].Lost *= 1000
+		r.Samples[i].Disconnects *= 1000
+	}
+	// Not counts: the run's id and start time, and the error messages,
+	// which quote close codes and ports as the server and kernel wrote
+	// them.
+	ids := []string{r.ID, "", "2026-03-14", "", "20260314", ""}
+	for _, e := range r.Errors {
+		ids = append(ids, e.Error, "")
+	}
+	strip := strings.NewReplacer(ids...)
+
+	var b bytes.Buffer
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(strip.Replace(b.String()), "\n") {
+		if m := renderUngrouped.FindString(line); m != "" {
+			t.Errorf("text line %d has an ungrouped number %q: %q", i+1, m, line)
+		}
+	}
+	for _, want := range []string{"7,521,000 sent (25,070.0/s over 5m)", "max_disconnects      10,000    5,000", "all_users_logged_in  12,000   11,998"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteText lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	b.Reset()
+	if err := WriteHTML(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	// The page's visible text, between tags; attributes (coordinates)
+	// and the style sheet are not read as numbers.
+	page := strip.Replace(b.String())
+	page = page[strings.Index(page, "</style>"):]
+	for _, text := range regexp.MustCompile(`>([^<]*)<`).FindAllStringSubmatch(page, -1) {
+		if m := renderUngrouped.FindString(text[1]); m != "" {
+			t.Errorf("HTML text has an ungrouped number %q: %q", m, text[1])
+		}
+	}
+	for _, want := range []string{"<td>10,000</td><td>5,000</td>", "sent, 25,070.0/s over 5m", "60 samples"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteHTML lacks %q", want)
+		}
+	}
+
+	b.Reset()
+	if err := WriteJSON(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"sent": 7521000,`, `"limit": "10000",`, `"limit_value": 10000,`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteJSON lacks %q: machine formats keep plain numbers", want)
+		}
+	}
+}
+
+func TestRenderRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want string
+	}{
+		{0, "0.0"}, {0.5, "0.5"}, {250.74, "250.7"}, {999.96, "1,000.0"}, {1225.04, "1,225.0"},
+		{-1234.5, "-1,234.5"}, {-0.04, "-0.0"}, {math.NaN(), "-"}, {math.Inf(-1), "-"},
+	} {
+		if got := renderRate(tc.in); got != tc.want {
+			t.Errorf("renderRate(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestRenderThresholdValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"375253": "375,253", "10": "10", "-1500": "-1,500", "0.1%": "0.1%", "500ms": "500ms", "≥ 1": "≥ 1", "": "",
+	} {
+		if got := renderThresholdValue(in); got != want {
+			t.Errorf("renderThresholdValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRenderSendRate: the rate shown is over the time the run sent, as
+// the runner measured it, and for a report from before send_seconds it is
+// worked out again from the phases rather than taken over the profile's
+// duration.
+func TestRenderSendRate(t *testing.T) {
+	at := func(d time.Duration) time.Time { return renderTestStart.Add(d) }
+	aborted := &Report{
+		Result: "aborted", Start: at(0), End: at(9 * time.Second),
+		Profile: Profile{Duration: 10 * time.Minute},
+		Phases:  []Phase{{Name: "ramp", Start: at(0)}, {Name: "send", Start: at(2 * time.Second)}},
+		// As the runner fills it: 1,400 over the 7 s it sent.
+		Messages: Messages{Sent: 1400, SentPerSec: 200, SendSeconds: 7},
+	}
+	// The same run written before send_seconds existed: its rate was over
+	// the planned 10 minutes, and its send phase ran from its start to
+	// the end of the run.
+	legacy := *aborted
+	legacy.Messages = Messages{Sent: 1400, SentPerSec: 1400 / 600.0}
+	drained := &Report{
+		Phases:   []Phase{{Name: "send", Start: at(0)}, {Name: "drain", Start: at(4 * time.Second)}},
+		End:      at(10 * time.Second),
+		Messages: Messages{Sent: 1000, SentPerSec: 1000 / 60.0},
+	}
+	for _, tc := range []struct {
+		name string
+		r    *Report
+		want string
+	}{
+		{"measured", aborted, "200.0/s over 7s"},
+		{"legacy, aborted while sending", &legacy, "200.0/s over 7s"},
+		{"legacy, up to the drain", drained, "250.0/s over 4s"},
+		{"never sent", &Report{Result: "aborted", Phases: []Phase{{Name: "ramp", Start: at(0)}}}, "0.0/s"},
+		{"empty", &Report{}, "0.0/s"},
+	} {
+		if got := renderSendRate(tc.r); got != tc.want {
+			t.Errorf("%s: renderSendRate() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestProgressString: the progress line says when loss is judged, shows
+// loss as pending until the first messages are old enough to be judged,
+// and stays one line with its counts grouped.
+func TestProgressString(t *testing.T) {
+	p := Progress{Phase: PhaseSend, Elapsed: 72 * time.Second, Remaining: 378 * time.Second, Online: 12000, Users: 12000,
+		SentPerSec: 2500.4, DelivPerSec: 12250.6, LostAfter: 30 * time.Second}
+	for _, tc := range []struct {
+		name     string
+		judged   bool
+		lost     int64
+		wantLost string
+	}{
+		{"before lost_after", false, 0, "lost pending (judged 30s after send)"},
+		{"after lost_after", true, 0, "lost 0 (judged 30s after send)"},
+		{"losses", true, 1234, "lost 1,234 (judged 30s after send)"},
+		// Whatever the runner says, a loss counted is shown.
+		{"a loss before judging", false, 2, "lost 2 (judged 30s after send)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := p
+			p.LossJudged, p.Lost = tc.judged, tc.lost
+			got := p.String()
+			if !strings.Contains(got, "  "+tc.wantLost+"  ") {
+				t.Errorf("Progress.String() = %q, want it to contain %q", got, tc.wantLost)
+			}
+			if strings.ContainsAny(got, "\n\r") {
+				t.Errorf("Progress.String() = %q, want one line", got)
+			}
+			for _, want := range []string{"1m12s elapsed", "6m18s left", "online 12,000/12,000", "sent 2,500/s", "delivered 12,251/s"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("Progress.String() = %q, want it to contain %q", got, want)
+				}
+			}
+		})
+	}
+	// Without a lost_after (a Progress from elsewhere), no claim about
+	// when loss is judged.
+	if got := (Progress{Phase: PhaseRamp, Elapsed: 400 * time.Millisecond}).String(); !strings.Contains(got, "lost pending  ") || strings.Contains(got, "judged") {
+		t.Errorf("Progress{ramp}.String() = %q, want lost pending and no lost_after", got)
 	}
 }

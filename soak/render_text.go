@@ -59,8 +59,8 @@ func WriteText(w io.Writer, r *Report) error {
 		{"users", fmt.Sprintf("%s configured, %s logged in, %s failed logins, min online %s, %s groups",
 			renderCount(int64(u.Configured)), renderCount(int64(u.LoggedIn)), renderCount(u.FailedLogins),
 			renderPercent(u.MinOnlineRatio), renderCount(int64(u.Groups)))},
-		{"messages", fmt.Sprintf("%s sent (%s/s), %s acked, %s unacked, %s offline, %s write errors",
-			renderCount(m.Sent), renderRate(m.SentPerSec), renderCount(m.Acked), renderCount(m.Unacked),
+		{"messages", fmt.Sprintf("%s sent (%s), %s acked, %s unacked, %s offline, %s write errors",
+			renderCount(m.Sent), renderSendRate(r), renderCount(m.Acked), renderCount(m.Unacked),
 			renderCount(m.Offline), renderCount(m.WriteErrors))},
 		{"rejected", renderCountsTotal(m.Rejected)},
 		{"disconnects", renderCountsTotal(r.Disconnects) + renderIf(r.Drill != nil, ", slow readers apart")},
@@ -105,7 +105,7 @@ func WriteText(w io.Writer, r *Report) error {
 			if !t.Pass {
 				res = "FAIL"
 			}
-			rows = append(rows, []string{t.Name, t.Limit, t.Actual, res})
+			rows = append(rows, []string{t.Name, renderThresholdValue(t.Limit), renderThresholdValue(t.Actual), res})
 		}
 		tw.table(renderNumbers, rows)
 	}
@@ -130,7 +130,7 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		tw.table(renderLeft, rows)
 		if n := len(s.Periods) - renderTextPeriods; n > 0 {
-			tw.printf("  (%d more in the full report)\n", n)
+			tw.printf("  (%s more in the full report)\n", renderCount(int64(n)))
 		}
 	}
 
@@ -145,7 +145,7 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		tw.table(renderCounted, rows)
 		if n := len(r.Errors) - renderTextErrors; n > 0 {
-			tw.printf("  (%d more in the full report)\n", n)
+			tw.printf("  (%s more in the full report)\n", renderCount(int64(n)))
 		}
 	}
 

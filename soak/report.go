@@ -111,8 +111,13 @@ type Users struct {
 
 // Messages counts what the cohort sent.
 type Messages struct {
-	Sent        int64   `json:"sent"`
-	SentPerSec  float64 `json:"sent_per_second"` // over the send phase
+	Sent int64 `json:"sent"`
+	// SentPerSec is Sent over SendSeconds, how long the send phase
+	// actually ran: shorter than the profile's duration when the run was
+	// aborted while sending, and 0 when it never began. Reports written
+	// before send_seconds existed divided by the profile's duration.
+	SentPerSec  float64 `json:"sent_per_second"`
+	SendSeconds float64 `json:"send_seconds"`
 	Acked       int64   `json:"acked"`
 	Unacked     int64   `json:"unacked"` // ack timeouts and sessions that ended first
 	Offline     int64   `json:"offline"` // intended sends skipped: sender offline

@@ -87,8 +87,11 @@ func NewRunner(o RunnerOptions) *Runner {
 
 // Progress is a run's state, reported every sample interval.
 type Progress struct {
-	Phase       string
-	Elapsed     time.Duration
+	Phase   string
+	Elapsed time.Duration
+	// Remaining is what the profile has left from where the run is: the
+	// rest of the current phase as configured, from when it actually
+	// began, and the phases after it. The drain may end sooner.
 	Remaining   time.Duration
 	Online      int
 	Users       int
@@ -96,6 +99,13 @@ type Progress struct {
 	DelivPerSec float64
 	Lost        int64
 	Late        int64
+	// LostAfter is the profile's lost_after: a delivery is judged lost
+	// only once it has been missing that long after its intended send
+	// time, so Lost stays 0 until then whatever the server does.
+	// LossJudged says that moment has come for the first messages of the
+	// send phase; before it, a Lost of 0 means nothing yet.
+	LostAfter  time.Duration
+	LossJudged bool
 }
 
 // ErrBusy is returned by TryRun while another run is in progress.
@@ -198,7 +208,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	s := &sampler{
 		r: r, p: p, pop: pop, set: set, obs: obs, before: before, start: start,
 		normal: p.Users - slow, lateNormal: lateNormal, progress: progress, phase: PhaseRamp,
-		minOnline: -1, prev: before, prevT: start,
+		minOnline: -1, prev: before, prevT: start, phaseStart: start,
 	}
 	sampleCtx, stopSampler := context.WithCancel(context.Background())
 	// Exits when stopSampler is called.
@@ -224,14 +234,20 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 			break
 		}
 	}
+	// sendStart and sendEnd bound the send phase as it ran, which an
+	// abort cuts short: the report's rates are over this span, never the
+	// profile's duration.
+	var sendStart, sendEnd time.Time
 	if !aborted {
 		phase(PhaseSend)
+		sendStart = rep.Phases[len(rep.Phases)-1].Start
 		pop.SetSending(true)
 		aborted = !probe.Sleep(ctx, p.Duration)
 		// A sample inside the send phase, however short it was: the
 		// online ratio is judged on send-phase samples.
 		s.sample(time.Now())
 		pop.SetSending(false)
+		sendEnd = time.Now()
 	}
 	if !aborted {
 		phase(PhaseDrain)
@@ -258,7 +274,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	if s.minOnline < 0 {
 		rep.Users.MinOnlineRatio = 0
 	}
-	r.fill(rep, p, snapshot(set).sub(before), obs, s, slow, aborted)
+	r.fill(rep, p, snapshot(set).sub(before), obs, s, slow, aborted, sendEnd.Sub(sendStart))
 
 	result := rep.Result
 	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()
@@ -277,7 +293,9 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 
 // fill computes the report's counts, percentiles and verdict. d counts the
 // run's normal users; the slow readers, slow of them, go to the drill.
-func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s *sampler, slow int, aborted bool) {
+// sending is how long the send phase ran (0 when it never began): the
+// rates are over it.
+func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s *sampler, slow int, aborted bool, sending time.Duration) {
 	rep.Deliveries = map[string]Deliveries{}
 	var all Deliveries
 	for i, k := range metrics.Kinds {
@@ -322,10 +340,9 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 		disconnects += obs.disc[0][reason]
 	}
 	obs.mu.Unlock()
-	for _, ph := range rep.Phases {
-		if ph.Name == PhaseSend && p.Duration > 0 {
-			m.SentPerSec = float64(m.Sent) / p.Duration.Seconds()
-		}
+	if sending > 0 {
+		m.SendSeconds = sending.Seconds()
+		m.SentPerSec = float64(m.Sent) / m.SendSeconds
 	}
 	rep.Messages = m
 	rep.Users.FailedLogins = d.connectFail
@@ -357,7 +374,11 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 	switch {
 	case aborted:
 		rep.Result = metrics.ResultAborted
-		rep.Notes = append(rep.Notes, "The run was stopped before its end: counts cover only the time it ran.")
+		note := "The run was stopped before its end: counts cover only the time it ran"
+		if sending > 0 {
+			note += fmt.Sprintf(", and the send rate is over the %s it sent, not the %s planned", renderSpan(sending), renderSpan(p.Duration))
+		}
+		rep.Notes = append(rep.Notes, note+".")
 	case failed && rep.Saturation.judged():
 		rep.Result = metrics.ResultInconclusive
 	case failed:
@@ -377,8 +398,8 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 	case rep.Drill != nil:
 		rep.Notes = append(rep.Notes, drillNote(rep.Drill, p.Users))
 	case p.SlowReaders.Fraction > 0:
-		rep.Notes = append(rep.Notes, fmt.Sprintf("slow_readers.fraction %v of %d users makes no slow reader: the run was not a drill.",
-			p.SlowReaders.Fraction, p.Users))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("slow_readers.fraction %v of %s users makes no slow reader: the run was not a drill.",
+			p.SlowReaders.Fraction, renderCount(int64(p.Users))))
 	}
 }
 
@@ -515,14 +536,17 @@ type sampler struct {
 	progress           func(Progress)
 
 	// sampling serialises sample: the loop and the run's end both call it.
-	sampling  sync.Mutex
-	mu        sync.Mutex
-	phase     string
-	sendStart time.Time
-	samples   []Sample
-	minOnline float64
-	prev      counts
-	prevT     time.Time
+	sampling sync.Mutex
+	mu       sync.Mutex
+	phase    string
+	// phaseStart is when the current phase began, sendStart when the
+	// send phase did (zero before it).
+	phaseStart time.Time
+	sendStart  time.Time
+	samples    []Sample
+	minOnline  float64
+	prev       counts
+	prevT      time.Time
 	// maxSlowLag is the most messages a slow reader was behind at any
 	// sample.
 	maxSlowLag int64
@@ -538,10 +562,28 @@ const maxSamples = 2000
 func (s *sampler) setPhase(name string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.phase = name
+	s.phase, s.phaseStart = name, now
 	if name == PhaseSend {
 		s.sendStart = now
 	}
+}
+
+// remaining is what the profile has left at now, in phase, which began at
+// phaseStart: the rest of that phase as configured and the phases after
+// it. A ramp that outlasts its configured length (the grace for late
+// logins) counts as ending now.
+func (s *sampler) remaining(phase string, phaseStart, now time.Time) time.Duration {
+	p := s.p
+	in := now.Sub(phaseStart)
+	switch phase {
+	case PhaseRamp:
+		return max(0, p.Ramp-in) + p.Duration + p.Drain
+	case PhaseSend:
+		return max(0, p.Duration-in) + p.Drain
+	case PhaseDrain:
+		return max(0, p.Drain-in)
+	}
+	return max(0, p.Ramp+p.Duration+p.Drain-now.Sub(s.start))
 }
 
 func (s *sampler) every() time.Duration {
@@ -608,7 +650,7 @@ func (s *sampler) sample(now time.Time) {
 	online := s.pop.Online()
 
 	s.mu.Lock()
-	phase := s.phase
+	phase, phaseStart, sendStart := s.phase, s.phaseStart, s.sendStart
 	if phase == PhaseSend {
 		due := s.normal
 		// Late users are not due online until a little after LateAfter.
@@ -641,12 +683,15 @@ func (s *sampler) sample(now time.Time) {
 	s.mu.Unlock()
 
 	if s.progress != nil && dt > 0 {
-		total := s.p.Ramp + s.p.Duration + s.p.Drain
 		s.progress(Progress{
-			Phase: phase, Elapsed: now.Sub(s.start), Remaining: max(0, total-now.Sub(s.start)),
+			Phase: phase, Elapsed: now.Sub(s.start), Remaining: s.remaining(phase, phaseStart, now),
 			Online: online, Users: s.p.Users,
 			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
 			Lost: all.Lost, Late: all.Late,
+			// The first messages sent can be judged lost only
+			// lost_after after the send phase began.
+			LostAfter:  s.p.LostAfter,
+			LossJudged: !sendStart.IsZero() && now.Sub(sendStart) >= s.p.LostAfter,
 		})
 	}
 }

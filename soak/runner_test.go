@@ -2,7 +2,9 @@ package soak
 
 import (
 	"context"
+	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,7 +159,16 @@ func TestSoakCleanPasses(t *testing.T) {
 		t.Errorf("%d samples, %d progress reports; want a time series", len(rep.Samples), progress)
 	}
 	if len(rep.Phases) != 3 {
-		t.Errorf("phases = %+v, want ramp, send, drain", rep.Phases)
+		t.Fatalf("phases = %+v, want ramp, send, drain", rep.Phases)
+	}
+	// A run that sent for its whole duration: the rate is over the send
+	// phase as it ran, from its start to no later than the drain's.
+	msgs, p := rep.Messages, testProfile()
+	if ran := rep.Phases[2].Start.Sub(rep.Phases[1].Start).Seconds(); msgs.SendSeconds < p.Duration.Seconds() || msgs.SendSeconds > ran {
+		t.Errorf("send_seconds = %v, want from the profile's %v to the %v between send and drain", msgs.SendSeconds, p.Duration.Seconds(), ran)
+	}
+	if want := float64(msgs.Sent) / msgs.SendSeconds; math.Abs(msgs.SentPerSec-want) > 1e-9*want {
+		t.Errorf("sent_per_second = %v, want sent / send_seconds = %v", msgs.SentPerSec, want)
 	}
 	if v := metrics.Value(m.SoakRuns.WithLabelValues("t", "test", metrics.ResultPass)); v != 1 {
 		t.Errorf("soak_runs_total{result=pass} = %v, want 1", v)
@@ -208,6 +219,104 @@ func TestSoakAbort(t *testing.T) {
 	}
 	if rep.Result != metrics.ResultAborted {
 		t.Errorf("Result = %s, want aborted", rep.Result)
+	}
+}
+
+// TestSoakAbortRatesOverElapsed stops a run planned to send for a minute a
+// few seconds into its send phase: its rate must be what it sent over the
+// time it sent, as this test measures that time, not over the minute
+// planned. Its progress reports must say loss is pending until lost_after
+// has passed since sending began.
+func TestSoakAbortRatesOverElapsed(t *testing.T) {
+	url, _ := startTarget(t, target.Faults{})
+	r, _ := newTestRunner(t, url)
+	p := testProfile()
+	p.Duration = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	type seen struct {
+		Progress
+		at time.Time
+	}
+	var (
+		mu       sync.Mutex
+		reports  []seen
+		once     sync.Once
+		canceled time.Time
+	)
+	progress := func(pr Progress) {
+		now := time.Now()
+		mu.Lock()
+		reports = append(reports, seen{pr, now})
+		mu.Unlock()
+		if pr.Phase == PhaseSend {
+			// Past lost_after into sending, so some reports are judged.
+			once.Do(func() {
+				time.AfterFunc(p.LostAfter+500*time.Millisecond, func() {
+					mu.Lock()
+					canceled = time.Now()
+					mu.Unlock()
+					cancel()
+				})
+			})
+		}
+	}
+	rep, err := r.Run(ctx, p, progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Result != metrics.ResultAborted || len(rep.Phases) != 2 || rep.Phases[1].Name != PhaseSend {
+		t.Fatalf("result %s, phases %+v; want aborted in the send phase", rep.Result, rep.Phases)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sendStart := rep.Phases[1].Start
+	m := rep.Messages
+	// Sending stopped after the cancel and before the run's end.
+	lo, hi := canceled.Sub(sendStart).Seconds(), rep.End.Sub(sendStart).Seconds()
+	t.Logf("sent %d in %.3fs (%.3fs to the cancel, %.3fs to the end): %.1f/s", m.Sent, m.SendSeconds, lo, hi, m.SentPerSec)
+	if m.Sent == 0 {
+		t.Fatal("nothing sent in the send phase")
+	}
+	if m.SendSeconds < lo || m.SendSeconds > hi {
+		t.Errorf("send_seconds = %v, want between %v (send start to cancel) and %v (to the run's end)", m.SendSeconds, lo, hi)
+	}
+	if want := float64(m.Sent) / m.SendSeconds; math.Abs(m.SentPerSec-want) > 1e-9*want {
+		t.Errorf("sent_per_second = %v, want sent / send_seconds = %v", m.SentPerSec, want)
+	}
+	if atMost, atLeast := float64(m.Sent)/lo, float64(m.Sent)/hi; m.SentPerSec > atMost || m.SentPerSec < atLeast {
+		t.Errorf("sent_per_second = %v, want %d sent over the time sent, between %v and %v", m.SentPerSec, m.Sent, atLeast, atMost)
+	}
+	if !strings.Contains(strings.Join(rep.Notes, " "), "the send rate is over the "+renderSpan(time.Duration(m.SendSeconds*float64(time.Second)))+" it sent, not the 1m planned") {
+		t.Errorf("notes = %q, want one saying the rate is over the time sent", rep.Notes)
+	}
+
+	var judged int
+	for _, s := range reports {
+		if s.LostAfter != p.LostAfter {
+			t.Errorf("progress lost_after = %v, want the profile's %v", s.LostAfter, p.LostAfter)
+		}
+		// Judged only once lost_after has passed since sending began:
+		// the report arrives after the sample that made it.
+		if s.LossJudged {
+			judged++
+			if s.Phase == PhaseRamp || s.at.Sub(sendStart) < p.LostAfter {
+				t.Errorf("progress at %v into sending (%s) says loss is judged; lost_after is %v", s.at.Sub(sendStart), s.Phase, p.LostAfter)
+			}
+		}
+		if s.Phase == PhaseSend {
+			// The rest of a minute's sending and the drain, counted from
+			// when sending began.
+			if s.Remaining > p.Duration+p.Drain || s.Remaining+s.at.Sub(sendStart) < p.Duration+p.Drain {
+				t.Errorf("progress %v into sending: remaining %v, want %v less at most that", s.at.Sub(sendStart), s.Remaining, p.Duration+p.Drain)
+			}
+		}
+	}
+	// The sample at the end of sending came after the cancel, past
+	// lost_after.
+	if judged == 0 {
+		t.Errorf("no progress report judged loss, though sending ran %vs with lost_after %v", m.SendSeconds, p.LostAfter)
 	}
 }
 
