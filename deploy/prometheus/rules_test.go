@@ -108,7 +108,7 @@ func lookPath(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		pkg := map[string]string{"promtool": "prometheus", "prometheus": "prometheus", "amtool": "prometheus-alertmanager"}[name]
+		pkg := map[string]string{"promtool": "prometheus", "prometheus": "prometheus", "amtool": "prometheus-alertmanager", "prometheus-alertmanager": "prometheus-alertmanager"}[name]
 		t.Skipf("%s is not installed (Debian: apt-get install %s; .ci/run installs it)", name, pkg)
 	}
 	return p
