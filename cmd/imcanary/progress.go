@@ -28,10 +28,10 @@ func newProgressPrinter(w io.Writer) *progressPrinter {
 	return p
 }
 
+// print shows pr as soak.Progress formats it: the line says when loss is
+// judged, so that "lost 0" early in a run is not read as no loss.
 func (p *progressPrinter) print(pr soak.Progress) {
-	line := fmt.Sprintf("%-5s %6s elapsed %6s left  online %d/%d  sent %.0f/s  delivered %.0f/s  lost %d  late %d",
-		pr.Phase, pr.Elapsed.Round(time.Second), pr.Remaining.Round(time.Second), pr.Online, pr.Users,
-		pr.SentPerSec, pr.DelivPerSec, pr.Lost, pr.Late)
+	line := pr.String()
 	if p.terminal {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		p.drawn = true
