@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/soak"
 )
 
 // Verdicts of the status page, worst first in the order judge tries them.
@@ -255,28 +255,12 @@ func percent(v float64) string {
 	return pageRatio(&v)
 }
 
-// count prints a whole count, with thousands separators from 10,000.
+// count prints a whole count as the reports do: grouped from 1,000 up.
 func count(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "—"
 	}
-	s := strconv.FormatFloat(math.Round(v), 'f', 0, 64)
-	if len(s) <= 4 {
-		return s
-	}
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
+	return soak.FormatCount(int64(math.Round(v)))
 }
 
 // ago prints a span to the second ("12s", "3m5s", "2h0m"), or to the

@@ -119,7 +119,7 @@ func drillReaction(dr *Drill, ends []drillEnd, hit int) string {
 	if t := dr.TimeToDisconnect; t.Count > 0 {
 		s += " after " + renderLatency(t.P50) + " median"
 	}
-	s += fmt.Sprintf(": %d of %d slow readers, %s disconnect%s", hit, dr.SlowReaders, renderCount(total), plural(total))
+	s += fmt.Sprintf(": %s of %s slow readers, %s disconnect%s", renderCount(int64(hit)), renderCount(int64(dr.SlowReaders)), renderCount(total), plural(total))
 	if len(dr.Disconnects) > 1 {
 		s += " (" + renderCounts(dr.Disconnects) + ")"
 	}

@@ -186,7 +186,7 @@ func WriteCanaryText(w io.Writer, c *Canary) error {
 			res = "FAIL"
 		}
 		row := []string{"  " + ch.Kind, res,
-			fmt.Sprintf("%d/%d delivered", ch.Delivered, ch.Expected),
+			renderCount(int64(ch.Delivered)) + "/" + renderCount(int64(ch.Expected)) + " delivered",
 			"max " + renderLatency(ch.MaxLatency)}
 		if len(ch.Reasons) > 0 {
 			row = append(row, strings.Join(ch.Reasons, ", "))
@@ -293,6 +293,10 @@ func (tw *renderTextWriter) table(style renderTableStyle, rows [][]string) {
 
 // renderCount prints a count with thousands separators, 150,000, which a
 // person reads at a glance where 150000 needs counting.
+// FormatCount prints a count as every report and page of imcanary does:
+// grouped by thousands from 1,000 up.
+func FormatCount(n int64) string { return renderCount(n) }
+
 func renderCount(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := strings.HasPrefix(s, "-")

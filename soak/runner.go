@@ -51,6 +51,9 @@ type RunnerOptions struct {
 	// its own lags in it, and a run that fails while it says saturated is
 	// inconclusive rather than failed.
 	Health SaturationSource
+	// Reach, if set, is the prober's view of whether the target takes
+	// logins, shared with its other populations (see probe.Reach).
+	Reach *probe.Reach
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
@@ -160,6 +163,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		LateFraction: p.LateLogins, LateAfter: p.LateAfter,
 		SlowReaders: probe.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
 		Health:      health,
+		Reach:       o.Reach,
 		SourceAddrs: o.SourceAddrs, MaxConnectRate: o.MaxConnectRate,
 	})
 	if err != nil {
