@@ -1,7 +1,11 @@
 // Package grafana holds imcanary's Grafana dashboard, imcanary.json, and the
 // test that keeps its queries honest: every metric a panel asks for must be
 // one imcanary exports (or a recording rule it ships), and every query must
-// follow the dashboard's target and shard selectors.
+// follow the dashboard's target and shard selectors. It also keeps the
+// dashboard saying what it shows: rates in per-second units, stats coloured
+// as their descriptions say (the SLIs at the rules' objective), links to the
+// runbook and to a process's status page, saturation and soak runs marked
+// on every graph.
 package grafana
 
 import (
@@ -9,15 +13,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/collectors/version"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -43,6 +50,7 @@ type dashboard struct {
 	UID           string  `json:"uid"`
 	Title         string  `json:"title"`
 	SchemaVersion int     `json:"schemaVersion"`
+	Links         []link  `json:"links"`
 	Panels        []panel `json:"panels"`
 	Templating    struct {
 		List []variable `json:"list"`
@@ -60,9 +68,46 @@ type panel struct {
 	GridPos     *gridPos    `json:"gridPos"`
 	Datasource  *datasource `json:"datasource"`
 	Targets     []target    `json:"targets"`
+	FieldConfig fieldConfig `json:"fieldConfig"`
+	Links       []link      `json:"links"`
+	Collapsed   bool        `json:"collapsed"`
 	// Panels are a collapsed row's: Grafana nests them only while the row
 	// is collapsed, and lists them after the row otherwise.
 	Panels []panel `json:"panels"`
+}
+
+// fieldConfig is how a panel shows its values: a unit and thresholds for
+// every field, and overrides for the fields a matcher picks.
+type fieldConfig struct {
+	Defaults struct {
+		Unit       string      `json:"unit"`
+		Thresholds *thresholds `json:"thresholds"`
+	} `json:"defaults"`
+	Overrides []struct {
+		Matcher struct {
+			ID      string          `json:"id"`
+			Options json.RawMessage `json:"options"`
+		} `json:"matcher"`
+		Properties []struct {
+			ID    string          `json:"id"`
+			Value json.RawMessage `json:"value"`
+		} `json:"properties"`
+	} `json:"overrides"`
+}
+
+type thresholds struct {
+	Mode  string `json:"mode"`
+	Steps []struct {
+		Color string   `json:"color"`
+		Value *float64 `json:"value"` // nil is the base, below every other step
+	} `json:"steps"`
+}
+
+// link is a dashboard's or a panel's link.
+type link struct {
+	Title string `json:"title"`
+	Type  string `json:"type"`
+	URL   string `json:"url"`
 }
 
 type gridPos struct {
@@ -75,9 +120,10 @@ type datasource struct {
 }
 
 type target struct {
-	RefID      string      `json:"refId"`
-	Expr       string      `json:"expr"`
-	Datasource *datasource `json:"datasource"`
+	RefID        string      `json:"refId"`
+	Expr         string      `json:"expr"`
+	LegendFormat string      `json:"legendFormat"`
+	Datasource   *datasource `json:"datasource"`
 }
 
 type variable struct {
@@ -94,6 +140,7 @@ type variable struct {
 type annotation struct {
 	Name       string      `json:"name"`
 	BuiltIn    int         `json:"builtIn"`
+	Enable     bool        `json:"enable"`
 	Expr       string      `json:"expr"`
 	Datasource *datasource `json:"datasource"`
 }
@@ -281,13 +328,15 @@ func exported(t *testing.T) map[string]series {
 		t.Fatalf("metrics.Metrics has %d collectors but %d were gathered: create a series of the new one in exported()", n, len(own))
 	}
 	// The same collectors as cmd/imcanary/daemon.go, with the same runtime
-	// metrics rule: the scheduler's latency and GC pauses are panels here.
+	// metrics rule: the scheduler's latency and GC pauses are panels here,
+	// and so is imcanary_build_info, the version collector's.
 	reg.MustRegister(
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`)},
 		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
+		version.NewCollector("imcanary"),
 	)
 	fams, err := reg.Gather()
 	if err != nil {
@@ -731,6 +780,7 @@ var required = []struct {
 	{"SLIs and error budget", "Latency SLI (1h)", "stat", []string{"imcanary:latency_errors:ratio_rate1h"}},
 	{"SLIs and error budget", "Error budget remaining (completeness, 30d)", "stat", []string{"imcanary:completeness_errors:ratio_rate1h", objective}},
 	{"SLIs and error budget", "Error budget remaining (latency, 30d)", "stat", []string{"imcanary:latency_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Target reachable", "stat", []string{"imcanary_target_reachable"}},
 	{"SLIs and error budget", "Prober saturated", "stat", []string{"imcanary_probe_saturated"}},
 	{"SLIs and error budget", "Completeness SLI", "timeseries", []string{"imcanary:completeness_errors:ratio_rate5m", "imcanary:completeness_errors:ratio_rate1h", objective}},
 	{"SLIs and error budget", "Latency SLI", "timeseries", []string{"imcanary:latency_errors:ratio_rate5m", "imcanary:latency_errors:ratio_rate1h", objective}},
@@ -748,12 +798,15 @@ var required = []struct {
 
 	{"Population", "Sessions online vs target by source", "timeseries", []string{"imcanary_sessions_online", "imcanary_sessions_target"}},
 	{"Population", "Connects by result", "timeseries", []string{"imcanary_session_connects_total"}},
+	{"Population", "Connect failures by reason", "timeseries", []string{"imcanary_session_connect_failures_total"}},
+	{"Population", "Connect failure share", "timeseries", []string{"imcanary_session_connect_failures_total", "imcanary_session_connects_total"}},
 	{"Population", "Disconnects by reason", "timeseries", []string{"imcanary_session_disconnects_total"}},
 	{"Population", "Sessions lagging (silent stalls)", "timeseries", []string{"imcanary_sessions_lagging"}},
 	{"Population", "Delivery lag per session (messages behind)", "heatmap", []string{"imcanary_session_delivery_lag_messages_bucket"}},
 
 	{"Canary", "Canary rounds by result (per hour)", "timeseries", []string{"imcanary_canary_rounds_total"}},
 	{"Canary", "Last canary round", "stat", []string{"imcanary_canary_last_round_success"}},
+	{"Canary", "Next canary round due in", "stat", []string{"imcanary_canary_next_round_timestamp_seconds"}},
 	{"Canary", "Canary failures by reason (per hour)", "timeseries", []string{"imcanary_canary_failures_total"}},
 
 	{"Soak", "Soak runs by result", "table", []string{"imcanary_soak_runs_total"}},
@@ -769,6 +822,7 @@ var required = []struct {
 	{"Probe self-health", "Resident memory", "timeseries", []string{"process_resident_memory_bytes"}},
 	{"Probe self-health", "Goroutines", "timeseries", []string{"go_goroutines"}},
 	{"Probe self-health", "Deliveries recorded while saturated", "timeseries", []string{"imcanary_deliveries_saturated_total"}},
+	{"Probe self-health", "imcanary version by shard", "table", []string{"imcanary_build_info"}},
 }
 
 // windows names one SLI's error-ratio rules over every window the rules
@@ -818,20 +872,402 @@ func TestRequired(t *testing.T) {
 	}
 }
 
-// TestAnnotations checks that saturated periods are marked on every graph:
-// the first thing to ask of a bad number is whether imcanary itself was
-// starved.
+// TestAnnotations checks the periods marked on every graph: when imcanary
+// was saturated (the first thing to ask of a bad number is whether imcanary
+// itself was starved), and when a soak run loaded the target on purpose.
 func TestAnnotations(t *testing.T) {
 	d := load(t)
 	k := newKnown(t)
-	for _, a := range d.Annotations.List {
-		if a.BuiltIn != 0 {
-			continue
+	for _, name := range []string{"imcanary_probe_saturated", "imcanary_soak_running"} {
+		found := false
+		for _, a := range d.Annotations.List {
+			if a.BuiltIn != 0 || !a.Enable || !promDS(a.Datasource) {
+				continue
+			}
+			if names, _ := check(k, a.Expr); slices.Contains(names, name) {
+				found = true
+			}
 		}
-		names, _ := check(k, a.Expr)
-		if slices.Contains(names, "imcanary_probe_saturated") && promDS(a.Datasource) {
-			return
+		if !found {
+			t.Errorf("no enabled annotation on %s from the ${datasource} variable", name)
 		}
 	}
-	t.Errorf("no annotation on imcanary_probe_saturated from the ${datasource} variable")
+}
+
+// Per-second units: Grafana's throughput units, and custom ones ("count:",
+// "suffix:", "si:") whose text ends in /s.
+var perSecondUnits = []string{"cps", "ops", "reqps", "rps", "wps", "iops", "Bps", "bps", "binBps", "binbps"}
+
+func perSecondUnit(u string) bool {
+	if slices.Contains(perSecondUnits, u) {
+		return true
+	}
+	kind, text, ok := strings.Cut(u, ":")
+	return ok && (kind == "count" || kind == "suffix" || kind == "si") && strings.HasSuffix(strings.TrimSpace(text), "/s")
+}
+
+// perSecond reports whether a query's value is a rate per second: rate()
+// or irate(), through what keeps the value (sum, min, max, avg, topk,
+// bottomk and quantile; a filter, a comparison or and, or, unless, keeps
+// its vector side; a sum of rates; a join that multiplies by group()'s 1).
+// Divided by anything it is a ratio or another unit; multiplied by a
+// number, per minute or per hour.
+func perSecond(n parser.Node) bool {
+	switch n := n.(type) {
+	case *parser.ParenExpr:
+		return perSecond(n.Expr)
+	case *parser.UnaryExpr:
+		return perSecond(n.Expr)
+	case *parser.Call:
+		return n.Func.Name == "rate" || n.Func.Name == "irate"
+	case *parser.AggregateExpr:
+		switch n.Op {
+		case parser.SUM, parser.MIN, parser.MAX, parser.AVG, parser.TOPK, parser.BOTTOMK, parser.QUANTILE:
+			return perSecond(n.Expr)
+		}
+	case *parser.BinaryExpr:
+		switch {
+		case n.Op.IsComparisonOperator():
+			if _, lit := n.LHS.(*parser.NumberLiteral); lit {
+				return !n.ReturnBool && perSecond(n.RHS)
+			}
+			return !n.ReturnBool && perSecond(n.LHS)
+		case n.Op.IsSetOperator():
+			return perSecond(n.LHS)
+		case n.Op == parser.ADD || n.Op == parser.SUB:
+			return perSecond(n.LHS) && perSecond(n.RHS)
+		case n.Op == parser.MUL:
+			return perSecond(n.LHS) && isGroup(n.RHS) || isGroup(n.LHS) && perSecond(n.RHS)
+		}
+	}
+	return false
+}
+
+// isGroup reports whether n is a group() aggregation, whose value is 1.
+func isGroup(n parser.Node) bool {
+	for {
+		p, ok := n.(*parser.ParenExpr)
+		if !ok {
+			break
+		}
+		n = p.Expr
+	}
+	a, ok := n.(*parser.AggregateExpr)
+	return ok && a.Op == parser.GROUP
+}
+
+func TestPerSecond(t *testing.T) {
+	tests := []struct {
+		expr string
+		want bool
+	}{
+		{`rate(x[5m])`, true},
+		{`irate(x[5m])`, true},
+		{`sum by (kind) (rate(x[5m]))`, true},
+		{`max by (shard) (rate(x[5m])) > 0`, true},
+		{`0 < sum(rate(x[5m]))`, true},
+		{`rate(x[5m]) unless y`, true},
+		{`rate(x[5m]) + rate(y[5m])`, true},
+		{`rate(x[5m]) * on (instance) group_left (target) group by (instance, target) (y)`, true},
+		{`rate(x[5m]) / rate(y[5m])`, false},
+		{`rate(x[5m]) * 60`, false},
+		{`rate(x[5m]) > bool 0`, false},
+		{`count(rate(x[5m]))`, false},
+		{`increase(x[1h])`, false},
+		{`histogram_quantile(0.99, sum by (le) (rate(x_bucket[5m])))`, false},
+		{`x`, false},
+		{`time() - x`, false},
+	}
+	for _, tt := range tests {
+		e, err := parser.ParseExpr(tt.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := perSecond(e); got != tt.want {
+			t.Errorf("perSecond(%q) = %v, want %v", tt.expr, got, tt.want)
+		}
+	}
+	for u, want := range map[string]bool{"reqps": true, "ops": true, "count:msg/s": true, "suffix: msg/s": true, "short": false, "percentunit": false, "count:msg": false, "s": false, "cpm": false} {
+		if got := perSecondUnit(u); got != want {
+			t.Errorf("perSecondUnit(%q) = %v, want %v", u, got, want)
+		}
+	}
+}
+
+// legendRef matches a legend's {{label}} references.
+var legendRef = regexp.MustCompile(`\{\{\s*(\w+)\s*\}\}`)
+
+// unitOf returns the unit Grafana shows a query's series in: the panel's
+// default, unless an override that picks the query (by its refId, or by
+// the series' display name, its legend, by name or regexp) sets one. A
+// legend's {{label}} stands for some value of the label.
+func unitOf(t *testing.T, p panel, tg target) string {
+	t.Helper()
+	unit := p.FieldConfig.Defaults.Unit
+	name := legendRef.ReplaceAllString(tg.LegendFormat, "v")
+	for _, o := range p.FieldConfig.Overrides {
+		var opt string
+		if err := json.Unmarshal(o.Matcher.Options, &opt); err != nil {
+			continue // not a matcher on a name
+		}
+		var picks bool
+		switch o.Matcher.ID {
+		case "byFrameRefID":
+			picks = opt == tg.RefID
+		case "byName":
+			picks = opt == name
+		case "byRegexp":
+			re, err := regexp.Compile("^(?:" + opt + ")$")
+			if err != nil {
+				t.Errorf("panel %q: override regexp %q: %v", p.Title, opt, err)
+				continue
+			}
+			picks = re.MatchString(name)
+		}
+		if !picks {
+			continue
+		}
+		for _, pr := range o.Properties {
+			if pr.ID == "unit" {
+				if err := json.Unmarshal(pr.Value, &unit); err != nil {
+					t.Errorf("panel %q: override unit %s: %v", p.Title, pr.Value, err)
+				}
+			}
+		}
+	}
+	return unit
+}
+
+// TestUnits checks that every series showing a rate per second carries a
+// per-second unit, and that no other series does: "short" on a rate
+// leaves the reader to guess whether it is per second, per minute or per
+// scrape, and a per-second unit on a ratio is wrong.
+func TestUnits(t *testing.T) {
+	rates := 0
+	for _, p := range flatten(load(t)) {
+		for _, tg := range p.Targets {
+			s, err := substitute(tg.Expr)
+			if err != nil {
+				continue // TestQueries reports it
+			}
+			e, err := parser.ParseExpr(s)
+			if err != nil {
+				continue
+			}
+			unit := unitOf(t, p.panel, tg)
+			switch rate := perSecond(e); {
+			case rate && !perSecondUnit(unit):
+				t.Errorf("panel %s query %s shows a rate per second in unit %q; want a per-second unit (%s, or count:…/s)", p.name(), tg.RefID, unit, strings.Join(perSecondUnits, ", "))
+			case !rate && perSecondUnit(unit):
+				t.Errorf("panel %s query %s is not a rate per second, but its unit is %q", p.name(), tg.RefID, unit)
+			}
+			if perSecond(e) {
+				rates++
+			}
+		}
+	}
+	if rates == 0 {
+		t.Errorf("no query of the dashboard is a rate: the check checked nothing")
+	}
+}
+
+// objectiveValue returns the SLO objective the rules file records.
+func objectiveValue(t *testing.T) float64 {
+	t.Helper()
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Record string `yaml:"record"`
+				Expr   string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != objective {
+				continue
+			}
+			m := regexp.MustCompile(`^\s*vector\(([0-9.]+)\)\s*$`).FindStringSubmatch(r.Expr)
+			if m == nil {
+				t.Fatalf("%s = %q, want vector(number)", objective, r.Expr)
+			}
+			v, err := strconv.ParseFloat(m[1], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("%s records no %s", rulesFile, objective)
+	return 0
+}
+
+// redBelow finds a description's promise of when a stat turns red.
+var redBelow = regexp.MustCompile(`(?i)\bred below (?:the )?(\d+(?:\.\d+)?)%`)
+
+// TestThresholds checks that a stat whose description says when it turns
+// red has the thresholds that do so (red below the value, green from it),
+// and that the SLI stats say it, at the objective of the rules.
+func TestThresholds(t *testing.T) {
+	obj := objectiveValue(t)
+	slis := 0
+	for _, p := range flatten(load(t)) {
+		if p.Type != "stat" {
+			continue
+		}
+		m := redBelow.FindStringSubmatch(p.Description)
+		if strings.Contains(p.Title, "SLI") {
+			slis++
+			if m == nil {
+				t.Errorf("stat %s: description does not say it is red below the %g%% objective", p.name(), obj*100)
+				continue
+			}
+			if v, _ := strconv.ParseFloat(m[1], 64); math.Abs(v/100-obj) > 1e-9 {
+				t.Errorf("stat %s: description says red below %s%%, the objective in %s is %g", p.name(), m[1], rulesFile, obj)
+			}
+		}
+		if m == nil {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		th := p.FieldConfig.Defaults.Thresholds
+		if th == nil || th.Mode != "absolute" || len(th.Steps) != 2 ||
+			th.Steps[0].Value != nil || th.Steps[0].Color != "red" ||
+			th.Steps[1].Value == nil || math.Abs(*th.Steps[1].Value-v/100) > 1e-9 || th.Steps[1].Color != "green" {
+			t.Errorf("stat %s: description says %q, want absolute thresholds red below %g and green from it, got %+v", p.name(), m[0], v/100, th)
+		}
+	}
+	if slis == 0 {
+		t.Errorf("no SLI stat found")
+	}
+}
+
+// runbookBase returns the runbook's URL every alert's runbook_url starts
+// with, and checks that it is this repository's docs/runbook.md.
+func runbookBase(t *testing.T) (base string, alerts []string) {
+	t.Helper()
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts = append(alerts, r.Alert)
+			u, _, _ := strings.Cut(r.Annotations["runbook_url"], "#")
+			if base == "" {
+				base = u
+			} else if u != base {
+				t.Errorf("%s: runbook_url starts %q, others %q", r.Alert, u, base)
+			}
+		}
+	}
+	const local = "docs/runbook.md"
+	if !strings.HasSuffix(base, "/blob/main/"+local) {
+		t.Fatalf("runbook URL %q is not the repository's %s", base, local)
+	}
+	if _, err := os.Stat("../../" + local); err != nil {
+		t.Fatalf("runbook URL %q: %v", base, err)
+	}
+	return base, alerts
+}
+
+// statusLink matches the status page link: a scheme and a host variable.
+var statusLink = regexp.MustCompile(`^\$\{?(\w+)\}?://\$\{?(\w+)\}?/$`)
+
+// TestLinks checks the dashboard's links to the runbook and to a
+// process's status page, and that every panel link into the runbook names
+// an alert's section.
+func TestLinks(t *testing.T) {
+	d := load(t)
+	base, alerts := runbookBase(t)
+	vars := map[string]variable{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v
+	}
+	var runbook, status bool
+	for _, l := range d.Links {
+		if l.Type != "link" {
+			continue
+		}
+		if l.URL == base {
+			runbook = true
+		}
+		m := statusLink.FindStringSubmatch(l.URL)
+		if m == nil {
+			continue
+		}
+		status = true
+		scheme, host := vars[m[1]], vars[m[2]]
+		var opts string // a custom variable's query is its options, comma-separated
+		json.Unmarshal(scheme.Query, &opts)
+		if scheme.Type != "custom" || !slices.Equal(strings.Split(opts, ","), []string{"http", "https"}) {
+			t.Errorf("status page link %q: variable %q is %+v, want a custom variable of http,https", l.URL, m[1], scheme)
+		}
+		// The status page is served at / on the address Prometheus
+		// scrapes /metrics from, so the host is an instance, one.
+		if lv := labelValues.FindStringSubmatch(host.Definition); host.Type != "query" || lv == nil || lv[2] != "instance" || host.Multi || host.IncludeAll {
+			t.Errorf("status page link %q: variable %q is %+v, want a single-valued label_values(…, instance)", l.URL, m[2], host)
+		}
+	}
+	if !runbook {
+		t.Errorf("no dashboard link to the runbook %s", base)
+	}
+	if !status {
+		t.Errorf("no dashboard link to a status page, ${scheme}://${instance}/")
+	}
+	for _, p := range flatten(d) {
+		for _, l := range p.Links {
+			u, frag, ok := strings.Cut(l.URL, "#")
+			if u != base {
+				continue
+			}
+			if !ok || !slices.ContainsFunc(alerts, func(a string) bool { return strings.ToLower(a) == frag }) {
+				t.Errorf("panel %s: link %q is to no alert's section of the runbook", p.name(), l.URL)
+			}
+		}
+	}
+}
+
+// TestLayout checks that no two panels overlap: Grafana would push one
+// down, away from the row it was put in. A collapsed row's panels are laid
+// out as they will be when it opens, apart from the rest.
+func TestLayout(t *testing.T) {
+	overlap := func(a, b *gridPos) bool {
+		return a.X < b.X+b.W && b.X < a.X+a.W && a.Y < b.Y+b.H && b.Y < a.Y+a.H
+	}
+	var layout func(ps []panel)
+	layout = func(ps []panel) {
+		for i, a := range ps {
+			for _, b := range ps[i+1:] {
+				if a.GridPos != nil && b.GridPos != nil && overlap(a.GridPos, b.GridPos) {
+					t.Errorf("panels %q %+v and %q %+v overlap", a.Title, *a.GridPos, b.Title, *b.GridPos)
+				}
+			}
+			if a.Type == "row" && a.Collapsed {
+				layout(a.Panels)
+			}
+		}
+	}
+	layout(load(t).Panels)
 }
