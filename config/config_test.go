@@ -234,6 +234,8 @@ func want(pairs ...any) error {
 	return nil
 }
 
+// TestLoadErrors loads bad environments and flags; each problem of every
+// source is reported, in the order file, environment, flags, validation.
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -244,7 +246,53 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "unknown variable",
 			env:  []string{"IMCANARY_POPULATION_USERZ=5"},
-			want: `unknown environment variable "IMCANARY_POPULATION_USERZ"`,
+			want: `unknown environment variable "IMCANARY_POPULATION_USERZ": did you mean "IMCANARY_POPULATION_USERS"?`,
+		},
+		{
+			name: "unknown variable near one that is no key",
+			env:  []string{"IMCANARY_HEALTH_PASWORD=x"},
+			want: `unknown environment variable "IMCANARY_HEALTH_PASWORD": did you mean "IMCANARY_HEALTH_PASSWORD"?`,
+		},
+		{
+			name: "unknown variable near nothing",
+			env:  []string{"IMCANARY_POPULATION_SIZE=5"},
+			want: `unknown environment variable "IMCANARY_POPULATION_SIZE"`,
+		},
+		{
+			name: "bad boolean in environment",
+			env:  []string{"IMCANARY_TARGET_XMPP_REGISTER=maybe"},
+			want: `environment variable IMCANARY_TARGET_XMPP_REGISTER: target.xmpp.register: "maybe": must be true or false`,
+		},
+		{
+			name: "bad boolean flag",
+			args: []string{"--target.centrifugo.recover=yes"},
+			want: `flag --target.centrifugo.recover: target.centrifugo.recover: "yes": must be true or false`,
+		},
+		{
+			name: "every source's problems",
+			env:  []string{"IMCANARY_POPULATION_USERS=abc", "IMCANARY_POPULATION_USER=5", "IMCANARY_CANARY_USERS=1"},
+			args: []string{"--population.rate=fast", "--population.group_size=1"},
+			want: `unknown environment variable "IMCANARY_POPULATION_USER": did you mean "IMCANARY_POPULATION_USERS"?` + "\n" +
+				`environment variable IMCANARY_POPULATION_USERS: population.users: "abc": must be a whole number` + "\n" +
+				`flag --population.rate: population.rate: "fast": must be a number` + "\n" +
+				`flag --population.group_size: population.group_size: 1: must be at least 2` + "\n" +
+				`environment variable IMCANARY_CANARY_USERS: canary.users: 1: must be at least 2`,
+		},
+		{
+			// The default deadline (10s) standing in for the bad one
+			// must not make the flag's lost_after look wrong.
+			name: "rule with a rejected key",
+			env:  []string{"IMCANARY_POPULATION_DEADLINE=2"},
+			args: []string{"--population.lost_after=5s", "--population.lag_threshold=1s"},
+			want: `environment variable IMCANARY_POPULATION_DEADLINE: population.deadline: "2": must be a duration with a unit, such as "500ms", "10s" or "1m30s"`,
+		},
+		{
+			// Rejected in the flags, valid in the environment: the
+			// environment's value is used, and only the flag blamed.
+			name: "rejected flag over a valid variable",
+			env:  []string{"IMCANARY_POPULATION_USERS=5"},
+			args: []string{"--population.users=5x"},
+			want: `flag --population.users: population.users: "5x": must be a whole number`,
 		},
 		{
 			name: "every unknown variable",
@@ -313,30 +361,50 @@ func TestLoadValidationErrorType(t *testing.T) {
 	}
 }
 
-// TestSecretIgnored checks that the token-signing secret, which shares the
-// IMCANARY_ prefix, is neither an unknown variable nor copied anywhere.
+// TestSecretIgnored checks that the variables imcanary reads that are not
+// keys (the token-signing secret, the health check's password), which share
+// the IMCANARY_ prefix, are neither unknown variables nor copied anywhere.
 func TestSecretIgnored(t *testing.T) {
 	const secret = "hunter2-do-not-copy"
-	tests := []struct {
-		name    string
-		env     []string
-		wantErr bool
-	}{
-		{name: "alone", env: []string{SecretEnv + "=" + secret}},
-		{name: "beside a key", env: []string{SecretEnv + "=" + secret, "IMCANARY_TARGET_SECRET_FILE=/run/secret"}},
-		{name: "beside an error", env: []string{SecretEnv + "=" + secret, "IMCANARY_POPULATION_USERS=x"}, wantErr: true},
-		{name: "beside an unknown variable", env: []string{SecretEnv + "=" + secret, "IMCANARY_NOPE=1"}, wantErr: true},
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Load("", tt.env, nil)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("Load(%q) with env %q = %v, want error %v", "", tt.env, err, tt.wantErr)
-			}
-			if s := fmt.Sprintf("%+v %v", c, err); strings.Contains(s, secret) {
-				t.Errorf("Load(%q) with env %q = %s, want no trace of the secret", "", tt.env, s)
-			}
-		})
+	if len(OtherEnv) < 2 {
+		t.Fatalf("OtherEnv = %v, want the secret's and the health password's", OtherEnv)
+	}
+	for _, v := range OtherEnv {
+		if !strings.HasPrefix(v.Name, EnvPrefix) || len(v.UsedBy) == 0 || v.Usage == "" {
+			t.Errorf("OtherEnv has %+v; want an IMCANARY_ name, what uses it and what it holds", v)
+		}
+		if _, ok := byEnv[v.Name]; ok {
+			t.Errorf("OtherEnv has %s, which is a key's variable", v.Name)
+		}
+		tests := []struct {
+			name    string
+			env     []string
+			wantErr bool
+		}{
+			{name: "alone", env: []string{v.Name + "=" + secret}},
+			{name: "beside a key", env: []string{v.Name + "=" + secret, "IMCANARY_TARGET_SECRET_FILE=" + secretFile}},
+			{name: "beside an error", env: []string{v.Name + "=" + secret, "IMCANARY_POPULATION_USERS=x"}, wantErr: true},
+			{name: "beside an unknown variable", env: []string{v.Name + "=" + secret, "IMCANARY_NOPE=1"}, wantErr: true},
+		}
+		for _, tt := range tests {
+			t.Run(v.Name+"/"+tt.name, func(t *testing.T) {
+				c, err := Load("", tt.env, nil)
+				if (err != nil) != tt.wantErr {
+					t.Fatalf("Load(%q) with env %q = %v, want error %v", "", tt.env, err, tt.wantErr)
+				}
+				if s := fmt.Sprintf("%+v %v", c, err); strings.Contains(s, secret) {
+					t.Errorf("Load(%q) with env %q = %s, want no trace of the secret", "", tt.env, s)
+				}
+			})
+		}
+	}
+	if !slices.ContainsFunc(OtherEnv, func(v EnvVar) bool { return v.Name == SecretEnv }) ||
+		!slices.ContainsFunc(OtherEnv, func(v EnvVar) bool { return v.Name == HealthPasswordEnv }) {
+		t.Errorf("OtherEnv = %v, want %s and %s in it", OtherEnv, SecretEnv, HealthPasswordEnv)
 	}
 	if slices.Contains(Keys(), "target.secret") {
 		t.Errorf("Keys() contains target.secret; the secret must never be a configuration key")
@@ -402,12 +470,12 @@ func TestKeys(t *testing.T) {
 		t.Errorf("Keys() = %v, want %v", got, want)
 	}
 	for _, k := range want {
-		if help[k] == "" {
-			t.Errorf("help[%q] is empty; every key needs a flag description", k)
+		if d := keyDocs[k]; d.usage == "" || d.uses&CommandRun == 0 {
+			t.Errorf("keyDocs[%q] = %+v; every key needs a flag description, and the daemon reads every key", k, d)
 		}
 	}
-	if len(help) != len(want) {
-		t.Errorf("len(help) = %d, want %d (a description for a key that does not exist)", len(help), len(want))
+	if len(keyDocs) != len(want) {
+		t.Errorf("len(keyDocs) = %d, want %d (a description for a key that does not exist)", len(keyDocs), len(want))
 	}
 }
 
@@ -440,18 +508,21 @@ func TestEnvName(t *testing.T) {
 func TestRegisterFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("imcanary", pflag.ContinueOnError)
 	RegisterFlags(fs)
-	tests := []struct{ name, def string }{
-		{"http.listen", "127.0.0.1:9464"},
-		{"target.url", ""},
-		{"population.users", "100"},
-		{"population.ramp", "10s"},
-		{"population.rate", "0.5"},
-		{"population.backoff.initial", "500ms"},
-		{"data_dir", "./imcanary-data"},
-		{"history.max_age", "720h0m0s"},
-		{"history.max_runs", "200"},
-		{"canary.schedule", "@every 30s"},
-		{"canary.users", "4"},
+	tests := []struct{ name, typ, def, usage string }{
+		{"http.listen", "string", "127.0.0.1:9464", `--http.listen string   address (host:port) of the HTTP server for /metrics, /healthz and /readyz (default "127.0.0.1:9464")`},
+		{"target.url", "string", "", "--target.url string   WebSocket URL"},
+		{"target.xmpp.register", "bool", "true", "--target.xmpp.register   xmpp: create users by in-band registration (XEP-0077) (default true)"},
+		{"target.xmpp.resume", "bool", "false", "--target.xmpp.resume   xmpp: stream-management resumption (hides loss for minutes; off by default)\n"},
+		{"population.users", "int", "100", "--population.users int   number of simulated users kept online (default 100)"},
+		{"population.ramp", "duration", "10s", "--population.ramp duration   duration over which the users' first logins are spread (default 10s)"},
+		{"population.rate", "float64", "0.5", "--population.rate float   messages per second per user, alternating direct and group (default 0.5)"},
+		{"population.backoff.initial", "duration", "500ms", "(default 500ms)"},
+		{"data_dir", "string", "./imcanary-data", `(default "./imcanary-data")`},
+		{"history.max_age", "duration", "720h0m0s", "(default 720h0m0s)"},
+		{"history.max_runs", "int", "200", "(default 200)"},
+		{"canary.schedule", "string", "@every 30s", `(default "@every 30s")`},
+		{"canary.users", "int", "4", "(default 4)"},
+		{"target.protocol", "string", "embedded", "protocol driver of the target: embedded, xmpp, centrifugo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,8 +530,14 @@ func TestRegisterFlags(t *testing.T) {
 			if f == nil {
 				t.Fatalf("Lookup(%q) = nil, want a flag", tt.name)
 			}
-			if f.DefValue != tt.def {
-				t.Errorf("Lookup(%q).DefValue = %q, want %q", tt.name, f.DefValue, tt.def)
+			if f.DefValue != tt.def || f.Value.Type() != tt.typ {
+				t.Errorf("Lookup(%q) has default %q and type %q, want %q and %q", tt.name, f.DefValue, f.Value.Type(), tt.def, tt.typ)
+			}
+			one := pflag.NewFlagSet("one", pflag.ContinueOnError)
+			one.AddFlag(f)
+			// Spaces are alignment, which depends on the other flags.
+			if got := strings.Join(strings.Fields(one.FlagUsages()), " "); !strings.Contains(got+"\n", strings.Join(strings.Fields(tt.usage), " ")) {
+				t.Errorf("usage of --%s = %q, want it to contain %q", tt.name, got, tt.usage)
 			}
 		})
 	}
@@ -476,6 +553,67 @@ func TestRegisterFlags(t *testing.T) {
 	c, err := Load("", nil, parseFlags(t, args...))
 	if err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("Load with every flag at its shown default = %+v, %v, want %+v, nil", c, err, Default())
+	}
+}
+
+// TestBoolFlags: a boolean key given alone is true, as pflag's own
+// booleans are; given a value, that value.
+func TestBoolFlags(t *testing.T) {
+	tests := []struct {
+		args             []string
+		register, resume bool
+	}{
+		{nil, true, false},
+		{[]string{"--target.xmpp.resume"}, true, true},
+		{[]string{"--target.xmpp.register=false", "--target.xmpp.resume=true"}, false, true},
+		{[]string{"--target.xmpp.register=0"}, false, false},
+	}
+	for _, tt := range tests {
+		c, err := Load("", nil, parseFlags(t, tt.args...))
+		if err != nil || c.Target.XMPP.Register != tt.register || c.Target.XMPP.Resume != tt.resume {
+			t.Errorf("Load with flags %q = register %v, resume %v, %v; want %v, %v, nil", tt.args,
+				c.Target.XMPP.Register, c.Target.XMPP.Resume, err, tt.register, tt.resume)
+		}
+	}
+}
+
+// TestKeysFor: the daemon takes every key; the one-shot commands take
+// what they use, which some keys decide on purpose (the test in
+// cmd/imcanary follows the commands' code for the rest).
+func TestKeysFor(t *testing.T) {
+	if got := KeysFor(CommandRun); !slices.Equal(got, Keys()) {
+		t.Errorf("KeysFor(CommandRun) = %v, want every key", got)
+	}
+	tests := []struct {
+		cmd        Command
+		has, lacks []string
+	}{
+		{CommandCanary,
+			[]string{"target.url", "target.secret_file", "canary.users", "canary.deadline", "canary.messages", "population.heartbeat", "saturation.window", "data_dir"},
+			[]string{"http.listen", "canary.schedule", "canary.jitter", "history.max_runs", "population.users", "population.rate", "shard", "slo.objective"}},
+		{CommandSoak,
+			[]string{"target.url", "history.max_runs", "history.max_age", "history.max_canary_rounds", "data_dir", "population.deadline", "population.message_size"},
+			[]string{"http.listen", "canary.schedule", "canary.users", "population.users", "population.slow_readers.fraction", "shard"}},
+	}
+	for _, tt := range tests {
+		got := KeysFor(tt.cmd)
+		for _, k := range tt.has {
+			if !slices.Contains(got, k) {
+				t.Errorf("KeysFor(%d) lacks %s", tt.cmd, k)
+			}
+		}
+		for _, k := range tt.lacks {
+			if slices.Contains(got, k) {
+				t.Errorf("KeysFor(%d) has %s, which that command does not use", tt.cmd, k)
+			}
+		}
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		RegisterCommandFlags(fs, tt.cmd)
+		var names []string
+		fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+		if !slices.Equal(names, got) {
+			t.Errorf("RegisterCommandFlags(%d) defined %v, want %v", tt.cmd, names, got)
+		}
 	}
 }
 

@@ -19,6 +19,38 @@ const EnvPrefix = "IMCANARY_"
 // configuration key: Load skips it so that the secret never enters Config.
 const SecretEnv = EnvPrefix + "TARGET_SECRET"
 
+// HealthPasswordEnv holds the basic-auth password of imcanary health when
+// it is given no --basic-auth.password-file.
+const HealthPasswordEnv = EnvPrefix + "HEALTH_PASSWORD"
+
+// EnvVar is an environment variable that shares EnvPrefix but is not a
+// configuration key.
+type EnvVar struct {
+	Name string
+	// UsedBy are the commands that read it.
+	UsedBy []string
+	// Usage says what it holds, for help.
+	Usage string
+}
+
+// OtherEnv lists the IMCANARY_* variables that are not configuration keys,
+// each with the commands that read it. Load skips them without reading
+// their values: strict parsing must not reject what imcanary documents for
+// its other commands (a container's health check shares the daemon's
+// environment), and the secrets they hold must never reach Config, an
+// error or a log line.
+var OtherEnv = []EnvVar{
+	{Name: SecretEnv, UsedBy: []string{"run", "canary", "soak", "target", "bench"},
+		Usage: "the secret that signs login tokens, when target.secret_file is empty"},
+	{Name: HealthPasswordEnv, UsedBy: []string{"health"},
+		Usage: "the password of --basic-auth.username, when --basic-auth.password-file is not given"},
+}
+
+// otherEnv reports whether name is one of OtherEnv.
+func otherEnv(name string) bool {
+	return slices.ContainsFunc(OtherEnv, func(v EnvVar) bool { return v.Name == name })
+}
+
 // leaf is one configuration key: a field of Config that holds a value rather
 // than a nested section.
 type leaf struct {
@@ -37,6 +69,9 @@ type schema struct {
 	// element. Lists are file-only: an environment variable or a flag
 	// holds one scalar, so they have no env name and no flag.
 	lists map[string]*schema
+	// names are every key, section and list, sorted: what an unknown key
+	// may have been meant to be.
+	names []string
 }
 
 // The key set is derived from Config's koanf tags so that flags, environment
@@ -67,6 +102,8 @@ func newSchema(t reflect.Type) *schema {
 			s.sections[strings.Join(parts[:i], ".")] = true
 		}
 	}
+	s.names = slices.Sorted(slices.Values(slices.Concat(
+		slices.Collect(maps.Keys(s.byKey)), slices.Collect(maps.Keys(s.sections)), slices.Collect(maps.Keys(s.lists)))))
 	return s
 }
 
@@ -141,78 +178,165 @@ func flatDefaults() map[string]any {
 	return m
 }
 
-// help is the flag usage of each key. A test checks that it covers exactly
-// Keys(), so a new field cannot ship without a description.
-var help = map[string]string{
-	"http.listen":                         "address (host:port) of the HTTP server for /metrics, /healthz and /readyz",
-	"target.name":                         "value of the target label on every series",
-	"target.protocol":                     "protocol driver of the target",
-	"target.url":                          "WebSocket URL (ws:// or wss://) of the target; empty with protocol embedded starts an embedded target",
-	"target.xmpp.domain":                  "xmpp: XMPP domain of the probe users",
-	"target.xmpp.muc_service":             "xmpp: MUC service of the group rooms (default conference.DOMAIN)",
-	"target.xmpp.register":                "xmpp: create users by in-band registration (XEP-0077)",
-	"target.xmpp.resume":                  "xmpp: stream-management resumption (hides loss for minutes; off by default)",
-	"target.centrifugo.group_namespace":   "centrifugo: channel namespace of group chats",
-	"target.centrifugo.direct_namespace":  "centrifugo: namespace of user-limited direct channels",
-	"target.centrifugo.token_ttl":         "centrifugo: lifetime of the connection tokens imcanary signs",
-	"target.centrifugo.recover":           "centrifugo: recover missed publications on resubscribe (counted late)",
-	"target.secret_file":                  "file holding the login-token signing secret; empty reads " + SecretEnv,
-	"population.users":                    "number of simulated users kept online",
-	"population.ramp":                     "duration over which the users' first logins are spread",
-	"population.group_size":               "number of users in each chat group",
-	"population.rate":                     "messages per second per user, alternating direct and group",
-	"population.heartbeat":                "interval between keepalive pings of each session",
-	"population.deadline":                 "delivery deadline from the intended send time, also the ack timeout",
-	"population.lost_after":               "time after the intended send time when a missing message is lost",
-	"population.prefix":                   "prefix of every user and group name",
-	"population.message_size":             "minimum size of probe message bodies in bytes",
-	"population.backoff.initial":          "cap of the first reconnect delay",
-	"population.backoff.max":              "cap of every reconnect delay",
-	"population.max_connect_rate":         "most connect attempts per second of each population, reconnects included",
-	"population.source_addrs":             `local addresses to connect from, round-robin by user: IPs and IPv4 ranges such as "127.0.0.1-127.0.0.16", comma-separated; empty lets the kernel pick`,
-	"population.session_lifetime":         "mean time a session stays logged in before its user logs out and back in (churn); 0 is no churn",
-	"population.lag_threshold":            "how long an acked message may go unreceived before its recipient counts as lagging; 0 is half the deadline",
-	"population.slow_readers.fraction":    "fraction of the users who read slowly (a slow-reader drill), 0 to below 1",
-	"population.slow_readers.read_delay":  "slow readers' pause after each delivery",
-	"population.slow_readers.pause":       "slow readers stop reading this long at their first delivery",
-	"population.slow_readers.pause_every": "slow readers pause again this long after each pause ends; 0 pauses once",
-	"shard":                               "this daemon's shard: I/N, or auto/N for the host name's trailing ordinal (a StatefulSet pod's); empty is the only one",
-	"saturation.interval":                 "how often imcanary samples its own health",
-	"saturation.window":                   "span each saturation limit is judged over, a multiple of saturation.interval",
-	"saturation.max_send_lag":             "highest p99 of imcanary's send lag before it is saturated",
-	"saturation.max_receive_lag":          "highest p99 of imcanary's receive lag before it is saturated",
-	"saturation.max_sched_latency":        "highest p99 of the Go scheduler latency before imcanary is saturated",
-	"saturation.max_gc_pause":             "longest GC pause before imcanary is saturated",
-	"saturation.max_cpu":                  "highest CPU use per usable core before imcanary is saturated, 0 to 1",
-	"saturation.max_fds":                  "highest ratio of open files to the file limit before imcanary is saturated",
-	"saturation.max_ports":                "highest ratio of used ephemeral ports of a local address before imcanary is saturated",
-	"slo.objective":                       "objective of the completeness and latency SLIs that the status page judges them by, such as 0.999; keep it equal to imcanary:slo_objective:ratio in the alert rules",
-	"data_dir":                            "directory of the run history (soak reports, canary rounds)",
-	"history.max_runs":                    "number of soak run reports kept",
-	"history.max_age":                     "age after which soak reports and canary rounds are pruned",
-	"history.max_canary_rounds":           "number of canary rounds kept",
-	"canary.schedule":                     `cron spec of the canary rounds, such as "@every 30s" or "*/5 * * * *"; empty disables them`,
-	"canary.deadline":                     "time a canary round waits for each delivery",
-	"canary.users":                        "number of users in each canary round",
-	"canary.messages":                     "number of messages each canary user sends per round",
-	"canary.jitter":                       "maximum random delay of each canary round's start",
+// keyDocs describes each key: its flag usage, and the commands whose code
+// reads it, which are the ones that offer it as a flag. Every key is the
+// daemon's; the one-shot commands take only what changes what they do (a
+// test follows their code and fails if one reads a key it does not offer).
+// Another test checks that keyDocs covers exactly Keys(), so a new field
+// cannot ship without a description.
+var keyDocs = map[string]keyDoc{
+	"http.listen":                        {"address (host:port) of the HTTP server for /metrics, /healthz and /readyz", CommandRun},
+	"target.name":                        {"value of the target label on every series", everyone},
+	"target.protocol":                    {"protocol driver of the target", everyone},
+	"target.url":                         {"WebSocket URL (ws:// or wss://) of the target; empty with protocol embedded starts an embedded target", everyone},
+	"target.xmpp.domain":                 {"xmpp: XMPP domain of the probe users", everyone},
+	"target.xmpp.muc_service":            {"xmpp: MUC service of the group rooms (default conference.DOMAIN)", everyone},
+	"target.xmpp.register":               {"xmpp: create users by in-band registration (XEP-0077)", everyone},
+	"target.xmpp.resume":                 {"xmpp: stream-management resumption (hides loss for minutes; off by default)", everyone},
+	"target.centrifugo.group_namespace":  {"centrifugo: channel namespace of group chats", everyone},
+	"target.centrifugo.direct_namespace": {"centrifugo: namespace of user-limited direct channels", everyone},
+	"target.centrifugo.token_ttl":        {"centrifugo: lifetime of the connection tokens imcanary signs", everyone},
+	"target.centrifugo.recover":          {"centrifugo: recover missed publications on resubscribe (counted late)", everyone},
+	"target.secret_file":                 {"file holding the login-token signing secret; empty reads " + SecretEnv, everyone},
+	"population.users":                   {"number of simulated users kept online", CommandRun},
+	"population.ramp":                    {"duration over which the users' first logins are spread", CommandRun},
+	"population.group_size":              {"number of users in each chat group", CommandRun},
+	"population.rate":                    {"messages per second per user, alternating direct and group", CommandRun},
+	"population.heartbeat":               {"interval between keepalive pings of each session", everyone},
+	// Soak: a profile that leaves its deadline out takes this one.
+	"population.deadline":                 {"delivery deadline from the intended send time, also the ack timeout", CommandRun | CommandSoak},
+	"population.lost_after":               {"time after the intended send time when a missing message is lost", CommandRun},
+	"population.prefix":                   {"prefix of every user and group name", everyone},
+	"population.message_size":             {"minimum size of probe message bodies in bytes", CommandRun | CommandSoak},
+	"population.backoff.initial":          {"cap of the first reconnect delay", everyone},
+	"population.backoff.max":              {"cap of every reconnect delay", everyone},
+	"population.max_connect_rate":         {"most connect attempts per second of each population, reconnects included", everyone},
+	"population.source_addrs":             {`local addresses to connect from, round-robin by user: IPs and IPv4 ranges such as "127.0.0.1-127.0.0.16", comma-separated; empty lets the kernel pick`, everyone},
+	"population.session_lifetime":         {"mean time a session stays logged in before its user logs out and back in (churn); 0 is no churn", CommandRun},
+	"population.lag_threshold":            {"how long an acked message may go unreceived before its recipient counts as lagging; 0 is half the deadline", CommandRun},
+	"population.slow_readers.fraction":    {"fraction of the users who read slowly (a slow-reader drill), 0 to below 1", CommandRun},
+	"population.slow_readers.read_delay":  {"slow readers' pause after each delivery", CommandRun},
+	"population.slow_readers.pause":       {"slow readers stop reading this long at their first delivery", CommandRun},
+	"population.slow_readers.pause_every": {"slow readers pause again this long after each pause ends; 0 pauses once", CommandRun},
+	"shard":                               {"this daemon's shard: I/N, or auto/N for the host name's trailing ordinal (a StatefulSet pod's); empty is the only one", CommandRun},
+	"saturation.interval":                 {"how often imcanary samples its own health", everyone},
+	"saturation.window":                   {"span each saturation limit is judged over, a multiple of saturation.interval", everyone},
+	"saturation.max_send_lag":             {"highest p99 of imcanary's send lag before it is saturated", everyone},
+	"saturation.max_receive_lag":          {"highest p99 of imcanary's receive lag before it is saturated", everyone},
+	"saturation.max_sched_latency":        {"highest p99 of the Go scheduler latency before imcanary is saturated", everyone},
+	"saturation.max_gc_pause":             {"longest GC pause before imcanary is saturated", everyone},
+	"saturation.max_cpu":                  {"highest CPU use per usable core before imcanary is saturated, 0 to 1", everyone},
+	"saturation.max_fds":                  {"highest ratio of open files to the file limit before imcanary is saturated", everyone},
+	"saturation.max_ports":                {"highest ratio of used ephemeral ports of a local address before imcanary is saturated", everyone},
+	"slo.objective":                       {"objective of the completeness and latency SLIs that the status page judges them by, such as 0.999; keep it equal to imcanary:slo_objective:ratio in the alert rules", CommandRun},
+	// Canary: where xmpp keeps a secret of its own when none is
+	// configured. Soak: the history it saves its report to, and so
+	// history.* below.
+	"data_dir":                  {"directory of the run history (soak reports, canary rounds)", everyone},
+	"history.max_runs":          {"number of soak run reports kept", CommandRun | CommandSoak},
+	"history.max_age":           {"age after which soak reports and canary rounds are pruned", CommandRun | CommandSoak},
+	"history.max_canary_rounds": {"number of canary rounds kept", CommandRun | CommandSoak},
+	"canary.schedule":           {`cron spec of the canary rounds, such as "@every 30s" or "*/5 * * * *"; empty disables them`, CommandRun},
+	"canary.deadline":           {"time a canary round waits for each delivery", CommandRun | CommandCanary},
+	"canary.users":              {"number of users in each canary round", CommandRun | CommandCanary},
+	"canary.messages":           {"number of messages each canary user sends per round", CommandRun | CommandCanary},
+	"canary.jitter":             {"maximum random delay of each canary round's start", CommandRun},
 }
 
-// RegisterFlags defines one string flag per key on fs, named exactly as the
-// key (--population.users) and showing its default. Load overlays only the
-// flags the user set, so the defaults shown here never override the file or
-// the environment. Values are strings so that Load parses them with the same
-// rules as the file ("--population.ramp=5s"). Like pflag itself, it panics if
-// fs already defines one of the names.
-func RegisterFlags(fs *pflag.FlagSet) {
-	d := reflect.ValueOf(Default())
+// Command is a command of imcanary that takes configuration keys as flags;
+// the constants combine as a set.
+type Command uint8
+
+const (
+	// CommandRun is the daemon, which reads every key. config check takes
+	// the same keys: it checks what run would load.
+	CommandRun Command = 1 << iota
+	// CommandCanary is canary --once.
+	CommandCanary
+	// CommandSoak is soak --profile.
+	CommandSoak
+)
+
+// everyone is every command that takes keys.
+const everyone = CommandRun | CommandCanary | CommandSoak
+
+// keyDoc is what keyDocs says of one key.
+type keyDoc struct {
+	usage string
+	// uses are the commands that read the key.
+	uses Command
+}
+
+// KeysFor returns the keys that cmd reads and so offers as flags, sorted.
+func KeysFor(cmd Command) []string {
+	var keys []string
 	for _, k := range Keys() {
-		usage := help[k]
+		if keyDocs[k].uses&cmd != 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// RegisterFlags defines a flag for every key on fs, as imcanary run and
+// config check take them: RegisterCommandFlags(fs, CommandRun).
+func RegisterFlags(fs *pflag.FlagSet) { RegisterCommandFlags(fs, CommandRun) }
+
+// RegisterCommandFlags defines a flag for each key that cmd reads, named
+// exactly as the key (--population.users). Load overlays only the flags the
+// user set, so the defaults shown never override the file or the
+// environment. Each flag keeps the text it was given, which Load decodes by
+// the same rules as the file and the environment ("--population.ramp=5s"),
+// while its help shows the key's type and default as pflag shows its own
+// typed flags; a boolean key given alone (--target.xmpp.register) is true.
+// Like pflag itself, it panics if fs already defines one of the names.
+func RegisterCommandFlags(fs *pflag.FlagSet, cmd Command) {
+	d := reflect.ValueOf(Default())
+	for _, k := range KeysFor(cmd) {
+		usage := keyDocs[k].usage
 		if k == "target.protocol" {
-			// Built here, not in help, because drivers are appended to
-			// Protocols after this package is initialised.
+			// Built here, not in keyDocs, because drivers are appended
+			// to Protocols after this package is initialised.
 			usage += ": " + strings.Join(Protocols, ", ")
 		}
-		fs.String(k, fmt.Sprint(d.FieldByIndex(byKey[k].index).Interface()), usage)
+		def := d.FieldByIndex(byKey[k].index)
+		v := &flagValue{kind: kindOf(def.Type())}
+		f := fs.VarPF(v, k, "", usage)
+		f.DefValue = fmt.Sprint(def.Interface())
+		if v.kind == "bool" {
+			f.NoOptDefVal = "true"
+		}
 	}
+}
+
+// flagValue is the pflag.Value of a configuration key. It only keeps the
+// text: decoding it is Load's, so that a flag means exactly what the same
+// text means in the environment, and so that a bad value is reported with
+// every other problem of the configuration instead of stopping the parse.
+type flagValue struct {
+	kind string // what Type returns
+	text string
+}
+
+func (v *flagValue) String() string     { return v.text }
+func (v *flagValue) Set(s string) error { v.text = s; return nil }
+
+// Type names the key's kind as pflag names its own flags' ("int",
+// "float64", "duration", "bool", "string"): help shows it beside the flag,
+// and leaves a default that is not a string unquoted.
+func (v *flagValue) Type() string { return v.kind }
+
+// kindOf returns the Type of a key whose Go type is t.
+func kindOf(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "duration"
+	case t.Kind() == reflect.Bool:
+		return "bool"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+		return "int"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return "float64"
+	}
+	return "string"
 }

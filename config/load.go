@@ -25,6 +25,7 @@ import (
 // layer is one source of configuration, held apart from the others until it
 // has been checked so that its errors can name where the bad value came from.
 type layer struct {
+	// ko holds the source's keys; check drops those at fault.
 	ko *koanf.Koanf
 	// origin names the place in this source that sets key: the file's
 	// path, the environment variable or the flag.
@@ -36,44 +37,66 @@ type layer struct {
 // os.Environ form), then the flags in flags that the user set explicitly
 // (flags may be nil; see RegisterFlags). Later sources win key by key.
 //
-// It rejects unknown keys, unknown IMCANARY_* variables (except SecretEnv,
-// which it ignores) and values of the wrong type, naming the source, the key
-// and the value; then it returns the result of Validate, each error prefixed
-// with the source that set the key. On error the Config is the zero value.
+// It rejects unknown keys, unknown IMCANARY_* variables (except those of
+// OtherEnv, which it ignores) and values of the wrong type, naming the
+// source, the key and the value, and the closest key to an unknown one; then
+// the problems of Validate, each prefixed with the source that set the key;
+// then a target.secret_file or a target.headers value_file that cannot be
+// read or is empty, naming the file but never its content. It reports every
+// problem of every source at once, as an errors.Join, one per line. A value
+// that its source got wrong is left out of the result that is validated, so
+// that the default standing in for it is not blamed as well, and neither is
+// a rule between it and another key. On error the Config is the zero value.
 func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(flatDefaults(), "."), nil); err != nil {
 		return Config{}, fmt.Errorf("load defaults: %w", err)
 	}
 
-	var layers []layer
+	var (
+		layers []*layer
+		errs   []error
+		// unread is set when a source could not be read at all: what it
+		// holds is unknown, so the merged result is not validated.
+		unread bool
+	)
 	if path != "" {
 		l, err := fileLayer(path)
 		if err != nil {
-			return Config{}, err
+			errs, unread = append(errs, err), true
+		} else {
+			layers = append(layers, l)
 		}
+	}
+	l, envErrs := envLayer(env)
+	errs = append(errs, envErrs...)
+	if l != nil {
 		layers = append(layers, l)
+	} else {
+		unread = true
 	}
-	l, err := envLayer(env)
-	if err != nil {
-		return Config{}, err
-	}
-	layers = append(layers, l)
 	if flags != nil {
 		l, err := flagLayer(flags)
 		if err != nil {
-			return Config{}, err
+			errs, unread = append(errs, err), true
+		} else {
+			layers = append(layers, l)
 		}
-		layers = append(layers, l)
 	}
 
+	// rejected are the keys whose value a source got wrong, dropped from
+	// it before the merge.
+	rejected := make(map[string]bool)
 	for _, l := range layers {
-		if err := l.check(); err != nil {
-			return Config{}, err
-		}
+		lerrs, ok := l.check(rejected)
+		errs = append(errs, lerrs...)
+		unread = unread || !ok
 		if err := k.Merge(l.ko); err != nil {
 			return Config{}, fmt.Errorf("merge configuration: %w", err)
 		}
+	}
+	if unread {
+		return Config{}, errors.Join(errs...)
 	}
 
 	var c Config
@@ -81,11 +104,26 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 		// Every layer decoded on its own, so this is a bug, not bad input.
 		return Config{}, fmt.Errorf("decode configuration: %w", err)
 	}
-	c.deriveProfiles()
+	for _, key := range c.deriveProfiles() {
+		// A deadline taken from population.deadline is as wrong as it.
+		if rejected["population.deadline"] {
+			rejected[key] = true
+		}
+	}
 
-	var errs []error
+	// problem holds the keys found wrong, so that a header already wrong
+	// is not also read.
+	var problem []string
 	for _, p := range c.problems() {
-		errs = append(errs, attribute(layers, p))
+		if !blamesRejected(p, rejected) {
+			errs = append(errs, attribute(layers, p))
+			problem = append(problem, p.Key)
+		}
+	}
+	for _, p := range c.fileProblems() {
+		if !blamesRejected(p, rejected) && !slices.ContainsFunc(problem, func(k string) bool { return within(p.Key, entryOf(k)) }) {
+			errs = append(errs, attribute(layers, p))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
@@ -93,10 +131,66 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 	return c, nil
 }
 
+// blamesRejected reports whether the problem p is about a key that a source
+// got wrong, or one inside it, or names such a key in its reason (a rule
+// between two keys, such as "must be at least twice population.deadline"):
+// the value it judged is a default standing in for what the user wrote.
+func blamesRejected(p *ValidationError, rejected map[string]bool) bool {
+	reason := p.Err.Error()
+	for key := range rejected {
+		if within(p.Key, key) || mentions(reason, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether key is parent or is inside it: itself, a key of the
+// section parent, or of an element of the list parent.
+func within(key, parent string) bool {
+	rest, ok := strings.CutPrefix(key, parent)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
+}
+
+// entryOf returns the list element that key is in ("target.headers[2]" for
+// "target.headers[2].name"), or key itself outside a list.
+func entryOf(key string) string {
+	if i := strings.LastIndexByte(key, ']'); i >= 0 {
+		return key[:i+1]
+	}
+	return key
+}
+
+// mentions reports whether text names key as a whole word.
+func mentions(text, key string) bool {
+	for i := 0; ; {
+		j := strings.Index(text[i:], key)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(key)
+		// A full stop after it ends the sentence, not the key.
+		if end < len(text) && text[end] == '.' && (end+1 == len(text) || !keyChar(text[end+1])) {
+			end++
+		}
+		if (start == 0 || !keyChar(text[start-1])) && (end == len(text) || !keyChar(text[end])) {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+// keyChar reports whether c can be part of a key as errors write it.
+func keyChar(c byte) bool {
+	return c == '_' || c == '.' || c == '[' || c == ']' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z'
+}
+
 // deriveProfiles fills in the keys of each soak profile whose default
 // follows other keys, and drops empty lists so that "profiles: []" loads
-// to the same Config as no profiles at all.
-func (c *Config) deriveProfiles() {
+// to the same Config as no profiles at all. It returns the keys of the
+// deadlines it took from population.deadline.
+func (c *Config) deriveProfiles() []string {
+	var derived []string
 	if len(c.Soak.Profiles) == 0 {
 		c.Soak.Profiles = nil
 	}
@@ -107,35 +201,40 @@ func (c *Config) deriveProfiles() {
 		p := &c.Soak.Profiles[i]
 		if p.Deadline == 0 {
 			p.Deadline = c.Population.Deadline
+			derived = append(derived, fmt.Sprintf("soak.profiles[%d].deadline", i))
 		}
 		if p.LostAfter == 0 {
 			p.LostAfter = 2 * p.Deadline
 		}
 	}
+	return derived
 }
 
-func fileLayer(path string) (layer, error) {
+func fileLayer(path string) (*layer, error) {
 	ko := koanf.New(".")
 	if err := ko.Load(file.Provider(path), yaml.Parser()); err != nil {
 		// A *PathError already names the file; a parser error does not.
 		if _, ok := errors.AsType[*fs.PathError](err); ok {
-			return layer{}, fmt.Errorf("read configuration: %w", err)
+			return nil, fmt.Errorf("read configuration: %w", err)
 		}
-		return layer{}, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return layer{ko: ko, origin: func(string) string { return path }}, nil
+	return &layer{ko: ko, origin: func(string) string { return path }}, nil
 }
 
-func envLayer(environ []string) (layer, error) {
+// envLayer returns the layer of the variables of environ that are keys, and
+// an error for each other IMCANARY_* variable but those of OtherEnv. The
+// layer is nil if the environment could not be read.
+func envLayer(environ []string) (*layer, []error) {
 	var (
 		mine    []string
 		unknown []error
 	)
 	for _, kv := range environ {
 		name, _, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, EnvPrefix) || name == SecretEnv {
-			// Dropped here, before any provider sees it, so the secret's
-			// value cannot reach a map, an error or a log line.
+		if !ok || !strings.HasPrefix(name, EnvPrefix) || otherEnv(name) {
+			// Dropped here, before any provider sees it, so that a
+			// secret's value cannot reach a map, an error or a log line.
 			continue
 		}
 		if key := listEnv[name]; key != "" {
@@ -145,13 +244,14 @@ func envLayer(environ []string) (layer, error) {
 		if _, ok := byEnv[name]; !ok {
 			// The value is left out: it may be something private that was
 			// merely misnamed.
-			unknown = append(unknown, fmt.Errorf("unknown environment variable %q", name))
+			err := fmt.Errorf("unknown environment variable %q", name)
+			if near := Closest(name, envNames); near != "" {
+				err = fmt.Errorf("%w: did you mean %q?", err, near)
+			}
+			unknown = append(unknown, err)
 			continue
 		}
 		mine = append(mine, kv)
-	}
-	if err := errors.Join(unknown...); err != nil {
-		return layer{}, err
 	}
 
 	ko := koanf.New(".")
@@ -163,14 +263,26 @@ func envLayer(environ []string) (layer, error) {
 		},
 	})
 	if err := ko.Load(p, nil); err != nil {
-		return layer{}, fmt.Errorf("read environment: %w", err)
+		return nil, append(unknown, fmt.Errorf("read environment: %w", err))
 	}
-	return layer{ko: ko, origin: func(key string) string {
+	return &layer{ko: ko, origin: func(key string) string {
 		return "environment variable " + byKey[key].env
-	}}, nil
+	}}, unknown
 }
 
-func flagLayer(flags *pflag.FlagSet) (layer, error) {
+// envNames are the variables imcanary reads, for suggestions.
+var envNames = func() []string {
+	var names []string
+	for _, l := range leaves {
+		names = append(names, l.env)
+	}
+	for _, v := range OtherEnv {
+		names = append(names, v.Name)
+	}
+	return names
+}()
+
+func flagLayer(flags *pflag.FlagSet) (*layer, error) {
 	ko := koanf.New(".")
 	// Only flags the user set, and only ours: main's flag set also holds
 	// flags such as the config file path that are not configuration keys.
@@ -182,22 +294,29 @@ func flagLayer(flags *pflag.FlagSet) (layer, error) {
 		return f.Name, f.Value.String()
 	})
 	if err := ko.Load(p, nil); err != nil {
-		return layer{}, fmt.Errorf("read flags: %w", err)
+		return nil, fmt.Errorf("read flags: %w", err)
 	}
-	return layer{ko: ko, origin: func(key string) string { return "flag --" + key }}, nil
+	return &layer{ko: ko, origin: func(key string) string { return "flag --" + key }}, nil
 }
 
 // check rejects unknown keys and values that do not decode, then drops null
 // values so that "users:" with nothing after it means "not set here" instead
 // of erasing the default, and gives each soak profile the defaults of the
 // keys it leaves out.
-func (l layer) check() error {
-	var errs []error
-	for _, ke := range unknownKeys(root, l.ko.Raw(), "", "") {
+//
+// Every problem is returned, and the keys at fault are dropped from the
+// layer, so that the others can still be merged and validated; the keys
+// whose values were wrong are added to rejected. ok is false if the layer
+// could not be decoded even so, and must not be trusted.
+func (l *layer) check(rejected map[string]bool) (errs []error, ok bool) {
+	for _, ke := range unknownKeys(root, l.ko.Raw(), "", "", nil) {
 		errs = append(errs, fmt.Errorf("%s: %w", l.origin(ke.key), ke))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
+		l.drop(ke.path)
+		if ke.closest != "" {
+			// What was written under the wrong name is missing from
+			// the right one: its default must not be blamed for it.
+			rejected[ke.closest] = true
+		}
 	}
 
 	for key, v := range l.ko.All() {
@@ -206,32 +325,117 @@ func (l layer) check() error {
 		}
 	}
 	if err := l.defaultProfiles(); err != nil {
-		return err
+		return append(errs, err), false
 	}
 
-	if err := unmarshal(l.ko, &Config{}); err != nil {
+	// The decoder reports every field it cannot decode at once, so a
+	// second pass only confirms that dropping them was enough; a key
+	// that fails again could not be dropped, and the layer is given up.
+	dropped := make(map[string]bool)
+	for range 2 {
+		err := unmarshal(l.ko, &Config{})
+		if err == nil {
+			return errs, true
+		}
 		des := decodeErrors(err)
-		if len(des) == 0 {
-			return fmt.Errorf("%s: %w", l.origin(""), err)
+		if len(des) == 0 || slices.ContainsFunc(des, func(de *mapstructure.DecodeError) bool { return dropped[de.Name()] }) {
+			return append(errs, fmt.Errorf("%s: %w", l.origin(""), err)), false
 		}
 		for _, de := range des {
 			errs = append(errs, fmt.Errorf("%s: %w", l.origin(de.Name()),
 				&ValidationError{Key: de.Name(), Value: l.value(de.Name()), Err: de.Unwrap()}))
 		}
-		return errors.Join(errs...)
+		for _, de := range des {
+			rejected[de.Name()], dropped[de.Name()] = true, true
+			l.drop(parsePath(de.Name()))
+		}
+		if err := l.defaultProfiles(); err != nil {
+			return append(errs, err), false
+		}
 	}
-	return nil
+	return errs, false
+}
+
+// drop removes what path leads to from the layer. An element of a list
+// becomes an empty mapping instead, so that the other elements keep their
+// places (and errors their indices); defaultProfiles then gives a profile
+// back the defaults of what was dropped.
+func (l *layer) drop(path []step) {
+	raw := l.ko.Raw() // a deep copy, so ours to change
+	var at any = raw
+	for i, st := range path {
+		last := i == len(path)-1
+		switch v := at.(type) {
+		case map[string]any:
+			if last {
+				delete(v, st.key)
+			}
+			at = v[st.key]
+		case []any:
+			if st.index < 0 || st.index >= len(v) {
+				return
+			}
+			if last {
+				v[st.index] = map[string]any{}
+			}
+			at = v[st.index]
+		default:
+			return
+		}
+	}
+	ko := koanf.New(".")
+	if err := ko.Load(confmap.Provider(raw, ""), nil); err == nil {
+		l.ko = ko
+	}
+}
+
+// step is one step of a path into a layer's tree: a key of a mapping, or
+// (when index is not -1) an element of a list.
+type step struct {
+	key   string
+	index int
+}
+
+// parsePath reads a key as errors show it ("soak.profiles[2].users") into
+// steps. Its names hold no dots: a YAML key that does is reported, and
+// dropped, before anything is decoded.
+func parsePath(key string) []step {
+	var path []step
+	for part := range strings.SplitSeq(key, ".") {
+		name, rest, _ := strings.Cut(part, "[")
+		if name != "" {
+			path = append(path, step{key: name, index: -1})
+		}
+		for rest != "" {
+			end := strings.IndexByte(rest, ']')
+			if end < 0 {
+				break
+			}
+			i, err := strconv.Atoi(rest[:end])
+			if err != nil {
+				break
+			}
+			path = append(path, step{index: i})
+			rest = strings.TrimPrefix(rest[end+1:], "[")
+		}
+	}
+	return path
 }
 
 // keyError is a key that Config does not have.
 type keyError struct {
-	key    string
-	dotted bool // a single YAML key containing the delimiter
+	key     string
+	path    []step // where it is in the layer
+	dotted  bool   // a single YAML key containing the delimiter
+	closest string // the key most likely meant, if any
 }
 
 func (e keyError) Error() string {
-	if e.dotted {
+	switch {
+	case e.dotted:
 		return fmt.Sprintf("unknown key %q: nest it instead of writing dots in one key", e.key)
+	case e.closest != "":
+		return fmt.Sprintf("unknown key %q: did you mean %q?", e.key, e.closest)
 	}
 	return fmt.Sprintf("unknown key %q", e.key)
 }
@@ -243,19 +447,20 @@ func (e keyError) Error() string {
 // using koanf's flattened keys, which would read a single YAML key
 // "population.users" as the nested key and so let it through to a less
 // helpful error from mapstructure.
-func unknownKeys(s *schema, m map[string]any, at, rel string) []keyError {
+func unknownKeys(s *schema, m map[string]any, at, rel string, path []step) []keyError {
 	var out []keyError
 	for _, name := range slices.Sorted(maps.Keys(m)) {
 		key, r := join(at, name), join(rel, name)
+		p := append(slices.Clip(path), step{key: name, index: -1})
 		switch {
 		case strings.Contains(name, "."):
-			out = append(out, keyError{key: key, dotted: true})
+			out = append(out, keyError{key: key, path: p, dotted: true})
 		case s.byKey[r].key != "":
 		case s.sections[r]:
 			// A section holding a scalar is left to the decoder, which
 			// reports it as a type error on the section.
 			if sub, ok := m[name].(map[string]any); ok {
-				out = append(out, unknownKeys(s, sub, key, r)...)
+				out = append(out, unknownKeys(s, sub, key, r, p)...)
 			}
 		case s.lists[r] != nil:
 			// Likewise a list that is not one, or an element that is
@@ -263,11 +468,16 @@ func unknownKeys(s *schema, m map[string]any, at, rel string) []keyError {
 			list, _ := m[name].([]any)
 			for i, e := range list {
 				if sub, ok := e.(map[string]any); ok {
-					out = append(out, unknownKeys(s.lists[r], sub, fmt.Sprintf("%s[%d]", key, i), "")...)
+					out = append(out, unknownKeys(s.lists[r], sub, fmt.Sprintf("%s[%d]", key, i), "", append(slices.Clip(p), step{index: i}))...)
 				}
 			}
 		default:
-			out = append(out, keyError{key: key})
+			ke := keyError{key: key, path: p}
+			if near := Closest(r, s.names); near != "" {
+				// Shown as the key is shown, inside its list element.
+				ke.closest = key[:len(key)-len(r)] + near
+			}
+			out = append(out, ke)
 		}
 	}
 	return out
@@ -296,7 +506,7 @@ var listEnv = func() map[string]string {
 // a check for zero values after decoding could not tell apart. Anything that
 // is not a list of mappings is left as it is for the decoder to reject.
 // Null elements become empty profiles.
-func (l layer) defaultProfiles() error {
+func (l *layer) defaultProfiles() error {
 	const key = "soak.profiles"
 	list, ok := l.ko.Get(key).([]any) // a deep copy, so ours to change
 	if !ok {
@@ -358,7 +568,7 @@ func mergeMissing(m, defaults map[string]any) {
 // value returns the value of key in the layer as it was given. Keys inside a
 // list ("soak.profiles[2].users") are looked up in the raw tree, as koanf's
 // own keys stop at the list.
-func (l layer) value(key string) any {
+func (l *layer) value(key string) any {
 	if !strings.Contains(key, "[") {
 		return l.ko.Get(key)
 	}
@@ -414,7 +624,7 @@ func decodeErrors(err error) []*mapstructure.DecodeError {
 
 // attribute prefixes a validation problem with the source that set its key:
 // the last layer holding the key, as that is the one that won.
-func attribute(layers []layer, p *ValidationError) error {
+func attribute(layers []*layer, p *ValidationError) error {
 	// Only the file sets lists, so a key inside one belongs to the layer
 	// holding the list.
 	key, _, _ := strings.Cut(p.Key, "[")
@@ -437,6 +647,7 @@ func unmarshal(k *koanf.Koanf, out *Config) error {
 				durationHook,
 				intHook,
 				floatHook,
+				boolHook,
 				stringHook,
 				mapstructure.StringToTimeDurationHookFunc(),
 				mapstructure.TextUnmarshallerHookFunc(),
@@ -455,6 +666,7 @@ var (
 	errSection   = errors.New("must be a mapping of keys")
 	errList      = errors.New("must be a list")
 	errTimestamp = errors.New("is read as a timestamp; quote it to use it as text")
+	errBool      = errors.New("must be true or false")
 )
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -570,6 +782,27 @@ func floatHook(_, to reflect.Type, data any) (any, error) {
 		return f, nil
 	}
 	return nil, errNumber
+}
+
+// boolHook accepts booleans and the strings strconv.ParseBool reads
+// ("true", "false", "1", "0" and their like, from the environment and
+// flags). It rejects numbers, which weak typing would read as true unless
+// zero, and YAML 1.1's yes and no, which YAML 1.2 leaves as strings.
+func boolHook(_, to reflect.Type, data any) (any, error) {
+	if to.Kind() != reflect.Bool {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case bool:
+		return v, nil
+	case string:
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return nil, errBool
+		}
+		return b, nil
+	}
+	return nil, errBool
 }
 
 // stringHook accepts scalars for string fields, spelled as YAML spells them
