@@ -13,6 +13,13 @@
 # image (--platform linux/amd64,linux/arm64) needs no emulation.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS TARGETARCH
+# What --version, imcanary_build_info and the User-Agent report, set as
+# every Prometheus exporter sets them:
+#   docker build --build-arg VERSION=1.2.3 --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg BRANCH=$(git branch --show-current) .
+# Left out, imcanary reports what Go recorded of the build instead; the
+# build context has no .git, so that is "(devel)" and no revision.
+ARG VERSION REVISION BRANCH
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
@@ -21,7 +28,11 @@ COPY . .
 # builder's paths out of the binary.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/imcanary ./cmd/imcanary
+    go build -trimpath -ldflags="-s -w \
+      -X github.com/prometheus/common/version.Version=${VERSION} \
+      -X github.com/prometheus/common/version.Revision=${REVISION} \
+      -X github.com/prometheus/common/version.Branch=${BRANCH}" \
+    -o /out/imcanary ./cmd/imcanary
 # The runtime image has no shell to make directories with, so the data
 # directory is made here, empty, and copied over with its owner.
 RUN mkdir -p /out/data

@@ -16,17 +16,6 @@ import (
 	"github.com/imcanary/imcanary/config"
 )
 
-const benchUsage = `Usage: imcanary bench [--quick] [--json] [--processes N] [--config FILE] [flags]
-
-Measures how many sessions and deliveries this machine's imcanary holds, and
-prints a capacity plan: how many shards to run for a configuration. It runs
-embedded targets and probers as processes of this binary on loopback, reads
-their /metrics and /proc, and stops at the first step where a prober's
-saturation detector fires. Progress goes to standard error, the report to
-standard output.
-
-`
-
 // runBench runs the capacity benchmark, or, as "bench bare-reader" and
 // "bench bare-login", the baselines that the benchmark runs as workers of
 // its own.
@@ -37,8 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "bare-login" {
 		return runBareLogin(ctx, args[1:], stdout, stderr)
 	}
-	fs := pflag.NewFlagSet("imcanary bench", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("bench", stdout, stderr)
 	quick := fs.Bool("quick", false, "CI scale: two small steps and short windows, under a minute")
 	jsonOut := fs.Bool("json", false, "print the report as one JSON object instead of text")
 	processes := fs.Int("processes", 1, "probers (and embedded targets) side by side, to go past one process's file limit")
@@ -48,15 +36,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	steps := fs.String("steps", "", "sessions per process of each step, comma-separated (default: up to the file limit)")
 	rate := fs.Float64("rate", 0, "messages per second per user in the session steps; 0 holds idle sessions with heartbeats (traffic is measured in the self-noise step)")
 	connectRate := fs.Float64("connect-rate", 0, "logins per second allowed to each prober (default 10000)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, "bench", args); err != nil {
 		return usageError{err}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, args); err != nil {
+		return usageError{err}
 	}
 	stepList, err := parseSteps(*steps)
 	if err != nil {

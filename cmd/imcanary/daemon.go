@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,37 +13,66 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/spf13/pflag"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/daemon"
 )
 
-func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("imcanary run", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgFile := fs.String("config", "", "configuration file (YAML); without it, monitor an embedded target")
-	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
-	logFormat := fs.String("log.format", "text", "log format: text or json")
-	webConfig := fs.String("web.config.file", "", "exporter-toolkit web configuration file: TLS and basic authentication for every HTTP endpoint")
-	enableReload := fs.Bool("web.enable-reload", true, "serve POST /-/reload (SIGHUP reloads either way)")
-	config.RegisterFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: imcanary run [--config FILE] [--KEY=VALUE ...]\n\n"+
-			"Each KEY is a configuration key; flags override the file and IMCANARY_* environment.\n\n")
-		fs.PrintDefaults()
+// daemonFlags are the flags of imcanary run, which config check takes too.
+type daemonFlags struct {
+	cfgFile, logLevel, logFormat, webConfig *string
+	enableReload                            *bool
+}
+
+func addDaemonFlags(fs *pflag.FlagSet) daemonFlags {
+	df := daemonFlags{
+		cfgFile:      fs.String("config", "", "configuration file (YAML); without it, monitor an embedded target"),
+		logLevel:     fs.String("log.level", "info", "log level: debug, info, warn, error"),
+		logFormat:    fs.String("log.format", "text", "log format: text or json"),
+		webConfig:    fs.String("web.config.file", "", "exporter-toolkit web configuration file: TLS and basic authentication for every HTTP endpoint"),
+		enableReload: fs.Bool("web.enable-reload", true, "serve POST /-/reload (SIGHUP reloads either way)"),
 	}
-	if err := fs.Parse(args); err != nil {
+	config.RegisterFlags(fs)
+	return df
+}
+
+// load loads the configuration as run does, from the file, the environment
+// and fs, and makes the checks run makes before it opens anything
+// (daemon.Preflight, and the --web.config.file as daemon.New reads it),
+// returning every problem. run and config check both call it, so that one
+// cannot accept what the other refuses.
+func (df daemonFlags) load(fs *pflag.FlagSet) (config.Config, error) {
+	cfg, err := config.Load(*df.cfgFile, os.Environ(), fs)
+	if err != nil {
+		return cfg, err
+	}
+	errs := []error{daemon.Preflight(cfg)}
+	if *df.webConfig != "" {
+		if err := web.Validate(*df.webConfig); err != nil {
+			errs = append(errs, fmt.Errorf("--web.config.file %s: %w", *df.webConfig, err))
+		}
+	}
+	return cfg, errors.Join(errs...)
+}
+
+func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", stdout, stderr)
+	df := addDaemonFlags(fs)
+	if err := parseFlags(fs, "run", args); err != nil {
 		return usageError{err}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, args); err != nil {
+		return usageError{err}
 	}
-	log, err := newLogger(stderr, *logLevel, *logFormat)
+	log, err := newLogger(stderr, *df.logLevel, *df.logFormat)
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(*cfgFile, os.Environ(), fs)
+	cfg, err := df.load(fs)
 	if err != nil {
 		return badConfig(err)
 	}
@@ -51,6 +81,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return badConfig(fmt.Errorf("shard %q: %w", cfg.Shard, err))
 	}
+	log.Info("starting imcanary", "version", version.Info())
 	reg := prometheus.NewRegistry()
 	// The collectors carry the shard label like imcanary's own series
 	// (daemon.New adds it to those).
@@ -62,13 +93,17 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/sched/(latencies|pauses/total/gc):seconds|/gc/gomemlimit:bytes)$`)},
 		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// go_build_info: the Go module's path, version and checksum.
 		collectors.NewBuildInfoCollector(),
+		// imcanary_build_info: the version, revision and branch, as
+		// every Prometheus exporter exports them.
+		versioncollector.NewCollector("imcanary"),
 	)
 	// A reload reads the same sources again: the file, the environment
 	// as it is then, and the command line.
-	reload := func() (config.Config, error) { return config.Load(*cfgFile, os.Environ(), fs) }
-	d, err := daemon.New(cfg, log, reg, daemon.WithWebConfig(*webConfig),
-		daemon.WithReload(reload), daemon.WithReloadEndpoint(*enableReload))
+	reload := func() (config.Config, error) { return config.Load(*df.cfgFile, os.Environ(), fs) }
+	d, err := daemon.New(cfg, log, reg, daemon.WithWebConfig(*df.webConfig),
+		daemon.WithReload(reload), daemon.WithReloadEndpoint(*df.enableReload))
 	if err != nil {
 		return badConfig(err)
 	}
@@ -96,13 +131,47 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return d.Run(ctx)
 }
 
-func runConfig(args []string, stdout io.Writer) error {
-	if len(args) != 2 || args[0] != "check" {
-		return usageError{fmt.Errorf("want: config check FILE")}
+// runConfig runs config check: it loads and checks the configuration as
+// run would, and prints ok or every problem, one per line.
+func runConfig(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("config", stdout, stderr)
+	df := addDaemonFlags(fs)
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help"):
+		fs.Usage()
+		return pflag.ErrHelp
+	case len(args) == 0:
+		return usageError{errors.New("want: config check [FILE] [--KEY=VALUE ...]")}
+	case args[0] != "check":
+		return usageError{fmt.Errorf("unknown config command %q: want: config check [FILE] [--KEY=VALUE ...]", args[0])}
 	}
-	if _, err := config.Load(args[1], nil, nil); err != nil {
-		return badConfig(err)
+	args = args[1:]
+	if err := parseFlags(fs, "config", args); err != nil {
+		return usageError{err}
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", args[1])
+	switch {
+	case fs.NArg() > 1:
+		return usageError{fmt.Errorf("unexpected argument %q: want one FILE", fs.Arg(1))}
+	case fs.NArg() == 1 && *df.cfgFile != "" && *df.cfgFile != fs.Arg(0):
+		return usageError{fmt.Errorf("two files, %s and --config %s: want one", fs.Arg(0), *df.cfgFile)}
+	case fs.NArg() == 1:
+		*df.cfgFile = fs.Arg(0)
+	}
+	var problems []error
+	if _, err := newLogger(io.Discard, *df.logLevel, *df.logFormat); err != nil {
+		problems = append(problems, err)
+	}
+	if _, err := df.load(fs); err != nil {
+		problems = append(problems, err)
+	}
+	if err := errors.Join(problems...); err != nil {
+		fmt.Fprintln(stderr, err)
+		return errReported
+	}
+	if *df.cfgFile != "" {
+		fmt.Fprintf(stdout, "%s: ok\n", *df.cfgFile)
+	} else {
+		fmt.Fprintln(stdout, "ok")
+	}
 	return nil
 }

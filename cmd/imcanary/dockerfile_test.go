@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -426,7 +427,9 @@ type dockerfile struct {
 	gb      goBuild
 }
 
-func loadDockerfile(t *testing.T) dockerfile {
+// loadDockerfile reads the Dockerfile as docker build would with the
+// --build-arg values in buildArgs.
+func loadDockerfile(t *testing.T, buildArgs map[string]string) dockerfile {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
@@ -444,6 +447,7 @@ func loadDockerfile(t *testing.T) dockerfile {
 	// run here.
 	for _, st := range stages[:len(stages)-1] {
 		vars := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH}
+		maps.Copy(vars, buildArgs)
 		gb, err := findGoBuild(st, vars)
 		if err != nil {
 			t.Logf("stage %q: %v", st.name, err)
@@ -514,8 +518,12 @@ func TestShellWords(t *testing.T) {
 	}
 }
 
+// imageVersion are the --build-arg values of a release build, which the
+// version must show.
+var imageVersion = map[string]string{"VERSION": "1.2.3", "REVISION": "0123456789abcdef", "BRANCH": "main"}
+
 func TestDockerfile(t *testing.T) {
-	d := loadDockerfile(t)
+	d := loadDockerfile(t, imageVersion)
 	rt := d.runtime
 	port := configuredPort(t)
 
@@ -528,6 +536,19 @@ func TestDockerfile(t *testing.T) {
 		}
 		if !slices.Contains(d.gb.argv, "-trimpath") {
 			t.Errorf("go build %q lacks -trimpath", d.gb.argv)
+		}
+		// The build arguments reach prometheus/common/version, which
+		// --version, imcanary_build_info and the User-Agent read.
+		var ldflags string
+		for _, a := range d.gb.argv {
+			if v, ok := strings.CutPrefix(a, "-ldflags="); ok {
+				ldflags = v
+			}
+		}
+		for arg, name := range map[string]string{"VERSION": "Version", "REVISION": "Revision", "BRANCH": "Branch"} {
+			if want := "-X github.com/prometheus/common/version." + name + "=" + imageVersion[arg]; !strings.Contains(ldflags, want) {
+				t.Errorf("go build -ldflags=%q lacks %q (from ARG %s)", ldflags, want, arg)
+			}
 		}
 		// The golang image sets GOTOOLCHAIN=local: its Go must be the
 		// release go.mod asks for.
@@ -681,7 +702,7 @@ func TestDockerfileBuild(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skipf("the image is Linux; this is %s", runtime.GOOS)
 	}
-	d := loadDockerfile(t)
+	d := loadDockerfile(t, imageVersion)
 	out := filepath.Join(t.TempDir(), "imcanary")
 	argv := slices.Clone(d.gb.argv)
 	argv[d.gb.outIdx] = out
@@ -738,9 +759,11 @@ func TestDockerfileBuild(t *testing.T) {
 		want    string
 		wantErr int
 	}{
-		{[]string{"--help"}, "Usage: imcanary run", exitOK},
+		{[]string{"--help"}, "imcanary [COMMAND]", exitOK},
+		{[]string{"run", "--help"}, "Usage: imcanary [run]", exitOK},
 		{[]string{"health", "--help"}, "Usage: imcanary health", exitOK},
-		{[]string{"help"}, "imcanary health", exitOK},
+		{[]string{"help"}, "  health    ask a running daemon's /healthz", exitOK},
+		{[]string{"--version"}, "imcanary, version 1.2.3 (branch: main, revision: 0123456789abcdef)\n", exitOK},
 	} {
 		if code, o := runBin(t, tt.args...); code != tt.wantErr || !strings.Contains(o, tt.want) {
 			t.Errorf("imcanary %q = exit %d, output %q; want %d and %q", tt.args, code, o, tt.wantErr, tt.want)
@@ -799,6 +822,26 @@ func TestDockerfileBuild(t *testing.T) {
 		}
 		if !healthy {
 			t.Fatalf("imcanary %q never passed (last %s); daemon output:\n%s", check, last, logs.String())
+		}
+		// The build's version, as every exporter exports it.
+		fams, err := scrape(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info []string
+		for _, m := range fams["imcanary_build_info"].GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			info = append(info, strings.Join(labels, ","))
+		}
+		if len(info) != 1 || !strings.Contains(info[0], "branch=main,") || !strings.Contains(info[0], "revision=0123456789abcdef,") ||
+			!strings.Contains(info[0], "shard=0,") || !strings.HasSuffix(info[0], "version=1.2.3") {
+			t.Errorf("imcanary_build_info = %q, want one series with branch main, revision 0123456789abcdef, shard 0 and version 1.2.3", info)
+		}
+		if fams["go_build_info"] == nil {
+			t.Error("no go_build_info")
 		}
 		if err := daemonCmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)

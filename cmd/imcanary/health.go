@@ -14,6 +14,9 @@ import (
 	"unicode"
 
 	"github.com/spf13/pflag"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/daemon"
 )
 
 // defaultHealthURL is the daemon's liveness endpoint at the address the
@@ -27,26 +30,21 @@ const defaultHealthURL = "http://127.0.0.1:9464/healthz"
 // Docker reads exit 1 as unhealthy and reserves 2, so every failure here,
 // a bad flag included, exits 1: no usageError.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("imcanary health", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("health", stdout, stderr)
 	url := fs.String("url", defaultHealthURL, "URL to GET; healthy only if it answers 200")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long, connecting and reading included")
 	insecure := fs.Bool("tls.insecure-skip-verify", false, "with an https URL, do not verify the server's certificate (the daemon's own, self-signed, on loopback)")
 	user := fs.String("basic-auth.username", "", "user for the daemon's basic authentication (--web.config.file)")
-	passFile := fs.String("basic-auth.password-file", "", "file holding that user's password (else $IMCANARY_HEALTH_PASSWORD)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: imcanary health [--url URL] [--timeout D] [--tls.insecure-skip-verify] [--basic-auth.username U]\n\n"+
-			"Exit 0 if URL answers 200, 1 otherwise (the container image's HEALTHCHECK).\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	passFile := fs.String("basic-auth.password-file", "", "file holding that user's password (else $"+config.HealthPasswordEnv+")")
+	// One line each, for Docker's health log.
+	if err := parseFlags(fs, "health", args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
-		return fmt.Errorf("%w (see imcanary health --help)", err)
+		return fmt.Errorf("%w (see imcanary help health)", err)
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see imcanary health --help)", fs.Arg(0))
+	if err := noArgs(fs, args); err != nil {
+		return fmt.Errorf("%w (see imcanary help health)", err)
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout: %v: must be positive", *timeout)
@@ -75,13 +73,13 @@ type healthAuth struct {
 }
 
 // readPassword reads the basic-auth password from file, or from
-// $IMCANARY_HEALTH_PASSWORD; an error names the file, never the content.
+// config.HealthPasswordEnv; an error names the file, never the content.
 func readPassword(file string) (string, error) {
 	if file == "" {
-		if p := os.Getenv("IMCANARY_HEALTH_PASSWORD"); p != "" {
+		if p := os.Getenv(config.HealthPasswordEnv); p != "" {
 			return p, nil
 		}
-		return "", errors.New("--basic-auth.username needs --basic-auth.password-file or $IMCANARY_HEALTH_PASSWORD")
+		return "", fmt.Errorf("--basic-auth.username needs --basic-auth.password-file or $%s", config.HealthPasswordEnv)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -107,6 +105,9 @@ func checkHealth(ctx context.Context, url string, timeout time.Duration, auth he
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: auth.insecure},
 	}}
+	// Named as imcanary's requests to a target are, so that an access
+	// log can tell the health check from a scrape.
+	req.Header.Set("User-Agent", daemon.UserAgent())
 	if auth.user != "" {
 		req.SetBasicAuth(auth.user, auth.pass)
 	}

@@ -10,9 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
+	"github.com/prometheus/common/version"
 	"github.com/spf13/pflag"
+
+	"github.com/imcanary/imcanary/config"
 )
 
 // Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
@@ -28,60 +33,219 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-const usage = `imcanary: synthetic monitoring for instant-messaging servers
+// command is one subcommand, as help describes it.
+type command struct {
+	name     string
+	synopsis string // after "Usage: "
+	summary  string // one line, in the list of commands
+	about    string // what it does, at the top of its own help
+}
 
-Usage:
-  imcanary [run] [--config FILE] [--KEY=VALUE ...]   run the daemon (default)
-  imcanary target [flags]                            run the embedded reference target
-  imcanary canary --once [--config FILE]             one canary round: exit 0 pass, 1 fail
-  imcanary soak --profile NAME [--config FILE] [--json F] [--html F]
-                                                     one soak run: exit 0 pass, 1 fail
-  imcanary config check FILE                         validate a configuration file
-  imcanary bench [--quick] [--json] [--processes N]  measure this machine's capacity and
-                                                     print a plan of shards
-  imcanary health [--url URL] [--timeout D]          ask a running daemon's /healthz:
-                                                     exit 0 on 200, 1 otherwise
-  imcanary help [COMMAND]
+// commands are imcanary's subcommands, in the order help lists them.
+var commands = []command{
+	{"run", "imcanary [run] [--config FILE] [--KEY=VALUE ...]",
+		"run the daemon (the default command)",
+		`Runs the daemon: keeps the background population online and messaging,
+runs the canary rounds and the scheduled soak runs, keeps their history under
+data_dir, and serves /metrics, /healthz, /readyz, the status page and its API.
+With no --config it monitors an embedded target in-process. SIGHUP or
+POST /-/reload reads the configuration again.`},
+	{"canary", "imcanary canary --once [--config FILE] [--KEY=VALUE ...]",
+		"run one canary round and exit: 0 pass, 1 fail",
+		`Brings the canary users online against the target, runs one round, prints
+its checks and exits: 0 pass, 1 fail, 2 bad usage or configuration. For a
+deploy pipeline; scheduled rounds run inside imcanary run.`},
+	{"soak", "imcanary soak --profile NAME [--config FILE] [--json FILE] [--html FILE] [--KEY=VALUE ...]",
+		"run one soak profile and exit: 0 pass, 1 fail",
+		`Runs the soak profile NAME of soak.profiles once, showing its progress,
+prints the report, saves it in the history under data_dir and exits: 0 pass,
+1 fail, 2 bad usage or configuration. Ctrl-C stops the run cleanly; its
+report says aborted.`},
+	{"config", "imcanary config check [FILE] [--config FILE] [--KEY=VALUE ...]",
+		"check a configuration as imcanary run would load it",
+		`Loads the configuration exactly as imcanary run does, from FILE (or
+--config), the IMCANARY_* environment and the flags, and makes the checks run
+makes before it starts: unknown keys, values, the files it names, the open
+files and ports its populations need, the target secret, data_dir. Prints ok,
+or every problem, one per line, and exits 2. It takes run's flags, so that
+"run" in a command line can be replaced by "config check".`},
+	{"target", "imcanary target [--listen ADDR] [--drop P] [--delay D] [flags]",
+		"run the embedded reference target, with fault injection",
+		`Serves the embedded reference IM server on its own, with faults of a
+known size to prove the detectors against. Its WebSocket endpoint is /ws.`},
+	{"bench", "imcanary bench [--quick] [--json] [--processes N] [--config FILE] [flags]",
+		"measure this machine's capacity and plan shards",
+		`Measures how many sessions and deliveries this machine's imcanary holds, and
+prints a capacity plan: how many shards to run for a configuration. It runs
+embedded targets and probers as processes of this binary on loopback, reads
+their /metrics and /proc, and stops at the first step where a prober's
+saturation detector fires. Progress goes to standard error, the report to
+standard output.`},
+	{"health", "imcanary health [--url URL] [--timeout D] [--tls.insecure-skip-verify] [--basic-auth.username U]",
+		"ask a running daemon's /healthz: exit 0 on 200, 1 otherwise",
+		`GETs URL once and exits 0 if it answers 200, 1 otherwise, bad usage
+included (Docker reserves 2): the container image's HEALTHCHECK, which has no
+shell or curl to call.`},
+	{"version", "imcanary version",
+		"print the version and how it was built",
+		`Prints imcanary's version, revision and branch, and the Go release and
+platform it was built with; --version does the same.`},
+	{"help", "imcanary help [COMMAND]",
+		"print help: the commands, or one command's flags",
+		`Prints the list of commands, or with COMMAND that command's help.`},
+}
 
-With no --config, imcanary starts an embedded target in-process on a free
-loopback port and monitors it. Run 'imcanary run --help' for every key.
-`
+// lookup returns the command named name.
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// helpWidth is where help wraps flag descriptions: a terminal's width, give
+// or take, and still complete lines for grep.
+const helpWidth = 100
+
+// printUsage writes the general help: every command, and what applies to
+// all of them.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "imcanary: synthetic monitoring for instant-messaging servers\n\n"+
+		"Usage:\n  imcanary [COMMAND] [FLAGS]\n\nCommands:\n")
+	width := 0
+	for _, c := range commands {
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s   %s\n", width, c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Flags:
+  -h, --help      print this help
+      --version   print the version
+
+With no command, or with flags only, imcanary runs the daemon; with no
+--config it monitors an embedded target in-process. Every configuration key
+(configs/imcanary.yaml lists them) is also an environment variable,
+IMCANARY_ and the key in upper case with "_" for "." (IMCANARY_POPULATION_USERS),
+and a flag (--population.users); flags win over the environment, which wins
+over the file.
+`)
+	printEnv(w, "")
+	fmt.Fprint(w, "\nRun 'imcanary help COMMAND' for a command's flags.\n")
+}
+
+// printEnv lists the IMCANARY_* variables that are not keys, those that
+// command reads ("" for all).
+func printEnv(w io.Writer, command string) {
+	var vars []config.EnvVar
+	width := 0
+	for _, v := range config.OtherEnv {
+		if command == "" || slices.Contains(v.UsedBy, command) {
+			vars = append(vars, v)
+			width = max(width, len(v.Name))
+		}
+	}
+	if len(vars) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nEnvironment:\n")
+	for _, v := range vars {
+		text := v.Usage
+		if command == "" {
+			text += " (" + strings.Join(v.UsedBy, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  %-*s   %s\n", width, v.Name, wrap(text, helpWidth-width-5, width+5))
+	}
+}
+
+// wrap breaks text into lines of at most width characters, at spaces, and
+// indents every line after the first.
+func wrap(text string, width, indent int) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(text) {
+		switch {
+		case i == 0:
+		case n+1+len(word) > width:
+			b.WriteString("\n" + strings.Repeat(" ", indent))
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(word)
+		n += len(word)
+	}
+	return b.String()
+}
 
 func main() {
+	// Before anything reads it: the build-info metric, the User-Agent
+	// of every request to a target, --version.
+	setVersion()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
-	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "-h" || a == "--help" || a == "-help":
+			printUsage(stdout)
+			return exitOK
+		case a == "--version":
+			fmt.Fprintln(stdout, version.Print("imcanary"))
+			return exitOK
+		case a == "" || a[0] != '-':
+			cmd, args = a, args[1:]
+		}
 	}
 	// SIGINT and SIGTERM cancel the root context; every part of the daemon
 	// derives its context from it and stops in order.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	runners := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"run":    runDaemon,
+		"target": runTarget,
+		"canary": runCanary,
+		"soak":   runSoak,
+		"config": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+			return runConfig(args, stdout, stderr)
+		},
+		"bench":   runBench,
+		"health":  runHealth,
+		"version": func(_ context.Context, args []string, stdout, _ io.Writer) error { return runVersion(args, stdout) },
+	}
+	runners["help"] = func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		switch {
+		case len(args) == 0:
+			printUsage(stdout)
+			return nil
+		case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+			c, _ := lookup("help")
+			fmt.Fprintf(stdout, "Usage: %s\n\n%s\n", c.synopsis, c.about)
+			return nil
+		case len(args) > 1:
+			return usageError{fmt.Errorf("want one command, not %q", args)}
+		}
+		r, ok := runners[args[0]]
+		if !ok {
+			return unknownCommand(args[0])
+		}
+		// Every command prints its own help for --help, having run
+		// nothing yet.
+		return r(ctx, []string{"--help"}, stdout, stderr)
+	}
+
 	var err error
-	switch cmd {
-	case "run":
-		err = runDaemon(ctx, args, stdout, stderr)
-	case "target":
-		err = runTarget(ctx, args, stdout, stderr)
-	case "canary":
-		err = runCanary(ctx, args, stdout, stderr)
-	case "soak":
-		err = runSoak(ctx, args, stdout, stderr)
-	case "config":
-		err = runConfig(args, stdout)
-	case "bench":
-		err = runBench(ctx, args, stdout, stderr)
-	case "health":
-		err = runHealth(ctx, args, stdout, stderr)
-	case "help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	default:
-		err = usageError{fmt.Errorf("unknown command %q", cmd)}
+	if r, ok := runners[cmd]; ok {
+		err = r(ctx, args, stdout, stderr)
+	} else {
+		err = unknownCommand(cmd)
 	}
 	switch {
 	case err == nil:
@@ -90,23 +254,61 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.Is(err, errFailed):
 		return exitFail
+	case errors.Is(err, errReported):
+		return exitUsage
 	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "imcanary %s: %v\n", cmd, err)
+		printError(stderr, cmd, err)
 		if !errors.As(err, new(quietUsage)) {
-			fmt.Fprint(stderr, "\n"+usage)
+			hint := "imcanary help " + cmd
+			if errors.As(err, new(noCommand)) {
+				hint = "imcanary help"
+			}
+			fmt.Fprintf(stderr, "Run '%s' for usage.\n", hint)
 		}
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "imcanary %s: %v\n", cmd, err)
+		printError(stderr, cmd, err)
 		return exitFail
 	}
 }
 
+// printError writes err, every line of it (one per problem) prefixed with
+// the command, so that each can be found with grep.
+func printError(w io.Writer, cmd string, err error) {
+	prefix := "imcanary " + cmd + ": "
+	if _, known := lookup(cmd); !known {
+		prefix = "imcanary: "
+	}
+	for line := range strings.Lines(err.Error()) {
+		fmt.Fprint(w, prefix+strings.TrimSuffix(line, "\n")+"\n")
+	}
+}
+
+// noCommand is the error of a command imcanary does not have.
+type noCommand struct{ name string }
+
+func (e noCommand) Error() string {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	if near := config.Closest(e.name, names); near != "" {
+		return fmt.Sprintf("unknown command %q: did you mean %q?", e.name, near)
+	}
+	return fmt.Sprintf("unknown command %q", e.name)
+}
+
+func unknownCommand(name string) error { return usageError{noCommand{name}} }
+
 // quietUsage is a usage error (a bad configuration) whose message says all:
-// printing the usage text after it would bury it.
+// a hint to read the help after it would only distract from it.
 type quietUsage struct{ error }
 
 func badConfig(err error) error { return usageError{quietUsage{err}} }
+
+// errReported makes a command exit 2 after it has printed its own account
+// of what is wrong (config check's problems).
+var errReported = errors.New("reported")
 
 // newLogger builds the one logger of the process.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
@@ -114,7 +316,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageError{fmt.Errorf("--log.level: %q: want debug, info, warn or error", level)}
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationText}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -122,4 +324,15 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usageError{fmt.Errorf("--log.format: %q: want text or json", format)}
+}
+
+// durationText writes a duration as time.Duration writes it ("1.5s"),
+// which the text handler does already but the JSON handler would not: it
+// writes nanoseconds, a number nobody reads right. slog calls it for every
+// attribute, those inside groups too.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }

@@ -33,7 +33,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"config", "check", good}, exitOK, "good.yaml: ok"},
 		{[]string{"config", "check", bad}, exitUsage, "population.users: 0: must be at least 1"},
 		{[]string{"config", "check", filepath.Join(dir, "missing.yaml")}, exitUsage, "missing.yaml"},
-		{[]string{"config"}, exitUsage, "config check FILE"},
+		{[]string{"config"}, exitUsage, "want: config check [FILE]"},
+		{[]string{"config", "chek", good}, exitUsage, `unknown config command "chek"`},
 		{[]string{"bogus"}, exitUsage, `unknown command "bogus"`},
 		{[]string{"run", "--population.users=0"}, exitUsage, "population.users"},
 		{[]string{"run", "--log.level=loud"}, exitUsage, "--log.level"},
@@ -141,6 +142,8 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
+	// As main does, for the tests that call run.
+	setVersion()
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)

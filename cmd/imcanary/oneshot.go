@@ -19,21 +19,24 @@ import (
 // errFailed makes a command exit 1 after it has printed its own verdict.
 var errFailed = errors.New("failed")
 
-// commonFlags registers what every command that talks to a target takes.
-func commonFlags(fs *pflag.FlagSet) (cfgFile, logLevel, logFormat *string) {
+// commonFlags registers what the one-shot commands take: the file, the
+// log, and the configuration keys that cmd uses.
+func commonFlags(fs *pflag.FlagSet, cmd config.Command) (cfgFile, logLevel, logFormat *string) {
 	cfgFile = fs.String("config", "", "configuration file (YAML); without it, an embedded target in-process")
 	logLevel = fs.String("log.level", "warn", "log level: debug, info, warn, error")
 	logFormat = fs.String("log.format", "text", "log format: text or json")
-	config.RegisterFlags(fs)
+	config.RegisterCommandFlags(fs, cmd)
 	return
 }
 
 func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("imcanary canary", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("canary", stdout, stderr)
 	once := fs.Bool("once", false, "run one round and exit: 0 pass, 1 fail, 2 bad usage or configuration")
-	cfgFile, logLevel, logFormat := commonFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandCanary)
+	if err := parseFlags(fs, "canary", args); err != nil {
+		return usageError{err}
+	}
+	if err := noArgs(fs, args); err != nil {
 		return usageError{err}
 	}
 	if !*once {
@@ -64,13 +67,15 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("imcanary soak", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("soak", stdout, stderr)
 	profile := fs.String("profile", "", "name of the soak profile to run (from soak.profiles)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "also write the report as HTML to this file")
-	cfgFile, logLevel, logFormat := commonFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandSoak)
+	if err := parseFlags(fs, "soak", args); err != nil {
+		return usageError{err}
+	}
+	if err := noArgs(fs, args); err != nil {
 		return usageError{err}
 	}
 	if *profile == "" {

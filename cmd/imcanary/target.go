@@ -9,15 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/target"
 )
 
 func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("imcanary target", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("target", stdout, stderr)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on; the WebSocket endpoint is /ws")
 	secretFile := fs.String("secret-file", "", "file holding the token secret (else $"+config.SecretEnv+"; neither: accept any token)")
 	var f target.Faults
@@ -34,11 +31,11 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	offlineQueue := fs.Int("offline-queue", 1000, "per-user queue of deliveries kept while the user is offline")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log.format", "text", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, "target", args); err != nil {
 		return usageError{err}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := noArgs(fs, args); err != nil {
+		return usageError{err}
 	}
 	// Name the flag, not the option it feeds: the user typed the flag.
 	for name, p := range map[string]float64{"--drop": f.Drop, "--duplicate": f.Duplicate, "--reorder": f.Reorder} {
