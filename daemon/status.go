@@ -227,7 +227,13 @@ func (h *statusHandler) page(w http.ResponseWriter, r *http.Request) {
 	// Rendered to a buffer first, so that a template error is a clean 500
 	// rather than half a page.
 	var buf bytes.Buffer
-	if err := statusPage.Execute(&buf, statusPageData{Status: st, Now: time.Now()}); err != nil {
+	now := time.Now()
+	charts, err := statusCharts(st, now)
+	if err != nil {
+		h.serverError(w, r, fmt.Errorf("status page charts: %w", err))
+		return
+	}
+	if err := statusPage.Execute(&buf, statusPageData{Status: st, Now: now, Charts: charts}); err != nil {
 		h.serverError(w, r, fmt.Errorf("status page: %w", err))
 		return
 	}
@@ -446,11 +452,14 @@ code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
 .v-starting{border-color:#6e7781;background:#6e778114}.v-starting .state{color:#6e7781}
 .good{color:#1a7f37}
 .bad{color:#cf222e;font-weight:600}
-.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1em}
-figure{margin:0}
-figcaption{font-weight:600;margin-bottom:.3em}
-svg{max-width:100%;height:auto}
-svg text{font:11px system-ui,sans-serif;fill:currentColor}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:1em;margin-top:1em}
+figure{margin:0;border:1px solid #8884;border-radius:6px;padding:8px 8px 2px}
+figcaption{font-weight:600;margin:0 0 2px 4px}
+svg{display:block;width:100%;height:auto}
+svg text{font-size:11px;fill:#6e7781}
+svg .legend text{font-size:12px;fill:currentColor}
+svg .ref text{font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
+svg .empty{font-size:16px}
 </style>
 </head>
 <body>
@@ -484,7 +493,7 @@ svg text{font:11px system-ui,sans-serif;fill:currentColor}
 
 <h2>Delivery since start</h2>
 {{if .SLIs}}<table>
-<thead><tr><th>source</th><th>kind</th><th class="n">expected</th><th class="n">delivered</th><th class="n">lost</th><th class="n">completeness</th><th class="n">within 1s</th></tr></thead>
+<thead><tr><th>source</th><th>kind</th><th class="n">expected</th><th class="n">delivered</th><th class="n">lost</th><th class="n" title="delivered per expected: messages still in flight count as not delivered yet">delivered of expected</th><th class="n">within 1s</th></tr></thead>
 <tbody>
 {{range .SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{ratio .Completeness}}</td><td class="n">{{ratio .UnderOneSecond}}</td></tr>
 {{end}}</tbody>

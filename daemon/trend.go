@@ -21,6 +21,8 @@ import (
 type trend struct {
 	sets []*metrics.Set // by source: trendSources
 	now  func() time.Time
+	// every is the reading interval: trendEvery but in tests.
+	every time.Duration
 
 	mu   sync.Mutex
 	ring []trendPoint // oldest first once full; next is the write index
@@ -60,17 +62,17 @@ type trendCounts struct {
 }
 
 func newTrend(m *metrics.Metrics, target string) *trend {
-	t := &trend{now: time.Now, ring: make([]trendPoint, int(trendSpan/trendEvery)+1)}
+	t := &trend{now: time.Now, every: trendEvery, ring: make([]trendPoint, int(trendSpan/trendEvery)+1)}
 	for _, src := range trendSources {
 		t.sets = append(t.sets, m.For(target, src))
 	}
 	return t
 }
 
-// run takes a reading every trendEvery until ctx ends.
+// run takes a reading every t.every until ctx ends.
 func (t *trend) run(ctx context.Context) {
 	t.record()
-	tick := time.NewTicker(trendEvery)
+	tick := time.NewTicker(t.every)
 	defer tick.Stop()
 	for {
 		select {

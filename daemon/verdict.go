@@ -154,10 +154,15 @@ type canaryOutcome struct {
 // objective.
 func judge(in verdictInput) Verdict {
 	counts := fmt.Sprintf("%d of %d sessions online", in.online, in.users)
+	// What falls short of the objective is listed whatever the verdict:
+	// a page that says down still says that the prober is saturated, or
+	// that a fifth of the messages were lost before the target went.
+	short := shortfalls(in)
+	var state, cause string
 	switch {
 	case in.reach.Known && !in.reach.Reachable:
-		return verdict(VerdictDown, fmt.Sprintf("target unreachable for %s: %s; %s",
-			ago(in.now.Sub(in.reach.Since)), in.reach.Cause(), counts))
+		state, cause = VerdictDown, fmt.Sprintf("target unreachable for %s: %s; %s",
+			ago(in.now.Sub(in.reach.Since)), in.reach.Cause(), counts)
 	case in.ready && in.users > 0 && in.online == 0:
 		// Every session dropped, and the attempts since have not (yet)
 		// failed often enough to call the target unreachable.
@@ -165,17 +170,41 @@ func judge(in verdictInput) Verdict {
 		if in.reach.Streak > 0 {
 			why = fmt.Sprintf("%d attempts failed since the last success, the last: %s", in.reach.Streak, in.reach.Cause())
 		}
-		return verdict(VerdictDown, "no session online: "+counts+"; "+why)
+		state, cause = VerdictDown, "no session online: "+counts+"; "+why
 	case in.saturation.Saturated:
-		return verdict(VerdictSaturated, fmt.Sprintf("imcanary is saturated (%s) since %s: its latency and loss figures may be its own, not the target's",
-			strings.Join(in.saturation.Causes, ", "), ago(in.now.Sub(in.saturation.Since))+" ago"))
+		state, cause = VerdictSaturated, saturatedCause(in)
 	case !in.ready && in.now.Sub(in.started) < in.startGrace:
-		return verdict(VerdictStarting, "starting: "+counts)
+		state, cause = VerdictStarting, "starting: "+counts
+		// Sessions still logging in are the ramp, not a shortfall.
+		short = slices.DeleteFunc(short, func(c string) bool { return c == counts })
+	case len(short) > 0:
+		return Verdict{State: VerdictDegraded, Cause: short[0], Causes: short}
+	default:
+		return verdict(VerdictHealthy, fmt.Sprintf("all %d sessions online; every SLI at or above %s over the last %s",
+			in.users, percent(in.recent.Objective), ago(in.recent.Window)))
 	}
+	causes := []string{cause}
+	if state != VerdictSaturated && in.saturation.Saturated {
+		causes = append(causes, saturatedCause(in))
+	}
+	for _, c := range short {
+		if c != counts || state == VerdictSaturated {
+			causes = append(causes, c)
+		}
+	}
+	return Verdict{State: state, Cause: cause, Causes: causes}
+}
 
+func saturatedCause(in verdictInput) string {
+	return fmt.Sprintf("imcanary is saturated (%s) since %s: its latency and loss figures may be its own, not the target's",
+		strings.Join(in.saturation.Causes, ", "), ago(in.now.Sub(in.saturation.Since))+" ago")
+}
+
+// shortfalls lists what falls short of the objective, in words.
+func shortfalls(in verdictInput) []string {
 	var causes []string
 	if in.online < in.users {
-		causes = append(causes, counts)
+		causes = append(causes, fmt.Sprintf("%d of %d sessions online", in.online, in.users))
 	}
 	objective := in.recent.Objective
 	span := "over the last " + ago(in.recent.Window)
@@ -205,10 +234,7 @@ func judge(in verdictInput) Verdict {
 	if f := failureSummary(in.recent.Failures); f != "" {
 		causes = append(causes, f+" "+span)
 	}
-	if len(causes) > 0 {
-		return Verdict{State: VerdictDegraded, Cause: causes[0], Causes: causes}
-	}
-	return verdict(VerdictHealthy, fmt.Sprintf("all %d sessions online; every SLI at or above %s %s", in.users, percent(objective), span))
+	return causes
 }
 
 func verdict(state, cause string) Verdict {

@@ -47,10 +47,12 @@ func TestJudge(t *testing.T) {
 			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectUnauthorized,
 				Err: `login u1: the target closed the login with 4001 "bad token"`}
 		}, VerdictDown, []string{`unauthorized: the target closed the login with 4001 "bad token"`}, nil},
-		{"down beats saturated", func(in *verdictInput) {
+		{"down beats saturated, and says both", func(in *verdictInput) {
 			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectTimeout, Err: "context deadline exceeded"}
 			in.saturation = SaturationStatus{Saturated: true, Since: now.Add(-time.Minute), Causes: []string{"cpu"}}
-		}, VerdictDown, []string{"timed out"}, nil},
+			in.online = 0
+			in.recent.SLIs[1].Completeness = ptr(0.8)
+		}, VerdictDown, []string{"timed out"}, []string{"imcanary is saturated (cpu)", "background group completeness 80%"}},
 		{"everyone dropped", func(in *verdictInput) { in.online = 0 }, VerdictDown,
 			[]string{"no session online: 0 of 100 sessions online; logging in again"}, nil},
 		{"everyone dropped, two attempts failed", func(in *verdictInput) {
@@ -60,10 +62,15 @@ func TestJudge(t *testing.T) {
 		{"saturated", func(in *verdictInput) {
 			in.saturation = SaturationStatus{Saturated: true, Since: now.Add(-30 * time.Second), Causes: []string{"cpu", "sched_latency"}}
 			in.recent.SLIs[0].Completeness = ptr(0.5)
-		}, VerdictSaturated, []string{"imcanary is saturated (cpu, sched_latency) since 30s ago", "may be its own"}, nil},
+		}, VerdictSaturated, []string{"imcanary is saturated (cpu, sched_latency) since 30s ago", "may be its own"},
+			[]string{"background direct completeness 50%"}},
 		{"ramping", func(in *verdictInput) {
 			in.started, in.ready, in.online = now.Add(-5*time.Second), false, 40
 		}, VerdictStarting, []string{"starting: 40 of 100 sessions online"}, nil},
+		{"ramping, with loss already", func(in *verdictInput) {
+			in.started, in.ready, in.online = now.Add(-5*time.Second), false, 40
+			in.recent.SLIs[0].Completeness = ptr(0.9)
+		}, VerdictStarting, []string{"starting: 40 of 100 sessions online"}, []string{"background direct completeness 90%"}},
 		{"ramp took too long", func(in *verdictInput) {
 			in.started, in.ready, in.online = now.Add(-time.Minute), false, 40
 		}, VerdictDegraded, []string{"40 of 100 sessions online"}, nil},
@@ -118,6 +125,16 @@ func TestJudge(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestJudgeStartingIsNotAShortfall: sessions still ramping in are not
+// listed as missing.
+func TestJudgeStartingIsNotAShortfall(t *testing.T) {
+	v := judge(verdictInput{now: statusEpoch, started: statusEpoch.Add(-time.Second), startGrace: time.Minute,
+		online: 3, users: 10, recent: RecentStatus{Objective: 0.999}})
+	if v.State != VerdictStarting || len(v.Causes) != 1 {
+		t.Errorf("judge(ramping) = %+v, want starting and nothing else", v)
 	}
 }
 

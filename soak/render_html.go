@@ -239,7 +239,43 @@ func renderKVs(m map[string]int64) []renderKV {
 
 // renderPage is parsed once: a template error is a programming error that
 // the tests catch, so Must is right here.
-var renderPage = template.Must(template.New("report").Parse(renderPageTemplate))
+var renderPage = template.Must(template.Must(template.New("report").Parse(renderPageTemplate)).Parse(renderChartTemplate))
+
+// renderChartTemplate draws one renderChart as a figure with an inline
+// SVG: the report's charts and those of other pages (RenderChart) are the
+// same markup. Every value in it was made a string by renderBuildChart.
+const renderChartTemplate = `{{define "chart"}}{{$c := .}}<figure>
+<figcaption id="{{.ID}}-caption">{{.Title}}</figcaption>
+<svg viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-labelledby="{{.ID}}-title {{.ID}}-desc">
+<title id="{{.ID}}-title">{{.Title}}</title>
+<desc id="{{.ID}}-desc">{{.Desc}}</desc>
+<rect x="{{.Left}}" y="{{.Top}}" width="{{.PlotW}}" height="{{.PlotH}}" fill="#fbfcfd" stroke="#d1d9e0"/>
+{{range .Bands}}<rect class="saturated" x="{{.X}}" y="{{$c.Top}}" width="{{.W}}" height="{{$c.PlotH}}" fill="#8250df" fill-opacity="0.14"><title>{{.Title}}</title></rect>
+{{end}}<g class="grid" stroke="#eaeef2" stroke-width="1">
+{{range .YTicks}}<line x1="{{$c.Left}}" x2="{{$c.Right}}" y1="{{.Pos}}" y2="{{.Pos}}"/>
+{{end}}{{range .XTicks}}<line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}"/>
+{{end}}</g>
+<g class="y-ticks" text-anchor="end">
+{{range .YTicks}}<text x="{{$c.Left}}" y="{{.Pos}}" dx="-6" dy="4">{{.Label}}</text>
+{{end}}</g>
+<g class="x-ticks" text-anchor="middle">
+{{range .XTicks}}<line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$c.Bottom}}" y2="{{$c.Bottom}}" stroke="#8c959f"/><text x="{{.Pos}}" y="{{$c.Bottom}}" dy="16">{{.Label}}</text>
+{{end}}</g>
+<text class="axis-title" x="{{.Right}}" y="{{.H}}" dy="-6" text-anchor="end">{{.XLabel}} →</text>
+<text class="axis-title" x="{{.YLabelX}}" y="{{.YLabelY}}" text-anchor="middle" transform="rotate(-90 {{.YLabelX}} {{.YLabelY}})">{{.YLabel}}</text>
+{{range .Phases}}<g class="phase"><title>{{.Title}}</title><line x1="{{.X}}" x2="{{.X}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}" stroke="#8c959f" stroke-width="1.2" stroke-dasharray="6 4"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="{{.Anchor}}">{{.Label}}</text></g>
+{{end}}{{range .Refs}}<g class="ref"><line x1="{{$c.Left}}" x2="{{$c.Right}}" y1="{{.Y}}" y2="{{.Y}}" stroke="{{.Color}}" stroke-width="1.2" stroke-dasharray="3 3"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="end" fill="{{.Color}}">{{.Label}}</text></g>
+{{end}}<g class="series" fill="none" stroke-width="2" stroke-linejoin="round" stroke-linecap="round">
+{{range .Lines}}<polyline points="{{.Points}}" stroke="{{.Color}}"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}><title>{{.Name}}</title></polyline>
+{{end}}{{range .Dots}}<circle cx="{{.X}}" cy="{{.Y}}" r="3" fill="{{.Color}}" stroke="none"/>
+{{end}}</g>
+{{with .Empty}}<text class="empty" x="{{$c.EmptyX}}" y="{{$c.EmptyY}}" text-anchor="middle">{{.}}</text>
+{{end}}<g class="legend">
+{{range .Legend}}<line x1="{{.X1}}" x2="{{.X2}}" y1="{{.Y}}" y2="{{.Y}}" stroke="{{.Color}}" stroke-width="3"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}/><text x="{{.TextX}}" y="{{.TextY}}">{{.Name}}</text>
+{{end}}</g>
+</svg>
+</figure>
+{{end}}`
 
 // The style sheet uses only fonts the reader's system has: a report must
 // not fetch anything, and a web font would be a request.
@@ -386,38 +422,7 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 <section aria-labelledby="h-charts">
 <h2 id="h-charts">Over time</h2>
 <div class="charts">
-{{range .Charts}}{{$c := .}}<figure>
-<figcaption id="{{.ID}}-caption">{{.Title}}</figcaption>
-<svg viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-labelledby="{{.ID}}-title {{.ID}}-desc">
-<title id="{{.ID}}-title">{{.Title}}</title>
-<desc id="{{.ID}}-desc">{{.Desc}}</desc>
-<rect x="{{.Left}}" y="{{.Top}}" width="{{.PlotW}}" height="{{.PlotH}}" fill="#fbfcfd" stroke="#d1d9e0"/>
-{{range .Bands}}<rect class="saturated" x="{{.X}}" y="{{$c.Top}}" width="{{.W}}" height="{{$c.PlotH}}" fill="#8250df" fill-opacity="0.14"><title>{{.Title}}</title></rect>
-{{end}}<g class="grid" stroke="#eaeef2" stroke-width="1">
-{{range .YTicks}}<line x1="{{$c.Left}}" x2="{{$c.Right}}" y1="{{.Pos}}" y2="{{.Pos}}"/>
-{{end}}{{range .XTicks}}<line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}"/>
-{{end}}</g>
-<g class="y-ticks" text-anchor="end">
-{{range .YTicks}}<text x="{{$c.Left}}" y="{{.Pos}}" dx="-6" dy="4">{{.Label}}</text>
-{{end}}</g>
-<g class="x-ticks" text-anchor="middle">
-{{range .XTicks}}<line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$c.Bottom}}" y2="{{$c.Bottom}}" stroke="#8c959f"/><text x="{{.Pos}}" y="{{$c.Bottom}}" dy="16">{{.Label}}</text>
-{{end}}</g>
-<text class="axis-title" x="{{.Right}}" y="{{.H}}" dy="-6" text-anchor="end">{{.XLabel}} →</text>
-<text class="axis-title" x="{{.YLabelX}}" y="{{.YLabelY}}" text-anchor="middle" transform="rotate(-90 {{.YLabelX}} {{.YLabelY}})">{{.YLabel}}</text>
-{{range .Phases}}<g class="phase"><title>{{.Title}}</title><line x1="{{.X}}" x2="{{.X}}" y1="{{$c.Top}}" y2="{{$c.Bottom}}" stroke="#8c959f" stroke-width="1.2" stroke-dasharray="6 4"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="{{.Anchor}}">{{.Label}}</text></g>
-{{end}}{{range .Refs}}<g class="ref"><line x1="{{$c.Left}}" x2="{{$c.Right}}" y1="{{.Y}}" y2="{{.Y}}" stroke="{{.Color}}" stroke-width="1.2" stroke-dasharray="3 3"/><text x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="end" fill="{{.Color}}">{{.Label}}</text></g>
-{{end}}<g class="series" fill="none" stroke-width="2" stroke-linejoin="round" stroke-linecap="round">
-{{range .Lines}}<polyline points="{{.Points}}" stroke="{{.Color}}"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}><title>{{.Name}}</title></polyline>
-{{end}}{{range .Dots}}<circle cx="{{.X}}" cy="{{.Y}}" r="3" fill="{{.Color}}" stroke="none"/>
-{{end}}</g>
-{{with .Empty}}<text class="empty" x="{{$c.EmptyX}}" y="{{$c.EmptyY}}" text-anchor="middle">{{.}}</text>
-{{end}}<g class="legend">
-{{range .Legend}}<line x1="{{.X1}}" x2="{{.X2}}" y1="{{.Y}}" y2="{{.Y}}" stroke="{{.Color}}" stroke-width="3"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}/><text x="{{.TextX}}" y="{{.TextY}}">{{.Name}}</text>
-{{end}}</g>
-</svg>
-</figure>
-{{end}}</div>
+{{range .Charts}}{{template "chart" .}}{{end}}</div>
 <p class="chart-note">{{if .Samples}}{{.SamplesText}} sample{{if ne .Samples 1}}s{{end}}. Dashed grey lines mark the start of each phase{{with .Abbreviated}} (too short to name in full: {{range $i, $a := .}}{{if $i}}, {{end}}{{$a}}{{end}}){{end}}. Latency is per sample interval; gaps mean nothing arrived.{{if .Shaded}} Shaded spans: imcanary itself was saturated.{{end}}{{else}}This run recorded no samples.{{end}}</p>
 </section>
 

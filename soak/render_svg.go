@@ -7,6 +7,7 @@ package soak
 // no NaN or Inf reaches an attribute.
 
 import (
+	"cmp"
 	"math"
 	"strconv"
 	"strings"
@@ -91,6 +92,8 @@ type renderSeries struct {
 type renderChartSpec struct {
 	ID, Title, Desc string
 	YLabel          string
+	// XLabel names the time axis; "" is "time since start".
+	XLabel string
 	// Log draws the y axis in decades; values at or below zero are gaps.
 	Log bool
 	// AutoLog switches to Log when the series differ in size so much
@@ -195,7 +198,7 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 		Left: renderCoord(left), Top: renderCoord(top),
 		Right: renderCoord(right), Bottom: renderCoord(bottom),
 		PlotW: renderCoord(right - left), PlotH: renderCoord(bottom - top),
-		XLabel: "time since start", YLabel: spec.YLabel,
+		XLabel: cmp.Or(spec.XLabel, "time since start"), YLabel: spec.YLabel,
 		YLabelX: renderCoord(16), YLabelY: renderCoord((top + bottom) / 2),
 	}
 
