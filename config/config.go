@@ -84,7 +84,9 @@ func (h Header) Read() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v := strings.TrimRight(string(b), "\r\n")
+	// Trimmed as the target secret is: a value of spaces is a mistake,
+	// not a header.
+	v := strings.TrimSpace(string(b))
 	if v == "" {
 		return "", fmt.Errorf("%s is empty", h.ValueFile)
 	}

@@ -110,12 +110,13 @@ func (d *Daemon) MemoryLimit() int64 {
 // Ready reports whether the background population is online.
 func (d *Daemon) Ready() bool { return d.bg.Ready() }
 
-// New validates cfg, checks the process can hold every session, and
-// prepares everything Run starts. It opens the HTTP listener (and the
+// New checks cfg as Preflight does (its rules, the files, ports and secret
+// it needs) and prepares everything Run starts. It opens the HTTP listener (and the
 // embedded target's, when it runs in-process) so that a port conflict is
 // reported before anything runs.
 func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...Option) (*Daemon, error) {
-	if err := cfg.Validate(); err != nil {
+	// The checks config check makes, so that the two cannot drift apart.
+	if err := Preflight(cfg); err != nil {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: log, reg: reg}
