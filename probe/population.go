@@ -565,6 +565,7 @@ func (p *Population) provision(ctx context.Context) error {
 				// Only after a failure: provisioning that works says
 				// nothing the first login will not.
 				p.opts.Reach.Succeeded()
+				p.log.Info("provisioned", "attempts", attempt+1)
 			}
 			return nil
 		}
@@ -575,8 +576,14 @@ func (p *Population) provision(ctx context.Context) error {
 		// before any session: counted as one, under the reason it
 		// could not connect for, or provisioning if it did connect.
 		err = Provisioning(err)
-		p.failed(err)
-		p.log.Warn("provisioning failed, retrying", "err", err)
+		reason := p.failed(err)
+		// Once per outage: each attempt is counted, and the daemon's
+		// watch logs the target's state; a line per retry would bury it.
+		log := p.log.Debug
+		if attempt == 0 {
+			log = p.log.Warn
+		}
+		log("provisioning failed, retrying", "reason", reason, "err", err)
 		if !Sleep(ctx, p.backoff(attempt)) {
 			return nil
 		}

@@ -187,7 +187,7 @@ func WriteCanaryText(w io.Writer, c *Canary) error {
 		}
 		row := []string{"  " + ch.Kind, res,
 			renderCount(int64(ch.Delivered)) + "/" + renderCount(int64(ch.Expected)) + " delivered",
-			"max " + renderLatency(ch.MaxLatency)}
+			"max " + renderOr(maxLatency(ch), "—")}
 		if len(ch.Reasons) > 0 {
 			row = append(row, strings.Join(ch.Reasons, ", "))
 		}
@@ -204,6 +204,15 @@ func WriteCanaryText(w io.Writer, c *Canary) error {
 		return fmt.Errorf("soak: write canary text: %w", err)
 	}
 	return nil
+}
+
+// maxLatency is a canary check's slowest delivery, "" when nothing was
+// delivered: a round that could not send has no latency, not one of 0s.
+func maxLatency(ch CanaryCheck) string {
+	if ch.Delivered == 0 && ch.MaxLatency == 0 {
+		return ""
+	}
+	return renderLatency(ch.MaxLatency)
 }
 
 // renderTextWriter keeps the first write error so that the renderer reads
