@@ -177,7 +177,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.reach, d.store, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		d.registerProfile(pr.Name)
 	}
@@ -252,7 +252,7 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, store *soak.Store, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, store *soak.Store, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
 		// A run the process dies in is recorded as aborted at the next
 		// start; without the mark it would vanish.
@@ -267,7 +267,9 @@ func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metric
 		MessageSize: cfg.Population.MessageSize,
 		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
 		Health:      h,
-		Reach:       reach,
+		// No Reach: a soak run that meets the server's connection limit
+		// is the run's finding, in its report, not the target being
+		// unreachable for the background population and the canary.
 		SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
 	})
 }

@@ -99,7 +99,7 @@ func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.
 	var wg sync.WaitGroup
 	// Exits when stop is called, once the run is over.
 	wg.Go(func() { h.Run(hctx) })
-	r := newSoakRunner(e.cfg, config.Shard{Count: 1}, e, m, h, newReach(m, e.cfg.Target.Name), store, log, cohortOneshotSoak)
+	r := newSoakRunner(e.cfg, config.Shard{Count: 1}, e, m, h, store, log, cohortOneshotSoak)
 	rep, err := r.Run(ctx, p, progress)
 	stop()
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
@@ -116,6 +117,9 @@ func (d *Daemon) reload() ([]string, error) {
 	// Jobs already running go on: their context is jobs, not the
 	// scheduler's.
 	old.Stop()
+	// A new schedule has a new next round: the gauge the canary-stopped
+	// alert reads must not keep the old one's.
+	d.setCanaryDue(time.Now())
 	return changed, nil
 }
 

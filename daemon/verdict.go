@@ -160,8 +160,13 @@ func judge(in verdictInput) Verdict {
 	short := shortfalls(in)
 	var state, cause string
 	switch {
-	case in.reach.Known && !in.reach.Reachable:
+	case in.reach.Known && !in.reach.Reachable && in.online == 0:
 		state, cause = VerdictDown, fmt.Sprintf("target unreachable for %s: %s; %s",
+			ago(in.now.Sub(in.reach.Since)), in.reach.Cause(), counts)
+	case in.reach.Known && !in.reach.Reachable:
+		// Sessions that were logged in still work, new logins fail: a
+		// server at a connection limit, or one whose login path broke.
+		state, cause = VerdictDegraded, fmt.Sprintf("new logins failing for %s: %s; %s",
 			ago(in.now.Sub(in.reach.Since)), in.reach.Cause(), counts)
 	case in.ready && in.users > 0 && in.online == 0:
 		// Every session dropped, and the attempts since have not (yet)

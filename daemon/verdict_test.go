@@ -47,6 +47,10 @@ func TestJudge(t *testing.T) {
 			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectUnauthorized,
 				Err: `login u1: the target closed the login with 4001 "bad token"`}
 		}, VerdictDown, []string{`unauthorized: the target closed the login with 4001 "bad token"`}, nil},
+		{"logins fail, sessions stay", func(in *verdictInput) {
+			in.online = 97
+			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectRefused, Err: errRefused.Error()}
+		}, VerdictDegraded, []string{"new logins failing for 1m0s: connection refused", "97 of 100 sessions online"}, nil},
 		{"down beats saturated, and says both", func(in *verdictInput) {
 			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectTimeout, Err: "context deadline exceeded"}
 			in.saturation = SaturationStatus{Saturated: true, Since: now.Add(-time.Minute), Causes: []string{"cpu"}}
