@@ -33,18 +33,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*browser.Budget)
 	defer cancel()
 
-	srv, err := target.New(target.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tctx, stopTarget := context.WithCancel(context.Background())
-	tdone := make(chan struct{})
-	go func() { defer close(tdone); _ = srv.Serve(tctx, ln) }()
-	defer func() { stopTarget(); <-tdone }()
+	srv, stopTarget := serveTarget(t, ln, nil)
 
 	cfg := testConfig(t)
 	cfg.Target.Name = "staging"
@@ -122,7 +115,6 @@ func TestStatusPageInBrowser(t *testing.T) {
 	look("degraded", VerdictDegraded, "completeness", [3]int{0xbc, 0x4c, 0x00})
 
 	stopTarget()
-	<-tdone
 	waitFor(t, 20*time.Second, "a down verdict", verdict(VerdictDown, "target unreachable for"))
 	look("down", VerdictDown, "connection refused", [3]int{0xcf, 0x22, 0x2e})
 }

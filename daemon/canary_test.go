@@ -14,7 +14,6 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/target"
 )
 
 // TestCanaryTargetDownFromStart: a target that is down from the daemon's
@@ -51,18 +50,11 @@ func TestCanaryTargetDownFromStart(t *testing.T) {
 // against the same healthy target: the two cohorts must not log each other
 // out, so both pass.
 func TestCanaryOnceBesideDaemon(t *testing.T) {
-	srv, err := target.New(target.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tctx, stopT := context.WithCancel(context.Background())
-	tdone := make(chan struct{})
-	go func() { defer close(tdone); _ = srv.Serve(tctx, ln) }()
-	defer func() { stopT(); <-tdone }()
+	_, _ = serveTarget(t, ln, nil)
 
 	cfg := testConfig(t)
 	cfg.Target.URL = "ws://" + ln.Addr().String() + "/ws"

@@ -45,8 +45,8 @@ func closedPort(t *testing.T) string {
 }
 
 // serveTarget runs an embedded target with secret on ln until the test
-// ends or the returned stop is called.
-func serveTarget(t *testing.T, ln net.Listener, secret []byte) (stop func()) {
+// ends or the returned stop is called, which returns once it has stopped.
+func serveTarget(t *testing.T, ln net.Listener, secret []byte) (srv *target.Server, stop func()) {
 	srv, err := target.New(target.Options{Secret: secret})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func serveTarget(t *testing.T, ln net.Listener, secret []byte) (stop func()) {
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return stop
+	return srv, stop
 }
 
 // TestFailuresSayWhy provokes each way a target can refuse imcanary from
@@ -85,7 +85,7 @@ func TestFailuresSayWhy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			serveTarget(t, ln, []byte("the target's own secret"))
+			_, _ = serveTarget(t, ln, []byte("the target's own secret"))
 			cfg.Target.SecretFile = filepath.Join(t.TempDir(), "secret")
 			if err := os.WriteFile(cfg.Target.SecretFile, []byte("a wrong secret\n"), 0o600); err != nil {
 				t.Fatal(err)
@@ -159,7 +159,7 @@ func TestTargetKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	stopTarget := serveTarget(t, ln, nil)
+	_, stopTarget := serveTarget(t, ln, nil)
 	cfg, logs, log := failureConfig(t, "ws://"+addr+"/ws")
 	d, err := New(cfg, log, prometheus.NewPedanticRegistry())
 	if err != nil {
@@ -191,7 +191,7 @@ func TestTargetKilledMidRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("listening again on %s: %v", addr, err)
 	}
-	serveTarget(t, ln2, nil)
+	_, _ = serveTarget(t, ln2, nil)
 	waitFor(t, 20*time.Second, "the target back in the log", func() bool {
 		return len(grepLines(logs.String(), "target back")) > 0
 	})

@@ -6,9 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/imcanary/imcanary/metrics"
 )
 
@@ -104,8 +101,7 @@ func (t *trend) read() trendPoint {
 			c.expected, c.delivered = metrics.Value(r.Expected), metrics.Value(r.Delivered)
 			c.lost, c.late = metrics.Value(r.Lost), metrics.Value(r.Late)
 			c.duplicate, c.reordered = metrics.Value(r.Duplicate), metrics.Value(r.Reordered)
-			c.le = make([]float64, len(metrics.LatencyBuckets)+1)
-			readBuckets(r.DeliveryLatency, c.le)
+			c.le = metrics.Cumulative(r.DeliveryLatency)
 		}
 		p.ok += metrics.Value(set.ConnectOK)
 		for i, reason := range metrics.ConnectFailReasons {
@@ -113,25 +109,6 @@ func (t *trend) read() trendPoint {
 		}
 	}
 	return p
-}
-
-// readBuckets writes a histogram's cumulative bucket counts into le, the
-// count last.
-func readBuckets(o prometheus.Observer, le []float64) {
-	m, ok := o.(prometheus.Metric)
-	if !ok {
-		return
-	}
-	var d dto.Metric
-	if m.Write(&d) != nil || d.Histogram == nil {
-		return
-	}
-	for i, b := range d.Histogram.GetBucket() {
-		if i < len(le)-1 {
-			le[i] = float64(b.GetCumulativeCount())
-		}
-	}
-	le[len(le)-1] = float64(d.Histogram.GetSampleCount())
 }
 
 // points returns the readings oldest first, and a reading taken now last.
@@ -163,38 +140,26 @@ func since(ps []trendPoint, at time.Time) (trendPoint, bool) {
 	return best, true
 }
 
-// delta is what happened between two readings of one source and kind.
-func (c trendCounts) minus(o trendCounts) trendCounts {
-	d := trendCounts{
-		expected: c.expected - o.expected, delivered: c.delivered - o.delivered,
-		lost: c.lost - o.lost, late: c.late - o.late,
-		duplicate: c.duplicate - o.duplicate, reordered: c.reordered - o.reordered,
-		le: make([]float64, len(c.le)),
-	}
-	for i := range c.le {
-		d.le[i] = c.le[i]
-		if i < len(o.le) {
-			d.le[i] -= o.le[i]
-		}
-	}
-	return d
-}
+// minus is what happened between two readings of one source and kind,
+// o the earlier.
+func (c trendCounts) minus(o trendCounts) trendCounts { return c.add(o, -1) }
 
-func (c trendCounts) plus(o trendCounts) trendCounts {
-	d := c
-	d.expected += o.expected
-	d.delivered += o.delivered
-	d.lost += o.lost
-	d.late += o.late
-	d.duplicate += o.duplicate
-	d.reordered += o.reordered
-	d.le = make([]float64, max(len(c.le), len(o.le)))
+// plus sums two sources' or kinds' counts.
+func (c trendCounts) plus(o trendCounts) trendCounts { return c.add(o, 1) }
+
+func (c trendCounts) add(o trendCounts, sign float64) trendCounts {
+	d := trendCounts{
+		expected: c.expected + sign*o.expected, delivered: c.delivered + sign*o.delivered,
+		lost: c.lost + sign*o.lost, late: c.late + sign*o.late,
+		duplicate: c.duplicate + sign*o.duplicate, reordered: c.reordered + sign*o.reordered,
+		le: make([]float64, max(len(c.le), len(o.le))),
+	}
 	for i := range d.le {
 		if i < len(c.le) {
-			d.le[i] += c.le[i]
+			d.le[i] = c.le[i]
 		}
 		if i < len(o.le) {
-			d.le[i] += o.le[i]
+			d.le[i] += sign * o.le[i]
 		}
 	}
 	return d
@@ -205,7 +170,7 @@ func (c trendCounts) plus(o trendCounts) trendCounts {
 // holds it, the highest finite bound when it falls in +Inf. NaN when there
 // were no observations.
 func (c trendCounts) quantile(q float64) float64 {
-	if len(c.le) == 0 {
+	if len(c.le) != len(metrics.LatencyBuckets)+1 {
 		return math.NaN()
 	}
 	n := c.le[len(c.le)-1]

@@ -542,6 +542,24 @@ func (p *ProbeSet) PortUsage(addr string) prometheus.Gauge {
 	return p.m.ProbePortUsage.WithLabelValues(p.target, addr)
 }
 
+// Cumulative returns a histogram's cumulative bucket counts, its count
+// last (the +Inf bucket), or nil if o is not a histogram.
+func Cumulative(o prometheus.Observer) []float64 {
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		return nil
+	}
+	var d dto.Metric
+	if m.Write(&d) != nil || d.Histogram == nil {
+		return nil
+	}
+	out := make([]float64, 0, len(d.Histogram.GetBucket())+1)
+	for _, b := range d.Histogram.GetBucket() {
+		out = append(out, float64(b.GetCumulativeCount()))
+	}
+	return append(out, float64(d.Histogram.GetSampleCount()))
+}
+
 // Below returns how many observations of a histogram were at most le, and
 // how many there were in all. le must be a bucket boundary to be exact; the
 // buckets include 1 s for the latency SLI.
