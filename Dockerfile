@@ -3,7 +3,7 @@
 # Build: docker build -t imcanary .
 # Run:   docker run --read-only -p 9464:9464 imcanary
 #
-# The image runs the daemon (against an embedded target until a
+# The image runs the daemon (against a reference server until a
 # configuration says otherwise: mount one and pass --config). Kubernetes
 # manifests are in deploy/kubernetes. cmd/imcanary/dockerfile_test.go runs
 # this file's go build and checks what the image promises.

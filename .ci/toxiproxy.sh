@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds, starts and stops a Toxiproxy server on loopback for the network
-# fault tests of probe/embedded (TestNetworkFaults).
+# fault tests of probe/reference (TestNetworkFaults).
 #
 #   .ci/toxiproxy.sh build           # install the binary into the cache (skipped if there)
 #   .ci/toxiproxy.sh start DIR PORT  # logs under DIR; prints the API's URL

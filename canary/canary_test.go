@@ -12,24 +12,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/soak"
-	"github.com/imcanary/imcanary/target"
 )
 
 var secret = []byte("canary-test")
 
-// fixture is an embedded target with faults and a canary online against it.
+// fixture is a reference server with faults and a canary online against it.
 type fixture struct {
-	srv  *target.Server
+	srv  *refserver.Server
 	c    *Canary
 	m    *metrics.Metrics
 	stop func()
 }
 
-func newFixture(t *testing.T, f target.Faults, deadline time.Duration) *fixture {
+func newFixture(t *testing.T, f refserver.Faults, deadline time.Duration) *fixture {
 	t.Helper()
-	srv, err := target.New(target.Options{Secret: secret, Faults: f})
+	srv, err := refserver.New(refserver.Options{Secret: secret, Faults: f})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func newFixture(t *testing.T, f target.Faults, deadline time.Duration) *fixture 
 	tctx, stopT := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(tctx, ln) })
-	drv, err := embedded.New(embedded.Options{URL: "ws://" + ln.Addr().String() + "/ws", Secret: secret, Heartbeat: time.Second})
+	drv, err := reference.New(reference.Options{URL: "ws://" + ln.Addr().String() + "/ws", Secret: secret, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,18 +75,18 @@ func reasons(r *soak.Canary) map[string][]string {
 func TestRound(t *testing.T) {
 	tests := []struct {
 		name     string
-		faults   target.Faults
+		faults   refserver.Faults
 		deadline time.Duration
 		want     string   // result
 		reason   string   // a reason every failed check must carry
 		kinds    []string // the kinds that must fail
 	}{
 		{name: "clean target passes", deadline: time.Second, want: metrics.ResultPass},
-		{name: "dropped deliveries", faults: target.Faults{Drop: 1}, deadline: 300 * time.Millisecond,
+		{name: "dropped deliveries", faults: refserver.Faults{Drop: 1}, deadline: 300 * time.Millisecond,
 			want: metrics.ResultFail, reason: metrics.CanaryNotDelivered, kinds: metrics.Kinds},
-		{name: "delivered past the deadline", faults: target.Faults{Delay: 400 * time.Millisecond}, deadline: 300 * time.Millisecond,
+		{name: "delivered past the deadline", faults: refserver.Faults{Delay: 400 * time.Millisecond}, deadline: 300 * time.Millisecond,
 			want: metrics.ResultFail, reason: metrics.CanaryLate, kinds: metrics.Kinds},
-		{name: "duplicated deliveries", faults: target.Faults{Duplicate: 1}, deadline: time.Second,
+		{name: "duplicated deliveries", faults: refserver.Faults{Duplicate: 1}, deadline: time.Second,
 			want: metrics.ResultFail, reason: metrics.CanaryDuplicated, kinds: metrics.Kinds},
 	}
 	for _, tt := range tests {
@@ -132,7 +132,7 @@ func TestRound(t *testing.T) {
 // TestRoundSessionDown stops the target under the canary: the next round
 // fails with session_down instead of waiting for messages nobody can send.
 func TestRoundSessionDown(t *testing.T) {
-	fx := newFixture(t, target.Faults{}, time.Second)
+	fx := newFixture(t, refserver.Faults{}, time.Second)
 	fx.srv.Close()
 	for end := time.Now().Add(5 * time.Second); fx.c.Online() == 4; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
@@ -154,7 +154,7 @@ func TestRoundSessionDown(t *testing.T) {
 // (every delivery dropped) and tries another meanwhile: the second is
 // skipped and counted, not stacked.
 func TestOverlappingRoundIsSkipped(t *testing.T) {
-	fx := newFixture(t, target.Faults{Drop: 1}, 500*time.Millisecond)
+	fx := newFixture(t, refserver.Faults{Drop: 1}, 500*time.Millisecond)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -42,11 +42,11 @@ type HTTP struct {
 type Target struct {
 	// Name is the value of the target label on every series.
 	Name string `koanf:"name"`
-	// Protocol selects the driver: "embedded" (the reference target's own
+	// Protocol selects the driver: "embedded" (the reference server's own
 	// protocol), "xmpp" (XMPP over WebSocket, RFC 7395) or "centrifugo".
 	Protocol string `koanf:"protocol"`
 	// URL is the WebSocket URL. Empty with protocol "embedded" means: start
-	// an embedded target in this process on a free loopback port.
+	// a reference server in this process on a free loopback port.
 	URL string `koanf:"url"`
 	// SecretFile holds the secret that signs login tokens. The environment
 	// variable IMCANARY_TARGET_SECRET is used when it is empty. The secret

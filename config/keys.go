@@ -40,7 +40,7 @@ type EnvVar struct {
 // environment), and the secrets they hold must never reach Config, an
 // error or a log line.
 var OtherEnv = []EnvVar{
-	{Name: SecretEnv, UsedBy: []string{"run", "canary", "soak", "target", "bench"},
+	{Name: SecretEnv, UsedBy: []string{"run", "canary", "soak", "refserver", "bench"},
 		Usage: "the secret that signs login tokens, when target.secret_file is empty"},
 	{Name: HealthPasswordEnv, UsedBy: []string{"health"},
 		Usage: "the password of --basic-auth.username, when --basic-auth.password-file is not given"},
@@ -188,7 +188,7 @@ var keyDocs = map[string]keyDoc{
 	"http.listen":                        {"address (host:port) of the HTTP server for /metrics, /healthz and /readyz", CommandRun},
 	"target.name":                        {"value of the target label on every series", everyone},
 	"target.protocol":                    {"protocol driver of the target", everyone},
-	"target.url":                         {"WebSocket URL (ws:// or wss://) of the target; empty with protocol embedded starts an embedded target", everyone},
+	"target.url":                         {"WebSocket URL (ws:// or wss://) of the target; empty with protocol embedded starts a reference server", everyone},
 	"target.xmpp.domain":                 {"xmpp: XMPP domain of the probe users", everyone},
 	"target.xmpp.muc_service":            {"xmpp: MUC service of the group rooms (default conference.DOMAIN)", everyone},
 	"target.xmpp.register":               {"xmpp: create users by in-band registration (XEP-0077)", everyone},

@@ -242,7 +242,7 @@ func TestConfigProfile(t *testing.T) {
 
 // TestSoakScenarios loads the shipped example profiles and holds them to
 // what the file promises: every published scenario is there, and each fits
-// one 2-core machine next to its embedded target.
+// one 2-core machine next to its reference server.
 func TestSoakScenarios(t *testing.T) {
 	c, err := Load(scenarios, nil, nil)
 	if err != nil {

@@ -161,7 +161,7 @@ func (c Config) problems() []*ValidationError {
 		fail("target.protocol", t.Protocol, "must be one of %s", quoteList(Protocols))
 	}
 	if t.URL == "" && t.Protocol != "embedded" && slices.Contains(Protocols, t.Protocol) {
-		fail("target.url", t.URL, "must be set for protocol %s: only the embedded target can run in-process", t.Protocol)
+		fail("target.url", t.URL, "must be set for protocol %s: only the reference server can run in-process", t.Protocol)
 	}
 	if t.XMPP.Domain == "" || strings.ContainsAny(t.XMPP.Domain, "@/ ") {
 		fail("target.xmpp.domain", t.XMPP.Domain, "must be a domain name")

@@ -45,7 +45,7 @@ type block struct {
 	done                       chan struct{}
 }
 
-// readyEvery is how often the ready and target gauges are brought up to
+// readyEvery is how often the ready and wanted-sessions gauges are brought up to
 // date with the blocks.
 const readyEvery = 250 * time.Millisecond
 
@@ -114,7 +114,7 @@ func (b *background) run(ctx context.Context) {
 }
 
 func (b *background) gauges() {
-	b.set.Target.Set(float64(b.Users()))
+	b.set.Wanted.Set(float64(b.Users()))
 	ready := 0.0
 	if b.Ready() {
 		ready = 1

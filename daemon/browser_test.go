@@ -18,10 +18,10 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/internal/browser"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
-// TestStatusPageInBrowser runs the daemon against a reference target made
+// TestStatusPageInBrowser runs the daemon against a reference server made
 // healthy, then lossy (2% of deliveries dropped), then killed, and opens
 // the status page as served in headless Chromium at each stage: the
 // verdict and its cause must be in the rendered page, it must load nothing
@@ -108,7 +108,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	look("healthy", VerdictHealthy, "all 20 sessions online; every SLI at or above 99.9%", [3]int{0x1a, 0x7f, 0x37})
 
-	srv.SetFaults(target.Faults{Drop: 0.02})
+	srv.SetFaults(refserver.Faults{Drop: 0.02})
 	// Loss is judged lost_after (4s here) after sending.
 	waitFor(t, 30*time.Second, "a degraded verdict for completeness", verdict(VerdictDegraded, "completeness"))
 	time.Sleep(2 * time.Second)

@@ -1,5 +1,5 @@
 // Package daemon wires imcanary together: it picks the protocol driver named
-// in the configuration, starts the embedded target when asked to, runs the
+// in the configuration, starts the reference server when asked to, runs the
 // background population, the canary and scheduled soak runs, keeps their
 // history, and serves /metrics, /healthz, /readyz, the status page and the
 // API. It is the only package that knows every adapter.
@@ -30,12 +30,12 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/saturation"
+	"github.com/imcanary/imcanary/saturation"
 	"github.com/imcanary/imcanary/soak"
 )
 
 // ShutdownTimeout bounds the whole shutdown: closing every session with a
-// close frame, the HTTP server and the embedded target.
+// close frame, the HTTP server and the reference server.
 const ShutdownTimeout = 5 * time.Second
 
 // Daemon is one running imcanary.
@@ -112,7 +112,7 @@ func (d *Daemon) Ready() bool { return d.bg.Ready() }
 
 // New checks cfg as Preflight does (its rules, the files, ports and secret
 // it needs) and prepares everything Run starts. It opens the HTTP listener (and the
-// embedded target's, when it runs in-process) so that a port conflict is
+// reference server's, when it runs in-process) so that a port conflict is
 // reported before anything runs.
 func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...Option) (*Daemon, error) {
 	// The checks config check makes, so that the two cannot drift apart.
@@ -329,7 +329,7 @@ func (d *Daemon) TargetURL() string { return probe.RedactURL(d.cfg.Target.URL) }
 // Run serves until ctx ends, then shuts down in order within
 // ShutdownTimeout: the scheduler stops starting jobs, the running ones are
 // aborted (a soak run still writes its report), the populations close their
-// sessions with close frames, then the HTTP server and the embedded target
+// sessions with close frames, then the HTTP server and the reference server
 // stop.
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
@@ -384,7 +384,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	// One budget for the whole shutdown. The populations get most of it;
-	// the embedded target needs up to a second to close what is left.
+	// the reference server needs up to a second to close what is left.
 	log.Info("shutting down")
 	end := time.Now().Add(ShutdownTimeout)
 	stopJobs()

@@ -48,7 +48,7 @@ func testConfig(t *testing.T) config.Config {
 }
 
 // TestRunEndToEnd runs the daemon as `imcanary` with no configuration does:
-// an embedded target in-process. It checks readiness, that /metrics shows
+// a reference server in-process. It checks readiness, that /metrics shows
 // deliveries and no loss, and that shutdown is prompt and leaves no
 // goroutine behind.
 func TestRunEndToEnd(t *testing.T) {

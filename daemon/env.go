@@ -21,9 +21,9 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
-	"github.com/imcanary/imcanary/probe/embedded"
+	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/probe/xmpp"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 	"github.com/prometheus/common/version"
 )
 
@@ -31,7 +31,7 @@ import (
 // them.
 var drivers = map[string]func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error){
 	"embedded": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
-		return embedded.New(embedded.Options{URL: cfg.Target.URL, Header: header, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
+		return reference.New(reference.Options{URL: cfg.Target.URL, Header: header, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
 	},
 	"xmpp": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
 		if secret == nil {
@@ -43,7 +43,7 @@ var drivers = map[string]func(cfg config.Config, secret []byte, header http.Head
 			Heartbeat: cfg.Population.Heartbeat,
 			// Each user's password is an HMAC of its name: one secret
 			// provisions and logs in every user, none is written down.
-			Password: func(user string) string { return target.Token(secret, user) },
+			Password: func(user string) string { return refserver.Token(secret, user) },
 		})
 	},
 	"centrifugo": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
@@ -59,7 +59,7 @@ var drivers = map[string]func(cfg config.Config, secret []byte, header http.Head
 }
 
 // env is what every command that talks to a target needs: the driver, and
-// the embedded target when it runs in this process.
+// the reference server when it runs in this process.
 type env struct {
 	cfg    config.Config // with target.url filled in for an in-process target
 	driver probe.Driver
@@ -69,19 +69,19 @@ type env struct {
 	// population spreads its users over; nil lets the kernel pick.
 	sources []netip.Addr
 
-	target   *target.Server
+	target   *refserver.Server
 	targetLn net.Listener
 	wg       sync.WaitGroup
 	stop     context.CancelFunc
 }
 
-// inProcess reports whether the embedded target runs in this process, its
+// inProcess reports whether the reference server runs in this process, its
 // connections counting against the same file limit.
 func (e *env) inProcess() bool { return e.target != nil || e.targetLn != nil }
 
 // newEnv builds the driver for cfg. pops are the sizes of the populations
 // the command will run at once, for the open-file and port checks. With
-// protocol embedded and no URL it opens an embedded target's listener on a
+// protocol embedded and no URL it opens a reference server's listener on a
 // free loopback port; startTarget serves it.
 func newEnv(cfg config.Config, pops []int, log *slog.Logger) (*env, error) {
 	e := &env{cfg: cfg, run: newRunID()}
@@ -119,13 +119,13 @@ func newEnv(cfg config.Config, pops []int, log *slog.Logger) (*env, error) {
 			e.secret = make([]byte, 32)
 			_, _ = rand.Read(e.secret)
 		}
-		ts, err := target.New(target.Options{Secret: e.secret, Logger: log.With("component", "target")})
+		ts, err := refserver.New(refserver.Options{Secret: e.secret, Logger: log.With("component", "target")})
 		if err != nil {
-			return nil, fmt.Errorf("embedded target: %w", err)
+			return nil, fmt.Errorf("reference server: %w", err)
 		}
 		e.target = ts
 		if e.targetLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return nil, fmt.Errorf("embedded target: %w", err)
+			return nil, fmt.Errorf("reference server: %w", err)
 		}
 		e.cfg.Target.URL = "ws://" + e.targetLn.Addr().String() + "/ws"
 	}
@@ -153,11 +153,11 @@ func (e *env) startTarget(log *slog.Logger) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	e.stop = stop
-	log.Info("embedded target listening", "url", e.cfg.Target.URL)
+	log.Info("reference server listening", "url", e.cfg.Target.URL)
 	// Exits when close cancels ctx.
 	e.wg.Go(func() {
 		if err := e.target.Serve(ctx, e.targetLn); err != nil {
-			log.Error("embedded target stopped", "err", err)
+			log.Error("reference server stopped", "err", err)
 		}
 	})
 }
@@ -175,7 +175,7 @@ func (e *env) close() {
 }
 
 // checkFileLimit refuses more sessions than the process can hold: each is
-// an open file, twice over when the embedded target runs in-process.
+// an open file, twice over when the reference server runs in-process.
 func checkFileLimit(users int, inProcess bool) error {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -185,7 +185,7 @@ func checkFileLimit(users int, inProcess bool) error {
 	how := ""
 	if inProcess {
 		need += uint64(users)
-		how = " (two per user: the embedded target runs in this process)"
+		how = " (two per user: the reference server runs in this process)"
 	}
 	if need > lim.Cur {
 		return fmt.Errorf("population.users: %d sessions in all need about %d open files%s but the limit (RLIMIT_NOFILE) is %d: "+

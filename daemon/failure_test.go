@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 // failureConfig is testConfig with short backoffs, so that a failing
@@ -44,10 +44,10 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-// serveTarget runs an embedded target with secret on ln until the test
+// serveTarget runs a reference server with secret on ln until the test
 // ends or the returned stop is called, which returns once it has stopped.
-func serveTarget(t *testing.T, ln net.Listener, secret []byte) (srv *target.Server, stop func()) {
-	srv, err := target.New(target.Options{Secret: secret})
+func serveTarget(t *testing.T, ln net.Listener, secret []byte) (srv *refserver.Server, stop func()) {
+	srv, err := refserver.New(refserver.Options{Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}

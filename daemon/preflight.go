@@ -32,7 +32,7 @@ func Preflight(cfg config.Config) error {
 	for _, n := range pops {
 		users += n
 	}
-	// As newEnv decides it: the embedded target runs in this process
+	// As newEnv decides it: the reference server runs in this process
 	// when there is no URL, and its connections count too.
 	inProcess := cfg.Target.Protocol == "embedded" && cfg.Target.URL == ""
 	errs = append(errs, checkFileLimit(users, inProcess))

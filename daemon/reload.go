@@ -71,7 +71,7 @@ func (d *Daemon) reload() ([]string, error) {
 		return nil, err
 	}
 	if d.env.inProcess() && next.Target.URL == "" {
-		// As at start: an empty URL is the embedded target this process
+		// As at start: an empty URL is the reference server this process
 		// runs, whose URL New filled in.
 		next.Target.URL = d.cfg.Target.URL
 	}

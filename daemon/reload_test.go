@@ -92,7 +92,7 @@ func TestReload(t *testing.T) {
 		connects    = `imcanary_session_connects_total{source="background"}`
 		disconnects = `imcanary_session_disconnects_total{source="background"}`
 		online      = `imcanary_sessions_online{source="background"}`
-		target      = `imcanary_sessions_target{source="background"}`
+		target      = `imcanary_sessions_wanted{source="background"}`
 	)
 	reloaded := func(users int, wantConnects, wantDisconnects float64) {
 		t.Helper()

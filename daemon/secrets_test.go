@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 // syncBuf is a log destination written by many goroutines.
@@ -103,7 +103,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	// background users.
 	needles := map[string]string{"the secret": secret}
 	for _, user := range []string{cfg.Population.Prefix + "-u0", cfg.Population.Prefix + "-u1"} {
-		needles["the token of "+user] = target.Token([]byte(secret), user)
+		needles["the token of "+user] = refserver.Token([]byte(secret), user)
 	}
 	for where, text := range pages {
 		for what, needle := range needles {

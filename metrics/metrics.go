@@ -145,7 +145,7 @@ var DeliveryLagBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
 // Metrics holds every imcanary series, registered on one registry.
 type Metrics struct {
 	SessionsOnline     *prometheus.GaugeVec
-	SessionsTarget     *prometheus.GaugeVec
+	SessionsWanted     *prometheus.GaugeVec
 	SessionConnects    *prometheus.CounterVec
 	ConnectFailures    *prometheus.CounterVec
 	SessionDisconnects *prometheus.CounterVec
@@ -227,8 +227,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "imcanary_sessions_online",
 			Help: "Sessions logged in and not yet ended.",
 		}, []string{"target", "source"}),
-		SessionsTarget: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imcanary_sessions_target",
+		SessionsWanted: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imcanary_sessions_wanted",
 			Help: "Sessions the configuration asks to keep online.",
 		}, []string{"target", "source"}),
 		SessionConnects: f.NewCounterVec(prometheus.CounterOpts{
@@ -410,7 +410,7 @@ func Value(m prometheus.Metric) float64 {
 // Set is the series of one (target, source) pair with every label resolved,
 // so that the delivery path records without a map lookup or an allocation.
 type Set struct {
-	Online, Target, Streams, Ready prometheus.Gauge
+	Online, Wanted, Streams, Ready prometheus.Gauge
 	SessionsLagging                prometheus.Gauge
 	DeliveryLag                    prometheus.Observer
 
@@ -462,7 +462,7 @@ func CohortIndex(slow bool) int {
 func (m *Metrics) For(target, source string) *Set {
 	s := &Set{
 		Online:          m.SessionsOnline.WithLabelValues(target, source),
-		Target:          m.SessionsTarget.WithLabelValues(target, source),
+		Wanted:          m.SessionsWanted.WithLabelValues(target, source),
 		Streams:         m.StreamsTracked.WithLabelValues(target, source),
 		Ready:           m.Ready.WithLabelValues(target, source),
 		SessionsLagging: m.SessionsLagging.WithLabelValues(target, source),

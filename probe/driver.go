@@ -14,7 +14,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 )
 
-// Driver is one IM protocol. Adapters live in sub-packages (probe/embedded,
+// Driver is one IM protocol. Adapters live in sub-packages (probe/reference,
 // …); the daemon picks one by name. A Driver is shared by every session of a
 // population, so its methods must be safe for concurrent use.
 type Driver interface {

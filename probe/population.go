@@ -85,8 +85,9 @@ type Options struct {
 	// population grown at run time is made of blocks, each a Population
 	// of its own, numbered on from the one before.
 	Offset, GroupOffset int
-	// Block marks such a block: its owner keeps the population's target
-	// and ready gauges, which a block would set for itself alone.
+	// Block marks such a block: its owner keeps the population's
+	// wanted-sessions and ready gauges, which a block would set for
+	// itself alone.
 	Block bool
 	// CrossPeer, if set, is a user of another shard (another process) to
 	// whom user 0 sends direct messages with SendCross; CrossFrom is the
@@ -111,7 +112,7 @@ type SlowReaders struct {
 	PauseEvery time.Duration
 }
 
-// Health is the prober's self-monitor (probe/saturation.Monitor). Its
+// Health is the prober's self-monitor (saturation.Monitor). Its
 // methods are on the hot paths and must not block or allocate.
 type Health interface {
 	// SendLag records how late a message was written against its
@@ -502,7 +503,7 @@ func (p *Population) Run(ctx context.Context) error {
 	o := p.opts
 	p.ctx = ctx
 	if !o.Block {
-		o.Set.Target.Set(float64(o.Users))
+		o.Set.Wanted.Set(float64(o.Users))
 	}
 	if err := p.provision(ctx); err != nil {
 		return err

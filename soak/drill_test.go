@@ -11,7 +11,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 // drillProfile is testProfile with a fifth of the users reading slowly:
@@ -96,13 +96,13 @@ func slowUsers(t *testing.T, p config.Profile) map[string]bool {
 	return slow
 }
 
-// TestSoakSlowReaderDrill runs a drill against the embedded target, which
+// TestSoakSlowReaderDrill runs a drill against the reference server, which
 // closes a session whose send queue overflows with 4008: the slow readers
 // must be reported disconnected as slow consumers, apart from the normal
 // users, who lose nothing and pass.
 func TestSoakSlowReaderDrill(t *testing.T) {
 	p := drillProfile()
-	srv := newTarget(t, target.Options{SendQueue: drillSendQueue})
+	srv := newTarget(t, refserver.Options{SendQueue: drillSendQueue})
 	slow := slowUsers(t, p)
 	drv := splitDriver{
 		normal: newTestDriver(t, serveTarget(t, srv, 0)),
@@ -200,7 +200,7 @@ func TestSoakSlowReaderDrill(t *testing.T) {
 // TestSoakNoDrill: the same profile without slow readers has no drill
 // section, and nothing of one in its samples or notes.
 func TestSoakNoDrill(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, _ := newTestRunner(t, url)
 	p := drillProfile()
 	p.Duration = time.Second

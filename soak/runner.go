@@ -57,7 +57,7 @@ type RunnerOptions struct {
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
-// (probe/saturation.Monitor is the real one): the population's Health, and
+// (saturation.Monitor is the real one): the population's Health, and
 // why it is saturated, for the report.
 type SaturationSource interface {
 	probe.Health

@@ -14,24 +14,24 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/embedded"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 var testSecret = []byte("soak-test")
 
-func startTarget(t *testing.T, f target.Faults) (string, *target.Server) {
+func startTarget(t *testing.T, f refserver.Faults) (string, *refserver.Server) {
 	t.Helper()
-	srv := newTarget(t, target.Options{Faults: f})
+	srv := newTarget(t, refserver.Options{Faults: f})
 	return serveTarget(t, srv, 0), srv
 }
 
 // newTarget returns an in-process target with o, signed with the test
 // secret; serveTarget puts it on the network.
-func newTarget(t *testing.T, o target.Options) *target.Server {
+func newTarget(t *testing.T, o refserver.Options) *refserver.Server {
 	t.Helper()
 	o.Secret = testSecret
-	srv, err := target.New(o)
+	srv, err := refserver.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func newTarget(t *testing.T, o target.Options) *target.Server {
 // serveTarget serves srv on a new loopback listener until the test ends,
 // and returns its URL. A server may be served on several. sndbuf, if above
 // 0, caps the send buffer of every connection the listener accepts.
-func serveTarget(t *testing.T, srv *target.Server, sndbuf int) string {
+func serveTarget(t *testing.T, srv *refserver.Server, sndbuf int) string {
 	t.Helper()
 	var ln net.Listener
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,9 +85,9 @@ func newTestRunner(t *testing.T, url string) (*Runner, *metrics.Metrics) {
 	return newTestRunnerWith(t, newTestDriver(t, url))
 }
 
-func newTestDriver(t *testing.T, url string) *embedded.Driver {
+func newTestDriver(t *testing.T, url string) *reference.Driver {
 	t.Helper()
-	drv, err := embedded.New(embedded.Options{URL: url, Secret: testSecret, Heartbeat: time.Second})
+	drv, err := reference.New(reference.Options{URL: url, Secret: testSecret, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func row(r *Report, name string) Threshold {
 }
 
 func TestSoakCleanPasses(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, m := newTestRunner(t, url)
 	var progress int
 	rep, err := r.Run(context.Background(), testProfile(), func(Progress) { progress++ })
@@ -179,7 +179,7 @@ func TestSoakCleanPasses(t *testing.T) {
 }
 
 func TestSoakDropFailsMaxLoss(t *testing.T) {
-	url, srv := startTarget(t, target.Faults{Drop: 0.02})
+	url, srv := startTarget(t, refserver.Faults{Drop: 0.02})
 	r, m := newTestRunner(t, url)
 	rep, err := r.Run(context.Background(), testProfile(), nil)
 	if err != nil {
@@ -203,7 +203,7 @@ func TestSoakDropFailsMaxLoss(t *testing.T) {
 }
 
 func TestSoakAbort(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, _ := newTestRunner(t, url)
 	p := testProfile()
 	p.Duration = time.Minute
@@ -228,7 +228,7 @@ func TestSoakAbort(t *testing.T) {
 // planned. Its progress reports must say loss is pending until lost_after
 // has passed since sending began.
 func TestSoakAbortRatesOverElapsed(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, _ := newTestRunner(t, url)
 	p := testProfile()
 	p.Duration = time.Minute
@@ -321,7 +321,7 @@ func TestSoakAbortRatesOverElapsed(t *testing.T) {
 }
 
 func TestSoakOverlapIsSkipped(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, m := newTestRunner(t, url)
 	p := testProfile()
 	done := make(chan struct{})
@@ -343,7 +343,7 @@ func TestSoakOverlapIsSkipped(t *testing.T) {
 // phase: what was sent to them meanwhile must arrive from the target's
 // offline queue, late but not lost.
 func TestSoakLateLogins(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, _ := newTestRunner(t, url)
 	p := testProfile()
 	p.LateLogins, p.LateAfter = 0.5, 1500*time.Millisecond

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
-// fakeHealth stands in for probe/saturation.Monitor: it says saturated
+// fakeHealth stands in for saturation.Monitor: it says saturated
 // from `from` to `to` after the first send it is told of (to == 0: never).
 type fakeHealth struct {
 	first    atomic.Int64 // Unix ns of the first SendLag
@@ -64,7 +64,7 @@ func TestSoakSaturation(t *testing.T) {
 			want: metrics.ResultPass, success: 1, note: "imcanary was saturated for "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url, _ := startTarget(t, target.Faults{})
+			url, _ := startTarget(t, refserver.Faults{})
 			r, m := newTestRunner(t, url)
 			h := &fakeHealth{causes: []string{metrics.CauseCPU, metrics.CauseSendLag}}
 			if tc.saturated {

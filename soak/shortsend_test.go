@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 // TestSoakShortSendPhase: a send phase shorter than the sample interval
 // still gets a sample, or min_online_ratio would fail a clean run at 0%.
 func TestSoakShortSendPhase(t *testing.T) {
-	url, _ := startTarget(t, target.Faults{})
+	url, _ := startTarget(t, refserver.Faults{})
 	r, _ := newTestRunner(t, url)
 	r.o.SampleEvery = 0 // the default: 1 s for this profile
 	p := testProfile()

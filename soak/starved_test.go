@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe/saturation"
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
+	"github.com/imcanary/imcanary/saturation"
 )
 
 // TestStarvedProberIsInconclusive saturates imcanary on purpose: midway
@@ -26,7 +26,7 @@ func TestStarvedProberIsInconclusive(t *testing.T) {
 	for _, starve := range []bool{false, true} {
 		name := map[bool]string{false: "healthy", true: "starved"}[starve]
 		t.Run(name, func(t *testing.T) {
-			url, _ := startTarget(t, target.Faults{})
+			url, _ := startTarget(t, refserver.Faults{})
 			m := metrics.New(prometheus.NewPedanticRegistry())
 			mon, err := saturation.New(saturation.Config{
 				Interval: 100 * time.Millisecond, Window: 500 * time.Millisecond,

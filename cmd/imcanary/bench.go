@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/imcanary/imcanary/capacity"
+	"github.com/imcanary/imcanary/bench"
 	"github.com/imcanary/imcanary/config"
 )
 
@@ -29,8 +29,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("bench", stdout, stderr)
 	quick := fs.Bool("quick", false, "CI scale: two small steps and short windows, under a minute")
 	jsonOut := fs.Bool("json", false, "print the report as one JSON object instead of text")
-	processes := fs.Int("processes", 1, "probers (and embedded targets) side by side, to go past one process's file limit")
-	targetURL := fs.String("target", "", "WebSocket URL of a running embedded-protocol target to use instead of embedded ones")
+	processes := fs.Int("processes", 1, "probers (and reference servers) side by side, to go past one process's file limit")
+	targetURL := fs.String("target", "", "WebSocket URL of a running reference-protocol server to use instead of embedded ones")
 	secretFile := fs.String("secret-file", "", "file holding the --target's token secret (else $"+config.SecretEnv+")")
 	cfgFile := fs.String("config", "", "configuration to size, and whose population shape and saturation limits the probers use")
 	steps := fs.String("steps", "", "sessions per process of each step, comma-separated (default: up to the file limit)")
@@ -51,7 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return badConfig(err)
 	}
 	if *targetURL != "" && cfg.Target.Protocol != "embedded" {
-		return badConfig(fmt.Errorf("target.protocol %q: the bench drives the embedded target's protocol only", cfg.Target.Protocol))
+		return badConfig(fmt.Errorf("target.protocol %q: the bench drives the reference server's protocol only", cfg.Target.Protocol))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -64,7 +64,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer os.RemoveAll(dir)
 
 	pr := newBenchProgress(stderr)
-	rep, err := capacity.Run(ctx, capacity.Options{
+	rep, err := bench.Run(ctx, bench.Options{
 		Exe: exe, Dir: dir, Quick: *quick, Processes: *processes,
 		TargetURL: *targetURL, SecretFile: *secretFile,
 		Steps: stepList, Rate: *rate, ConnectRate: *connectRate,
@@ -77,9 +77,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// A run cut short still prints what it measured, with its stop
 	// reason.
-	write := capacity.WriteText
+	write := bench.WriteText
 	if *jsonOut {
-		write = capacity.WriteJSON
+		write = bench.WriteJSON
 	}
 	if werr := write(stdout, rep); werr != nil {
 		return werr
@@ -118,14 +118,14 @@ func runBareReader(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *url == "" {
 		return usageError{errors.New("--url is required")}
 	}
-	return capacity.BareReader{URL: *url, Conns: *conns}.Run(ctx, os.Stdin, stdout)
+	return bench.BareReader{URL: *url, Conns: *conns}.Run(ctx, os.Stdin, stdout)
 }
 
 // runBareLogin is the bench's ramp baseline, a worker it starts itself.
 func runBareLogin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("imcanary bench bare-login", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("url", "", "embedded target endpoint")
+	url := fs.String("url", "", "reference server endpoint")
 	secretFile := fs.String("secret-file", "", "file holding the target's token secret (none: the target is open)")
 	users := fs.Int("users", 1000, "sessions to log in")
 	workers := fs.Int("workers", 64, "logins in flight at once")
@@ -145,7 +145,7 @@ func runBareLogin(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		secret = []byte(strings.TrimSpace(string(b)))
 	}
-	return capacity.BareLogin{URL: *url, Secret: secret, Users: *users, Workers: *workers, Prefix: *prefix}.Run(ctx, os.Stdin, stdout)
+	return bench.BareLogin{URL: *url, Secret: secret, Users: *users, Workers: *workers, Prefix: *prefix}.Run(ctx, os.Stdin, stdout)
 }
 
 // benchProgress shows where a bench run is: one redrawn line on a
@@ -169,7 +169,7 @@ func newBenchProgress(w io.Writer) *benchProgress {
 	return p
 }
 
-func (p *benchProgress) print(pr capacity.Progress) {
+func (p *benchProgress) print(pr bench.Progress) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%6s  %s", pr.Elapsed.Round(time.Second), pr.Phase)
 	if pr.Step > 0 {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imcanary/imcanary/capacity"
+	"github.com/imcanary/imcanary/bench"
 )
 
 // TestBenchQuick runs `imcanary bench --quick --json` as a user would, on a
@@ -37,15 +37,15 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("imcanary bench --quick --json: %v\n%s", err, stdout.String())
 	}
 	t.Logf("imcanary bench --quick took %v", time.Since(start).Round(time.Second))
-	var r capacity.Report
+	var r bench.Report
 	dec := json.NewDecoder(&stdout)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
 		t.Fatalf("report: %v", err)
 	}
 
-	if r.Version != capacity.ReportVersion || r.Mode != "quick" || r.Seconds <= 0 {
-		t.Errorf("version %d, mode %q, %v s; want %d, quick, a duration", r.Version, r.Mode, r.Seconds, capacity.ReportVersion)
+	if r.Version != bench.ReportVersion || r.Mode != "quick" || r.Seconds <= 0 {
+		t.Errorf("version %d, mode %q, %v s; want %d, quick, a duration", r.Version, r.Mode, r.Seconds, bench.ReportVersion)
 	}
 	if r.Stop.Reason != "steps_done" && r.Stop.Reason != "saturated" {
 		t.Errorf("stop = %+v, want steps_done or saturated", r.Stop)
@@ -65,7 +65,7 @@ func TestBenchQuick(t *testing.T) {
 	if tp.Rounds < 1 || tp.Connections < 1 {
 		t.Errorf("throughput: %d rounds of %d connections, want at least 1 of 1", tp.Rounds, tp.Connections)
 	}
-	for name, c := range map[string]capacity.Client{"bare": tp.Bare, "imcanary": tp.Imcanary} {
+	for name, c := range map[string]bench.Client{"bare": tp.Bare, "imcanary": tp.Imcanary} {
 		positive("throughput."+name+".deliveries", c.Deliveries)
 		positive("throughput."+name+".cpu_seconds", c.CPUSeconds)
 		positive("throughput."+name+".wall_seconds", c.WallSeconds)

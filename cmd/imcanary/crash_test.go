@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 // TestKilledMidSoak stops the daemon in the middle of a soak run, first
@@ -26,7 +26,7 @@ func TestKilledMidSoak(t *testing.T) {
 		t.Skip("builds and runs the daemon twice")
 	}
 	bin := binary(t)
-	url := startTarget(t, target.Faults{})
+	url := startTarget(t, refserver.Faults{})
 	dir := t.TempDir()
 	cfgFile := filepath.Join(t.TempDir(), "imcanary.yaml")
 	write := func(schedule string) {
@@ -166,7 +166,7 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Skip("builds and runs the daemon")
 	}
 	bin := binary(t)
-	url := startTarget(t, target.Faults{})
+	url := startTarget(t, refserver.Faults{})
 	cfgFile := filepath.Join(t.TempDir(), "imcanary.yaml")
 	write := func(body string) {
 		if err := os.WriteFile(cfgFile, []byte(body), 0o600); err != nil {

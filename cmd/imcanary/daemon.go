@@ -30,7 +30,7 @@ type daemonFlags struct {
 
 func addDaemonFlags(fs *pflag.FlagSet) daemonFlags {
 	df := daemonFlags{
-		cfgFile:      fs.String("config", "", "configuration file (YAML); without it, monitor an embedded target"),
+		cfgFile:      fs.String("config", "", "configuration file (YAML); without it, monitor a reference server"),
 		logLevel:     fs.String("log.level", "info", "log level: debug, info, warn, error"),
 		logFormat:    fs.String("log.format", "text", "log format: text or json"),
 		webConfig:    fs.String("web.config.file", "", "exporter-toolkit web configuration file: TLS and basic authentication for every HTTP endpoint"),

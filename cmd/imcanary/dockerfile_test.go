@@ -762,7 +762,7 @@ func TestDockerfileBuild(t *testing.T) {
 		{[]string{"--help"}, "imcanary [COMMAND]", exitOK},
 		{[]string{"run", "--help"}, "Usage: imcanary [run]", exitOK},
 		{[]string{"health", "--help"}, "Usage: imcanary health", exitOK},
-		{[]string{"help"}, "  health    ask a running daemon's /healthz", exitOK},
+		{[]string{"help"}, "ask a running daemon's /healthz", exitOK},
 		{[]string{"--version"}, "imcanary, version 1.2.3 (branch: main, revision: 0123456789abcdef)\n", exitOK},
 	} {
 		if code, o := runBin(t, tt.args...); code != tt.wantErr || !strings.Contains(o, tt.want) {

@@ -13,7 +13,7 @@ import (
 
 // TestLongRun is a time-compressed soak of the whole daemon: hours of
 // uptime's worth of logins, messages, canary rounds and soak runs in a few
-// minutes, against an embedded target in a process of its own. 400 users
+// minutes, against a reference server in a process of its own. 400 users
 // send 4 messages a second each with 500 ms deadlines, every session ends
 // after 10 s on average and logs in again (churn), the canary runs every
 // 2 s and a soak profile every 20 s. Every 10 s it samples imcanary's
@@ -35,7 +35,7 @@ func TestLongRun(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("longrun-secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tgt := exec.Command(bin, "target", "--listen", freeAddr(t), "--secret-file", secret, "--log.level", "warn")
+	tgt := exec.Command(bin, "refserver", "--listen", freeAddr(t), "--secret-file", secret, "--log.level", "warn")
 	out, _ := tgt.StdoutPipe()
 	tgt.Stderr = &prefixWriter{t: t, prefix: "target: "}
 	if err := tgt.Start(); err != nil {

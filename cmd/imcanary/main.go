@@ -48,7 +48,7 @@ var commands = []command{
 		`Runs the daemon: keeps the background population online and messaging,
 runs the canary rounds and the scheduled soak runs, keeps their history under
 data_dir, and serves /metrics, /healthz, /readyz, the status page and its API.
-With no --config it monitors an embedded target in-process. SIGHUP or
+With no --config it monitors a reference server in-process. SIGHUP or
 POST /-/reload reads the configuration again.`},
 	{"canary", "imcanary canary --once [--config FILE] [--KEY=VALUE ...]",
 		"run one canary round and exit: 0 pass, 1 fail",
@@ -69,15 +69,16 @@ makes before it starts: unknown keys, values, the files it names, the open
 files and ports its populations need, the target secret, data_dir. Prints ok,
 or every problem, one per line, and exits 2. It takes run's flags, so that
 "run" in a command line can be replaced by "config check".`},
-	{"target", "imcanary target [--listen ADDR] [--drop P] [--delay D] [flags]",
-		"run the embedded reference target, with fault injection",
-		`Serves the embedded reference IM server on its own, with faults of a
-known size to prove the detectors against. Its WebSocket endpoint is /ws.`},
+	{"refserver", "imcanary refserver [--listen ADDR] [--drop P] [--delay D] [flags]",
+		"run the reference IM server, with fault injection",
+		`Serves imcanary's reference IM server on its own, with faults of a known
+size to prove the detectors against. Its WebSocket endpoint is /ws. The old
+name of this command, "target", still works and says it is deprecated.`},
 	{"bench", "imcanary bench [--quick] [--json] [--processes N] [--config FILE] [flags]",
 		"measure this machine's capacity and plan shards",
 		`Measures how many sessions and deliveries this machine's imcanary holds, and
 prints a capacity plan: how many shards to run for a configuration. It runs
-embedded targets and probers as processes of this binary on loopback, reads
+reference servers and probers as processes of this binary on loopback, reads
 their /metrics and /proc, and stops at the first step where a prober's
 saturation detector fires. Progress goes to standard error, the report to
 standard output.`},
@@ -127,7 +128,7 @@ Flags:
       --version   print the version
 
 With no command, or with flags only, imcanary runs the daemon; with no
---config it monitors an embedded target in-process. Every configuration key
+--config it monitors a reference server in-process. Every configuration key
 (configs/imcanary.yaml lists them) is also an environment variable,
 IMCANARY_ and the key in upper case with "_" for "." (IMCANARY_POPULATION_USERS),
 and a flag (--population.users); flags win over the environment, which wins
@@ -209,10 +210,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	runners := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"run":    runDaemon,
-		"target": runTarget,
-		"canary": runCanary,
-		"soak":   runSoak,
+		"run":       runDaemon,
+		"refserver": runRefserver,
+		"canary":    runCanary,
+		"soak":      runSoak,
 		"config": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runConfig(args, stdout, stderr)
 		},
@@ -241,6 +242,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return r(ctx, []string{"--help"}, stdout, stderr)
 	}
 
+	if cmd == "target" {
+		// The old name, from before "target" meant only the server
+		// under test: it still works, and says it is deprecated.
+		fmt.Fprintln(stderr, `imcanary: the command "target" is deprecated: use "imcanary refserver"`)
+		cmd = "refserver"
+	}
 	var err error
 	if r, ok := runners[cmd]; ok {
 		err = r(ctx, args, stdout, stderr)

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -38,7 +38,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bogus"}, exitUsage, `unknown command "bogus"`},
 		{[]string{"run", "--population.users=0"}, exitUsage, "population.users"},
 		{[]string{"run", "--log.level=loud"}, exitUsage, "--log.level"},
-		{[]string{"target", "--drop=2"}, exitUsage, "drop"},
+		{[]string{"refserver", "--drop=2"}, exitUsage, "drop"},
+		// The old name still works, and says it is deprecated.
+		{[]string{"target", "--drop=2"}, exitUsage, `the command "target" is deprecated: use "imcanary refserver"`},
 		{[]string{"help"}, exitOK, "Usage:"},
 	}
 	for _, tt := range tests {
@@ -51,11 +53,11 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// startTarget serves an embedded target with faults on loopback for the
+// startTarget serves a reference server with faults on loopback for the
 // command tests; it accepts any token.
-func startTarget(t *testing.T, f target.Faults) string {
+func startTarget(t *testing.T, f refserver.Faults) string {
 	t.Helper()
-	srv, err := target.New(target.Options{Faults: f})
+	srv, err := refserver.New(refserver.Options{Faults: f})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +101,9 @@ soak:
 // would: against a clean target they exit 0, against one that drops 2% of
 // deliveries they exit 1, and a profile that does not exist exits 2.
 func TestSoakAndCanaryExitCodes(t *testing.T) {
-	clean := soakConfig(t, startTarget(t, target.Faults{}))
-	lossy := soakConfig(t, startTarget(t, target.Faults{Drop: 0.02}))
-	dropAll := soakConfig(t, startTarget(t, target.Faults{Drop: 1}))
+	clean := soakConfig(t, startTarget(t, refserver.Faults{}))
+	lossy := soakConfig(t, startTarget(t, refserver.Faults{Drop: 0.02}))
+	dropAll := soakConfig(t, startTarget(t, refserver.Faults{Drop: 1}))
 	jsonOut := filepath.Join(t.TempDir(), "report.json")
 	tests := []struct {
 		name    string

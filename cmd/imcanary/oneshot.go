@@ -22,7 +22,7 @@ var errFailed = errors.New("failed")
 // commonFlags registers what the one-shot commands take: the file, the
 // log, and the configuration keys that cmd uses.
 func commonFlags(fs *pflag.FlagSet, cmd config.Command) (cfgFile, logLevel, logFormat *string) {
-	cfgFile = fs.String("config", "", "configuration file (YAML); without it, an embedded target in-process")
+	cfgFile = fs.String("config", "", "configuration file (YAML); without it, a reference server in-process")
 	logLevel = fs.String("log.level", "warn", "log level: debug, info, warn, error")
 	logFormat = fs.String("log.format", "text", "log format: text or json")
 	config.RegisterCommandFlags(fs, cmd)

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/imcanary/imcanary/target"
+	"github.com/imcanary/imcanary/refserver"
 )
 
 // TestTwoShards runs two imcanary processes as shards 0/2 and 1/2 of one
@@ -29,7 +29,7 @@ func TestTwoShards(t *testing.T) {
 		t.Skip("builds and runs two daemons")
 	}
 	bin := binary(t)
-	url := startTarget(t, target.Faults{})
+	url := startTarget(t, refserver.Faults{})
 	const users = 10
 	var addrs [2]string
 	for i := range 2 {

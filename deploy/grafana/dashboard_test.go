@@ -796,7 +796,7 @@ var required = []struct {
 	{"Completeness", "Duplicates and reordered (normal cohort)", "timeseries", []string{"imcanary_deliveries_duplicate_total", "imcanary_deliveries_reordered_total"}},
 	{"Completeness", "Cohorts: lost and late ratio, normal vs slow_reader", "timeseries", []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_expected_total"}},
 
-	{"Population", "Sessions online vs target by source", "timeseries", []string{"imcanary_sessions_online", "imcanary_sessions_target"}},
+	{"Population", "Sessions online vs target by source", "timeseries", []string{"imcanary_sessions_online", "imcanary_sessions_wanted"}},
 	{"Population", "Connects by result", "timeseries", []string{"imcanary_session_connects_total"}},
 	{"Population", "Connect failures by reason", "timeseries", []string{"imcanary_session_connect_failures_total"}},
 	{"Population", "Connect failure share", "timeseries", []string{"imcanary_session_connect_failures_total", "imcanary_session_connects_total"}},

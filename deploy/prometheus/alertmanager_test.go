@@ -193,19 +193,19 @@ func TestAlertmanagerInhibition(t *testing.T) {
 			// canary and the retries follow from it. The credential
 			// ticket and a burn of messages already sent do not.
 			name: "target unreachable",
-			fire: []string{"ImcanaryTargetUnreachable", "ImcanaryConnectFailuresHigh", "ImcanaryPopulationBelowTarget", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm", "ImcanaryAuthenticationFailures", "ImcanaryCompletenessBudgetBurn severity=page long=1h"},
-			held: []string{"ImcanaryConnectFailuresHigh", "ImcanaryPopulationBelowTarget", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
+			fire: []string{"ImcanaryTargetUnreachable", "ImcanaryConnectFailuresHigh", "ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm", "ImcanaryAuthenticationFailures", "ImcanaryCompletenessBudgetBurn severity=page long=1h"},
+			held: []string{"ImcanaryConnectFailuresHigh", "ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
 		},
 		{
 			name: "some logins fail",
-			fire: []string{"ImcanaryConnectFailuresHigh", "ImcanaryPopulationBelowTarget", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
-			held: []string{"ImcanaryPopulationBelowTarget", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
+			fire: []string{"ImcanaryConnectFailuresHigh", "ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
+			held: []string{"ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
 		},
 		{
 			// Logins work but sessions do not stay: every page is its
 			// own, whatever other targets do meanwhile.
 			name: "sessions dropped",
-			fire: []string{"ImcanaryPopulationBelowTarget", "ImcanaryReconnectStorm", "ImcanaryCanaryFailing", "ImcanaryAuthenticationFailures"},
+			fire: []string{"ImcanaryPopulationShort", "ImcanaryReconnectStorm", "ImcanaryCanaryFailing", "ImcanaryAuthenticationFailures"},
 		},
 		{
 			// Saturation holds back the alerts that judge the server
@@ -284,7 +284,7 @@ func TestAlertmanagerInhibition(t *testing.T) {
 	// Alertmanager feeds its inhibitor the alerts in the order they came:
 	// once the last source is seen holding its target back, every source
 	// before it has been taken in as well.
-	sentinel := labels("ImcanaryPopulationBelowTarget", "sentinel")
+	sentinel := labels("ImcanaryPopulationShort", "sentinel")
 	add(sentinel)
 	add(labels("ImcanaryTargetUnreachable", "sentinel"))
 

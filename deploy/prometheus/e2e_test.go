@@ -22,7 +22,7 @@ import (
 // window and waits 2s.
 const e2eScale = 60
 
-// TestEndToEnd runs the real pipeline: the embedded target as its own
+// TestEndToEnd runs the real pipeline: the reference server as its own
 // process, an imcanary daemon probing it, and a real Prometheus scraping
 // the daemon every second and evaluating a time-scaled copy of the rules.
 // With 5% of deliveries dropped the completeness page fires; against a
@@ -155,7 +155,7 @@ type stack struct {
 	promReady   time.Time
 }
 
-// startStack starts the embedded target (with targetArgs, its faults), a
+// startStack starts the reference server (with targetArgs, its faults), a
 // daemon probing it and a Prometheus scraping the daemon with the rules;
 // it returns once all three answer. Everything listens on loopback ports
 // of its own and is stopped when the test ends.

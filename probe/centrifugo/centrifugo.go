@@ -174,7 +174,7 @@ func New(o Options) (*Driver, error) {
 		dialer: &websocket.Dialer{
 			HandshakeTimeout: o.DialTimeout,
 			// Small read buffers and a shared write pool keep an idle
-			// session small, as in probe/embedded.
+			// session small, as in probe/reference.
 			ReadBufferSize:  512,
 			WriteBufferSize: 4096,
 			WriteBufferPool: writePool,

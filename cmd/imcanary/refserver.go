@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/refserver"
+)
+
+func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("refserver", stdout, stderr)
+	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on; the WebSocket endpoint is /ws")
+	secretFile := fs.String("secret-file", "", "file holding the token secret (else $"+config.SecretEnv+"; neither: accept any token)")
+	var f refserver.Faults
+	fs.Float64Var(&f.Drop, "drop", 0, "fraction of deliveries silently dropped (0..1)")
+	fs.Float64Var(&f.Duplicate, "duplicate", 0, "fraction of deliveries sent twice (0..1)")
+	fs.Float64Var(&f.Reorder, "reorder", 0, "fraction of deliveries held back behind the next one (0..1)")
+	fs.DurationVar(&f.Delay, "delay", 0, "delay added to every delivery")
+	fs.DurationVar(&f.Jitter, "jitter", 0, "uniform random extra delay, 0..jitter, per delivery")
+	// StringArray, not StringSlice: the latter parses CSV, whose quoting
+	// rules would only make odd user names fail obscurely.
+	stall := fs.StringArray("stall", nil, "users whose sessions get no deliveries but stay open, pinged and acked (USER[,USER…]; repeatable)")
+	sendQueue := fs.Int("send-queue", 256, "per-connection send queue; a reader that lets it fill is disconnected (close 4008)")
+	sendBuffer := fs.Int("send-buffer", 0, "fixed kernel send buffer (SO_SNDBUF) per connection in bytes; 0 lets the kernel grow it")
+	offlineQueue := fs.Int("offline-queue", 1000, "per-user queue of deliveries kept while the user is offline")
+	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log.format", "text", "log format: text or json")
+	if err := parseFlags(fs, "refserver", args); err != nil {
+		return usageError{err}
+	}
+	if err := noArgs(fs, args); err != nil {
+		return usageError{err}
+	}
+	// Name the flag, not the option it feeds: the user typed the flag.
+	for name, p := range map[string]float64{"--drop": f.Drop, "--duplicate": f.Duplicate, "--reorder": f.Reorder} {
+		if !(p >= 0 && p <= 1) {
+			return badConfig(fmt.Errorf("%s %v: must be a fraction in [0, 1]", name, p))
+		}
+	}
+	for name, d := range map[string]time.Duration{"--delay": f.Delay, "--jitter": f.Jitter} {
+		if d < 0 {
+			return badConfig(fmt.Errorf("%s %v: must not be negative", name, d))
+		}
+	}
+	stalled, err := stallUsers(*stall)
+	if err != nil {
+		return badConfig(err)
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	var secret []byte
+	switch {
+	case *secretFile != "":
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return badConfig(fmt.Errorf("--secret-file: %w", err))
+		}
+		secret = []byte(strings.TrimSpace(string(b)))
+		if len(secret) == 0 {
+			// An empty secret would silently open the target to anyone.
+			return badConfig(fmt.Errorf("--secret-file: %s is empty", *secretFile))
+		}
+	case os.Getenv(config.SecretEnv) != "":
+		secret = []byte(os.Getenv(config.SecretEnv))
+	}
+	srv, err := refserver.New(refserver.Options{
+		Secret: secret, Faults: f, Stall: stalled, SendQueue: *sendQueue, SendBuffer: *sendBuffer, OfflineQueue: *offlineQueue, Logger: log,
+	})
+	if err != nil {
+		return badConfig(err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return badConfig(fmt.Errorf("--listen: %w", err))
+	}
+	fmt.Fprintf(stdout, "imcanary target: ws://%s/ws\n", ln.Addr())
+	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "duplicate", f.Duplicate,
+		"reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue, "auth", secret != nil)
+	return srv.Serve(ctx, ln)
+}
+
+// stallUsers splits the values of --stall at commas, trimming the spaces
+// of a list like "a, b". An empty name, as in "a,,b" or --stall "", is
+// refused rather than skipped: it stalls nobody, which is never what was
+// meant.
+func stallUsers(values []string) ([]string, error) {
+	var users []string
+	for _, v := range values {
+		for u := range strings.SplitSeq(v, ",") {
+			u = strings.TrimSpace(u)
+			if u == "" {
+				return nil, fmt.Errorf("--stall %q: empty user name; want USER[,USER…]", v)
+			}
+			users = append(users, u)
+		}
+	}
+	return users, nil
+}

@@ -1,0 +1,170 @@
+package reference_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/refserver"
+)
+
+// targetChildEnv makes the test binary run as a bare reference server, so a
+// memory benchmark can measure imcanary's sessions without the target's
+// connections in the same heap.
+const targetChildEnv = "IMCANARYTEST_TARGET_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(targetChildEnv) == "1" {
+		runTargetChild()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runTargetChild serves a target on loopback, prints its address and exits
+// when its standard input closes: the parent's death ends it too.
+func runTargetChild() {
+	srv, err := refserver.New(refserver.Options{Secret: secret})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println(ln.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		cancel()
+	}()
+	_ = srv.Serve(ctx, ln)
+}
+
+// childTarget starts the target in another process and returns its address.
+func childTarget(tb testing.TB) string {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), targetChildEnv+"=1")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		tb.Fatalf("target child: %v", err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// BenchmarkSessionMemory holds IMCANARYTEST_SESSIONS (default 2,000) idle
+// sessions of a real population against a target in another process, and
+// reports imcanary's memory per session: Go heap and stacks, and resident
+// set size. Budget: 12 KiB per idle session. IMCANARYTEST_HEAPPROFILE
+// names a file for a heap profile taken while the sessions are held.
+func BenchmarkSessionMemory(b *testing.B) {
+	n := 2000
+	if s := os.Getenv("IMCANARYTEST_SESSIONS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	addr := childTarget(b)
+	for b.Loop() {
+		heap, stack, rss := measureSessions(b, addr, n)
+		b.ReportMetric(heap+stack, "heap+stack-B/session")
+		b.ReportMetric(stack, "stack-B/session")
+		b.ReportMetric(rss, "rss-B/session")
+	}
+}
+
+func measureSessions(b *testing.B, addr string, n int) (heapPer, stackPer, rssPer float64) {
+	drv, err := reference.New(reference.Options{URL: "ws://" + addr + "/ws", Secret: secret, Heartbeat: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
+	pop, err := probe.New(probe.Options{
+		Driver: drv, Set: set, Run: "bench", Prefix: "m", Users: n, GroupSize: 5,
+		Heartbeat: time.Hour, Deadline: time.Second, LostAfter: 2 * time.Second,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h0, s0, r0 := memNow()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = pop.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	for end := time.Now().Add(60 * time.Second); !pop.Ready(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			b.Fatalf("only %d of %d sessions online after 60s", pop.Online(), n)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	h1, s1, r1 := memNow()
+	if f := os.Getenv("IMCANARYTEST_HEAPPROFILE"); f != "" {
+		writeHeapProfile(b, f)
+	}
+	per := func(a, b int64) float64 { return float64(b-a) / float64(n) }
+	return per(h0, h1), per(s0, s1), per(r0, r1)
+}
+
+// writeHeapProfile writes what the held sessions keep live, for
+// docs/performance.md: a -memprofile is written after they are gone.
+func writeHeapProfile(b *testing.B, name string) {
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// memNow returns the Go heap in use, goroutine stacks, and the resident set
+// size.
+func memNow() (heap, stack, rss int64) {
+	// FreeOSMemory collects and returns freed pages, so RSS shows what
+	// is held, not what the dial transiently used.
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap, stack = int64(ms.HeapInuse), int64(ms.StackInuse)
+	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) > 1 {
+			pages, _ := strconv.ParseInt(f[1], 10, 64)
+			rss = pages * int64(os.Getpagesize())
+		}
+	}
+	return heap, stack, rss
+}

@@ -1,0 +1,537 @@
+package reference_test
+
+import (
+	"context"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/refserver"
+	"github.com/imcanary/imcanary/saturation"
+)
+
+// These tests prove the ledger against the reference server: each injects a
+// fault of known size and checks the ledger counts it, within a stated
+// tolerance, and nothing else.
+
+var secret = []byte("test-secret")
+
+// fixture is a target on loopback and a population monitoring it.
+type fixture struct {
+	t      *testing.T
+	srv    *refserver.Server
+	ln     net.Listener
+	addr   string
+	pop    *probe.Population
+	set    *metrics.Set
+	probe  *metrics.ProbeSet
+	health *saturation.Monitor
+	// saturated is set if the monitor ever flagged saturation.
+	saturated atomic.Bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	stopT     context.CancelFunc
+}
+
+type popConfig struct {
+	users, groupSize int
+	rate             float64
+	deadline         time.Duration
+	lostAfter        time.Duration
+	messageSize      int
+	slow             probe.SlowReaders
+	sendQueue        int // the target's; 0 is its default
+	sendBuffer       int // the target's
+	maxConnectRate   float64
+	dialTimeout      time.Duration // the driver's; 0 is its default
+	// wrap, if set, wraps the driver the population uses.
+	wrap func(probe.Driver) probe.Driver
+	// via, if set, maps the target's address to the one the population
+	// dials: a proxy in between.
+	via      func(addr string) string
+	observer probe.Observer
+}
+
+func startTarget(t *testing.T, addr string, o refserver.Options) (*refserver.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
+	t.Helper()
+	o.Secret = secret
+	srv, err := refserver.New(o)
+	if err != nil {
+		t.Fatalf("refserver.New: %v", err)
+	}
+	var ln net.Listener
+	// Rebinding the address of a target that just stopped can take a
+	// moment on a busy machine.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, ln) })
+	return srv, ln, cancel, &wg
+}
+
+func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
+	t.Helper()
+	fx := &fixture{t: t}
+	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", refserver.Options{Faults: f, SendQueue: pc.sendQueue, SendBuffer: pc.sendBuffer})
+	fx.srv, fx.ln, fx.addr, fx.stopT = srv, ln, ln.Addr().String(), stopT
+	dial := fx.addr
+	if pc.via != nil {
+		dial = pc.via(fx.addr)
+	}
+	drv, err := reference.New(reference.Options{URL: "ws://" + dial + "/ws", Secret: secret, Heartbeat: time.Second, DialTimeout: pc.dialTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pdrv probe.Driver = drv
+	if pc.wrap != nil {
+		pdrv = pc.wrap(drv)
+	}
+	m := metrics.New(prometheus.NewPedanticRegistry())
+	fx.set, fx.probe = m.For("test", metrics.SourceBackground), m.Probe("test")
+	// The saturation monitor at its production limits, but for the lags,
+	// which must stay under a tenth of these tests' deadlines.
+	fx.health, err = saturation.New(saturation.Config{
+		Interval: 100 * time.Millisecond, Window: time.Second,
+		MaxSendLag: pc.deadline / 10, MaxReceiveLag: pc.deadline / 10,
+		MaxSchedLatency: 50 * time.Millisecond, MaxGCPause: 50 * time.Millisecond,
+		MaxCPU: 0.9, MaxFDs: 0.9, MaxPorts: 0.9,
+	}, fx.probe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.pop, err = probe.New(probe.Options{
+		Driver: pdrv, Set: fx.set, Run: "testrun", Prefix: "t",
+		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: 100 * time.Millisecond,
+		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		MessageSize: pc.messageSize, SlowReaders: pc.slow, Health: fx.health,
+		MaxConnectRate: pc.maxConnectRate, Observer: pc.observer,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fx.cancel = cancel
+	fx.wg.Go(func() { _ = fx.pop.Run(ctx) })
+	fx.wg.Go(func() { fx.health.Run(ctx) })
+	fx.wg.Go(func() {
+		for probe.Sleep(ctx, 50*time.Millisecond) {
+			if fx.health.Saturated() && !fx.saturated.Swap(true) {
+				t.Logf("saturated: %v", fx.health.Causes())
+			}
+		}
+	})
+	t.Cleanup(func() {
+		fx.cancel()
+		fx.wg.Wait()
+		stopT()
+		twg.Wait()
+	})
+	waitFor(t, 10*time.Second, "population online", fx.pop.Ready)
+	return fx
+}
+
+// soak sends for d, then pauses sending and waits until every acked message
+// is accounted for (delivered or lost) or until lostAfter has passed twice.
+func (fx *fixture) soak(d, lostAfter time.Duration) {
+	time.Sleep(d)
+	fx.pop.SetSending(false)
+	end := time.Now().Add(2*lostAfter + time.Second)
+	for time.Now().Before(end) {
+		time.Sleep(50 * time.Millisecond)
+		fx.pop.Sweep(time.Now())
+		c := fx.counts()
+		if c.expected > 0 && c.delivered+c.lost == c.expected {
+			// Wait one more lost_after for duplicates and stragglers.
+			time.Sleep(lostAfter)
+			fx.pop.Sweep(time.Now())
+			return
+		}
+	}
+}
+
+type totals struct {
+	sent, expected, delivered, lost, late, dup, reordered float64
+}
+
+// counts returns the normal users' counts (and everything sent).
+func (fx *fixture) counts() totals { return fx.cohort(0) }
+
+// cohort returns the counts of one cohort (metrics.CohortIndex).
+func (fx *fixture) cohort(i int) totals {
+	var c totals
+	for _, k := range fx.set.Kind {
+		c.sent += metrics.Value(k.Sent)
+		c.expected += metrics.Value(k.Cohort[i].Expected)
+		c.delivered += metrics.Value(k.Cohort[i].Delivered)
+		c.lost += metrics.Value(k.Cohort[i].Lost)
+		c.late += metrics.Value(k.Cohort[i].Late)
+		c.dup += metrics.Value(k.Cohort[i].Duplicate)
+		c.reordered += metrics.Value(k.Cohort[i].Reordered)
+	}
+	return c
+}
+
+// latencies returns the delivery latency histograms of both kinds merged:
+// total count and count at or below each bucket bound.
+func (fx *fixture) latencies() (count uint64, below map[float64]uint64) {
+	below = map[float64]uint64{}
+	for _, k := range fx.set.Kind {
+		var m dto.Metric
+		_ = k.Cohort[0].DeliveryLatency.(prometheus.Metric).Write(&m)
+		count += m.Histogram.GetSampleCount()
+		for _, b := range m.Histogram.Bucket {
+			below[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	return count, below
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
+
+// Light enough to keep latency far under the deadline on a loaded 2-core
+// machine under -race: 20 users at 25 msg/s, group size 5, so 500 msg/s
+// and about 1,250 deliveries/s.
+var base = popConfig{users: 20, groupSize: 5, rate: 25, deadline: time.Second, lostAfter: 2 * time.Second}
+
+const soakFor = 3 * time.Second
+
+func TestCleanRunCountsNothingWrong(t *testing.T) {
+	fx := newFixture(t, refserver.Faults{}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("clean: %+v", c)
+	if c.expected < 2000 {
+		t.Fatalf("expected deliveries = %v, want thousands", c.expected)
+	}
+	if c.delivered != c.expected {
+		t.Errorf("delivered = %v, want every expected delivery (%v)", c.delivered, c.expected)
+	}
+	if c.lost != 0 || c.late != 0 || c.dup != 0 || c.reordered != 0 {
+		t.Errorf("lost/late/duplicate/reordered = %v/%v/%v/%v on a clean target, want all 0", c.lost, c.late, c.dup, c.reordered)
+	}
+	if n := metrics.Value(fx.set.SessionsLagging); n != 0 {
+		t.Errorf("sessions lagging = %v on a clean target, want 0", n)
+	}
+	// The converse of the saturation tests: a healthy run never flags it,
+	// and its receive lag is measured (every adapter stamps its frames).
+	if fx.saturated.Load() {
+		t.Errorf("the prober flagged itself saturated during a healthy run")
+	}
+	if n, _ := histCount(fx.probe.ReceiveLag); n < uint64(c.delivered) {
+		t.Errorf("%d receive lag samples, want one per delivery (%v)", n, c.delivered)
+	}
+	if n, _ := histCount(fx.probe.SendLag); n < uint64(c.sent) {
+		t.Errorf("%d send lag samples, want one per message sent (%v)", n, c.sent)
+	}
+}
+
+// histCount returns a histogram's sample count and its p99 bucket bound.
+func histCount(o prometheus.Observer) (uint64, float64) {
+	var m dto.Metric
+	_ = o.(prometheus.Metric).Write(&m)
+	h := m.Histogram
+	for _, b := range h.Bucket {
+		if float64(b.GetCumulativeCount()) >= 0.99*float64(h.GetSampleCount()) {
+			return h.GetSampleCount(), b.GetUpperBound()
+		}
+	}
+	return h.GetSampleCount(), math.Inf(1)
+}
+
+// within reports whether got is within tol (a fraction) of want.
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
+
+func TestDropIsCountedAsLost(t *testing.T) {
+	const p = 0.01
+	fx := newFixture(t, refserver.Faults{Drop: p}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("drop %v: %+v", p, c)
+	// The only drops the ledger cannot see are a stream's last messages
+	// (no later message reveals the gap): 20 users × 2 streams, 1% each.
+	rate := c.lost / c.expected
+	if rate < 0.5*p || rate > 1.5*p {
+		t.Errorf("lost/expected = %.4f (%v/%v), want %v ± 50%%", rate, c.lost, c.expected, p)
+	}
+	if unseen := c.expected - c.delivered - c.lost; unseen < 0 || unseen > 5 {
+		t.Errorf("expected - delivered - lost = %v, want 0..5 (undetectable tail drops)", unseen)
+	}
+	if st := fx.srv.Stats(); !within(c.lost, float64(st.Dropped), 0.1) {
+		t.Errorf("lost = %v, target dropped %d: want within 10%%", c.lost, st.Dropped)
+	}
+	if c.dup != 0 || c.late != 0 {
+		t.Errorf("duplicate/late = %v/%v, want 0", c.dup, c.late)
+	}
+}
+
+func TestDuplicateIsCounted(t *testing.T) {
+	const p = 0.02
+	fx := newFixture(t, refserver.Faults{Duplicate: p}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("duplicate %v: %+v", p, c)
+	if st := fx.srv.Stats(); c.dup != float64(st.Duplicated) {
+		t.Errorf("duplicates counted = %v, target duplicated %d", c.dup, st.Duplicated)
+	}
+	if rate := c.dup / c.delivered; rate < 0.5*p || rate > 1.5*p {
+		t.Errorf("duplicate/delivered = %.4f, want %v ± 50%%", rate, p)
+	}
+	if c.lost != 0 || c.delivered != c.expected {
+		t.Errorf("lost = %v, delivered %v of %v: duplicates must not disturb completeness", c.lost, c.delivered, c.expected)
+	}
+}
+
+func TestReorderIsCounted(t *testing.T) {
+	const p = 0.02
+	fx := newFixture(t, refserver.Faults{Reorder: p}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	t.Logf("reorder %v: %+v", p, c)
+	if st := fx.srv.Stats(); c.reordered != float64(st.Reordered) {
+		t.Errorf("reordered counted = %v, target swapped %d", c.reordered, st.Reordered)
+	}
+	if rate := c.reordered / c.delivered; rate < 0.4*p || rate > 1.5*p {
+		t.Errorf("reordered/delivered = %.4f, want about %v", rate, p)
+	}
+	if c.lost != 0 || c.dup != 0 || c.delivered != c.expected {
+		t.Errorf("lost/dup = %v/%v, delivered %v of %v: reordering must cost nothing else", c.lost, c.dup, c.delivered, c.expected)
+	}
+}
+
+func TestDelayShowsInLatency(t *testing.T) {
+	const delay = 200 * time.Millisecond
+	fx := newFixture(t, refserver.Faults{Delay: delay}, base)
+	fx.soak(soakFor, base.lostAfter)
+	c := fx.counts()
+	n, below := fx.latencies()
+	t.Logf("delay %v: %+v, latency buckets %v of %d", delay, c, below, n)
+	if n == 0 {
+		t.Fatal("no latency observations")
+	}
+	// Latency is measured from the intended send time, so no delivery can
+	// beat the injected delay; nearly all should land within 300 ms more.
+	if below[0.1] != 0 {
+		t.Errorf("%d of %d deliveries under 100 ms with a %v delay", below[0.1], n, delay)
+	}
+	if frac := float64(below[0.5]) / float64(n); frac < 0.95 {
+		t.Errorf("%.3f of deliveries within 500 ms, want ≥ 0.95 with a %v delay", frac, delay)
+	}
+	if c.lost != 0 || c.late != 0 || c.delivered != c.expected {
+		t.Errorf("lost/late = %v/%v, delivered %v of %v: a delay under the deadline is neither", c.lost, c.late, c.delivered, c.expected)
+	}
+}
+
+func TestDelayPastDeadlineIsLateNotLost(t *testing.T) {
+	pc := base
+	pc.deadline, pc.lostAfter = 100*time.Millisecond, 2*time.Second
+	fx := newFixture(t, refserver.Faults{Delay: 300 * time.Millisecond}, pc)
+	fx.soak(time.Second, pc.lostAfter)
+	c := fx.counts()
+	t.Logf("late: %+v", c)
+	if c.late != c.delivered || c.delivered != c.expected || c.lost != 0 {
+		t.Errorf("late %v, delivered %v, expected %v, lost %v: want every delivery late and none lost", c.late, c.delivered, c.expected, c.lost)
+	}
+}
+
+// TestTargetRestart kills the target under the population and brings it
+// back on the same address: sessions reconnect with backoff, and only what
+// the dead target had accepted but not delivered is lost.
+func TestTargetRestart(t *testing.T) {
+	pc := base
+	pc.rate = 10
+	fx := newFixture(t, refserver.Faults{}, pc)
+	time.Sleep(time.Second)
+	before := fx.counts()
+	stats := fx.srv.Stats()
+
+	fx.srv.Close()
+	fx.stopT()
+	waitFor(t, 5*time.Second, "sessions to notice the outage", func() bool { return fx.pop.Online() == 0 })
+	time.Sleep(500 * time.Millisecond) // an outage: sends are skipped, not queued
+	_, _, stop2, wg2 := startTarget(t, fx.addr, refserver.Options{})
+	defer func() { stop2(); wg2.Wait() }()
+	waitFor(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
+
+	disc := metrics.Value(fx.set.Disconnects[metrics.ReasonServerClose]) + metrics.Value(fx.set.Disconnects[metrics.ReasonError])
+	if disc < float64(pc.users) {
+		t.Errorf("disconnects = %v, want at least one per user (%d)", disc, pc.users)
+	}
+	if ok := metrics.Value(fx.set.ConnectOK); ok < float64(2*pc.users) {
+		t.Errorf("successful connects = %v, want at least %d", ok, 2*pc.users)
+	}
+	if off := metrics.Value(fx.set.SendErrors[metrics.SendOffline]); off == 0 {
+		t.Error("no sends counted as offline during the outage")
+	}
+
+	time.Sleep(2 * time.Second)
+	fx.soak(0, pc.lostAfter)
+	c := fx.counts()
+	t.Logf("before %+v, after %+v, first target %+v", before, c, stats)
+	// What can be lost is what the first target had acked and not yet
+	// written when it died: a handful of messages, never the outage.
+	if c.lost > 30 {
+		t.Errorf("lost = %v across a restart, want only the few in flight", c.lost)
+	}
+	if c.delivered+c.lost != c.expected {
+		t.Errorf("delivered %v + lost %v != expected %v: every acked message must be accounted once", c.delivered, c.lost, c.expected)
+	}
+	if c.delivered <= before.delivered {
+		t.Errorf("no deliveries after the restart")
+	}
+	if c.dup != 0 {
+		t.Errorf("duplicates = %v after a restart, want 0", c.dup)
+	}
+	// Losses are final once the gap is past lost_after: more time adds none.
+	time.Sleep(pc.lostAfter)
+	fx.pop.Sweep(time.Now())
+	if again := fx.counts(); again.lost != c.lost {
+		t.Errorf("lost grew from %v to %v with nothing sent", c.lost, again.lost)
+	}
+}
+
+// TestProvisionManyGroups provisions more groups than the target's send
+// queue holds replies: a provisioner that wrote them all before reading
+// would be kicked as a slow reader.
+func TestProvisionManyGroups(t *testing.T) {
+	srv, err := refserver.New(refserver.Options{Secret: secret, SendQueue: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx, ln) })
+	defer func() { cancel(); wg.Wait() }()
+	drv, err := reference.New(reference.Options{URL: "ws://" + ln.Addr().String() + "/ws", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan probe.Plan
+	for i := range 500 {
+		plan.Groups = append(plan.Groups, probe.Group{Name: "g" + strconv.Itoa(i), Members: []string{"a", "b"}})
+	}
+	if err := drv.Provision(ctx, plan); err != nil {
+		t.Fatalf("Provision(500 groups) = %v, want nil", err)
+	}
+	// Idempotent: the same plan again succeeds.
+	if err := drv.Provision(ctx, plan); err != nil {
+		t.Fatalf("second Provision = %v, want nil", err)
+	}
+	if k := srv.Stats().SlowConsumerKicks; k != 0 {
+		t.Errorf("slow-consumer kicks = %d, want 0", k)
+	}
+}
+
+// TestSlowReaderDrill: a fifth of the users stop reading; the target's
+// small send queue overflows behind them and it closes them as slow
+// consumers (4008). The drill must count exactly that, and the normal
+// users must see no loss: the server's treatment of slow readers is the
+// subject, and it must not blur everyone else's numbers.
+func TestSlowReaderDrill(t *testing.T) {
+	pc := base
+	// Each slow reader is sent 25 bodies of 16 KiB a second and reads 10:
+	// with the target's send buffer fixed at 64 KiB, its 64-frame queue
+	// overflows within seconds, and the close frame reaches the reader
+	// after the few frames still in the socket buffers.
+	pc.rate, pc.messageSize = 10, 16<<10
+	pc.slow = probe.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond}
+	pc.sendQueue, pc.sendBuffer = 64, 64<<10
+	fx := newFixture(t, refserver.Faults{}, pc)
+	slow := 0
+	for i := range fx.pop.Users() {
+		if fx.pop.Slow(i) {
+			slow++
+		}
+	}
+	start := time.Now()
+	waitFor(t, 20*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
+		return metrics.Value(fx.set.Disconnects[metrics.ReasonSlowConsumer]) >= float64(slow)
+	})
+	t.Logf("%d slow readers disconnected as slow consumers within %v", slow, time.Since(start).Round(time.Millisecond))
+	fx.soak(time.Second, pc.lostAfter)
+	normal, sr := fx.cohort(0), fx.cohort(1)
+	t.Logf("normal: %+v", normal)
+	t.Logf("slow readers: %+v", sr)
+	if normal.expected < 1000 || normal.delivered != normal.expected || normal.lost != 0 || normal.dup != 0 {
+		t.Errorf("normal users: %+v, want every expected delivery delivered once and none lost", normal)
+	}
+	if sr.expected == 0 {
+		t.Errorf("slow readers: nothing expected, want their deliveries counted in their own cohort")
+	}
+	for _, r := range []string{metrics.ReasonError, metrics.ReasonServerClose} {
+		if n := metrics.Value(fx.set.Disconnects[r]); n != 0 {
+			t.Errorf("%s disconnects = %v, want 0: only the slow readers' slow_consumer closes", r, n)
+		}
+	}
+	if n := metrics.Value(fx.set.SessionsLagging); n != 0 {
+		t.Errorf("sessions lagging = %v, want 0: slow readers are not counted", n)
+	}
+}
+
+// TestSilentStallIsLagging: the target stops delivering to one user without
+// closing its session, as Tinode does to a slow session. The session stays
+// online and nothing is lost yet, so only the lag can show it: it must be
+// flagged lagging within one deadline, and be the only one.
+func TestSilentStallIsLagging(t *testing.T) {
+	pc := base
+	pc.deadline, pc.lostAfter = 2*time.Second, 4*time.Second
+	fx := newFixture(t, refserver.Faults{}, pc)
+	time.Sleep(time.Second)
+	if n := metrics.Value(fx.set.SessionsLagging); n != 0 {
+		t.Fatalf("before the stall: sessions lagging = %v, want 0", n)
+	}
+	stalled := "t-u7"
+	start := time.Now()
+	fx.srv.Stall(stalled, true)
+	waitFor(t, pc.deadline, "the stalled session flagged lagging", func() bool {
+		return metrics.Value(fx.set.SessionsLagging) >= 1
+	})
+	took := time.Since(start)
+	if lost := fx.counts().lost; lost != 0 {
+		t.Errorf("lost = %v when the stall was flagged, want 0: lag must come first", lost)
+	}
+	time.Sleep(time.Second)
+	if n := metrics.Value(fx.set.SessionsLagging); n != 1 {
+		t.Errorf("sessions lagging = %v, want exactly the stalled one", n)
+	}
+	for _, r := range metrics.DisconnectReasons {
+		if n := metrics.Value(fx.set.Disconnects[r]); n != 0 {
+			t.Errorf("%s disconnects = %v, want 0: the stall closes nothing", r, n)
+		}
+	}
+	fx.srv.Stall(stalled, false)
+	waitFor(t, 2*pc.deadline, "the lag cleared after the stall", func() bool {
+		return metrics.Value(fx.set.SessionsLagging) == 0
+	})
+	t.Logf("stall flagged after %v (lag threshold %v, deadline %v)", took.Round(time.Millisecond), pc.deadline/2, pc.deadline)
+}
