@@ -17,7 +17,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/soak"
+	"github.com/imcanary/imcanary/report"
 )
 
 // Options configures a Canary.
@@ -124,7 +124,7 @@ var ErrBusy = errors.New("canary: a round is already running")
 
 // TryRound runs a round unless one is running; a scheduler calls it so that
 // overlapping rounds are skipped and counted, never stacked.
-func (c *Canary) TryRound(ctx context.Context) (*soak.Canary, error) {
+func (c *Canary) TryRound(ctx context.Context) (*report.Round, error) {
 	if !c.busy.TryLock() {
 		c.o.Metrics.CanarySkipped.WithLabelValues(c.o.Target).Inc()
 		return nil, ErrBusy
@@ -134,7 +134,7 @@ func (c *Canary) TryRound(ctx context.Context) (*soak.Canary, error) {
 }
 
 // Round runs one round, waiting for a running one to end first.
-func (c *Canary) Round(ctx context.Context) *soak.Canary {
+func (c *Canary) Round(ctx context.Context) *report.Round {
 	c.busy.Lock()
 	defer c.busy.Unlock()
 	return c.round1(ctx)
@@ -167,11 +167,11 @@ type checking struct {
 	err  error
 }
 
-func (c *Canary) round1(ctx context.Context) *soak.Canary {
+func (c *Canary) round1(ctx context.Context) *report.Round {
 	o := c.o
 	start := time.Now()
-	out := &soak.Canary{ID: soak.NewRunID(start), Kind: "canary", Target: o.Target, Start: start}
-	checks := map[bool]*soak.CanaryCheck{
+	out := &report.Round{ID: report.NewRunID(start), Kind: "canary", Target: o.Target, Start: start}
+	checks := map[bool]*report.Check{
 		false: {Kind: metrics.KindDirect, Pass: true},
 		true:  {Kind: metrics.KindGroup, Pass: true},
 	}
@@ -254,7 +254,7 @@ func (c *Canary) round1(ctx context.Context) *soak.Canary {
 
 // judge checks one message: acked within the deadline, and delivered once,
 // within the deadline, to each of its recipients.
-func (c *Canary) judge(rec *record, m checking, ch *soak.CanaryCheck, fail func(string)) {
+func (c *Canary) judge(rec *record, m checking, ch *report.Check, fail func(string)) {
 	if m.err != nil {
 		ch.Expected += c.fanout(m.sent.Group)
 		fail(metrics.CanarySessionDown)

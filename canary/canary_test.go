@@ -14,7 +14,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
-	"github.com/imcanary/imcanary/soak"
+	"github.com/imcanary/imcanary/report"
 )
 
 var secret = []byte("canary-test")
@@ -64,7 +64,7 @@ func newFixture(t *testing.T, f refserver.Faults, deadline time.Duration) *fixtu
 	return fx
 }
 
-func reasons(r *soak.Canary) map[string][]string {
+func reasons(r *report.Round) map[string][]string {
 	out := map[string][]string{}
 	for _, ch := range r.Checks {
 		out[ch.Kind] = ch.Reasons

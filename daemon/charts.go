@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/soak"
+	"github.com/imcanary/imcanary/report"
 )
 
 // chartStep is the width of one point of the status page's charts: the
@@ -68,28 +68,28 @@ func statusCharts(st Status, now time.Time) ([]template.HTML, error) {
 	}
 	allowance := 100 * (1 - st.Recent.Objective)
 	pct := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) + "%" }
-	completeness, err := soak.RenderChart(soak.Chart{
+	completeness, err := report.RenderChart(report.Chart{
 		ID: "chart-completeness", Title: "Completeness, last hour",
 		Desc:   "Deliveries lost or late per delivery owed, in percent, per minute, for direct and group messages of the background population and the canary; the dashed line is what the objective allows.",
 		XLabel: "seconds from now", YLabel: "lost or late, % of owed", X: x, YFormat: pct,
-		Series: []soak.ChartSeries{
-			{Name: "direct", Color: soak.ColorBlue, Values: bad[0]},
-			{Name: "group", Color: soak.ColorOrange, Dash: "5 3", Values: bad[1]},
+		Series: []report.ChartSeries{
+			{Name: "direct", Color: report.ColorBlue, Values: bad[0]},
+			{Name: "group", Color: report.ColorOrange, Dash: "5 3", Values: bad[1]},
 		},
-		Refs: []soak.ChartRef{{Label: "objective allows " + pct(allowance), Color: soak.ColorRed, Value: allowance}},
+		Refs: []report.ChartRef{{Label: "objective allows " + pct(allowance), Color: report.ColorRed, Value: allowance}},
 	})
 	if err != nil {
 		return nil, err
 	}
-	latency, err := soak.RenderChart(soak.Chart{
+	latency, err := report.RenderChart(report.Chart{
 		ID: "chart-latency", Title: "Delivery latency, last hour",
 		Desc:   "Delivery latency per minute, p50 and p99, estimated from the histogram's buckets as Prometheus does, on a logarithmic axis; the dashed line is the latency SLI's 1s threshold.",
-		XLabel: "seconds from now", YLabel: "delivery latency (log)", X: x, Log: true, YFormat: soak.FormatLatencyTick,
-		Series: []soak.ChartSeries{
-			{Name: "p50", Color: soak.ColorBlue, Values: p50},
-			{Name: "p99", Color: soak.ColorOrange, Values: p99},
+		XLabel: "seconds from now", YLabel: "delivery latency (log)", X: x, Log: true, YFormat: report.FormatLatencyTick,
+		Series: []report.ChartSeries{
+			{Name: "p50", Color: report.ColorBlue, Values: p50},
+			{Name: "p99", Color: report.ColorOrange, Values: p99},
 		},
-		Refs: []soak.ChartRef{{Label: "SLI threshold 1s", Color: soak.ColorRed, Value: 1}},
+		Refs: []report.ChartRef{{Label: "SLI threshold 1s", Color: report.ColorRed, Value: 1}},
 	})
 	if err != nil {
 		return nil, err

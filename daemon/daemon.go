@@ -30,6 +30,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/saturation"
 	"github.com/imcanary/imcanary/soak"
 )
@@ -57,7 +58,7 @@ type Daemon struct {
 	// trend keeps the last hour of SLI readings for the status page.
 	trend *trend
 	// lastRound is the last canary round that ran, for the verdict.
-	lastRound atomic.Pointer[soak.Canary]
+	lastRound atomic.Pointer[report.Round]
 	store     *soak.Store
 	started   time.Time
 
@@ -256,7 +257,7 @@ func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metric
 	return soak.NewRunner(soak.RunnerOptions{
 		// A run the process dies in is recorded as aborted at the next
 		// start; without the mark it would vanish.
-		OnStart: func(r *soak.Report) {
+		OnStart: func(r *report.Soak) {
 			if err := store.BeginSoak(r); err != nil {
 				log.Warn("marking the soak run in progress in the history", "run", r.ID, "err", err)
 			}
@@ -495,7 +496,7 @@ func nextDue(spec string, t time.Time) time.Time {
 
 // canarySummary puts a round's checks in one readable line: "direct 3/4
 // delivered (late), group 12/12 delivered; CAUSE".
-func canarySummary(r *soak.Canary) string {
+func canarySummary(r *report.Round) string {
 	var parts []string
 	for _, ch := range r.Checks {
 		p := fmt.Sprintf("%s %d/%d delivered", ch.Kind, ch.Delivered, ch.Expected)

@@ -13,6 +13,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -25,7 +26,7 @@ var ErrUsage = errors.New("usage")
 // logs them out. A canary that cannot get every user online within
 // readyTimeout fails its round with session_down: that is an answer, not an
 // error.
-func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyTimeout time.Duration) (*soak.Canary, error) {
+func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyTimeout time.Duration) (*report.Round, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,7 +67,7 @@ func CanaryOnce(ctx context.Context, cfg config.Config, log *slog.Logger, readyT
 // SoakOnce runs the named profile once against the configured target and
 // returns its report; when ctx ends early the report is marked aborted.
 // The report is also saved in the history under data_dir.
-func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, progress func(soak.Progress)) (*soak.Report, error) {
+func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, progress func(soak.Progress)) (*report.Soak, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

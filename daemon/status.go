@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -51,9 +52,9 @@ type PopulationStatus struct {
 
 // CanaryStatus is the canary's schedule and its last rounds, newest first.
 type CanaryStatus struct {
-	Schedule string        `json:"schedule"`
-	Enabled  bool          `json:"enabled"`
-	Rounds   []soak.Canary `json:"rounds"`
+	Schedule string         `json:"schedule"`
+	Enabled  bool           `json:"enabled"`
+	Rounds   []report.Round `json:"rounds"`
 	// Next is when the next round is due by the schedule (it starts up
 	// to Jitter later); zero when the canary is off.
 	Next   time.Time     `json:"next"`
@@ -63,9 +64,9 @@ type CanaryStatus struct {
 // SoakStatus is the configured soak profiles, the one running ("" when
 // none is) and the last runs, newest first.
 type SoakStatus struct {
-	Profiles []string          `json:"profiles"`
-	Running  string            `json:"running"`
-	Runs     []soak.RunSummary `json:"runs"`
+	Profiles []string            `json:"profiles"`
+	Running  string              `json:"running"`
+	Runs     []report.RunSummary `json:"runs"`
 	// Schedules are the profiles' schedules and when each is next due,
 	// in the order of Profiles.
 	Schedules []ProfileSchedule `json:"schedules"`
@@ -268,8 +269,8 @@ func (h *statusHandler) apiStatus(w http.ResponseWriter, r *http.Request) {
 
 // runsResponse is the answer to GET /api/v1/runs.
 type runsResponse struct {
-	Runs   []soak.RunSummary `json:"runs"`
-	Canary []soak.Canary     `json:"canary"`
+	Runs   []report.RunSummary `json:"runs"`
+	Canary []report.Round      `json:"canary"`
 }
 
 func (h *statusHandler) apiRuns(w http.ResponseWriter, r *http.Request) {
@@ -283,7 +284,7 @@ func (h *statusHandler) apiRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	resp := runsResponse{Runs: []soak.RunSummary{}, Canary: []soak.Canary{}}
+	resp := runsResponse{Runs: []report.RunSummary{}, Canary: []report.Round{}}
 	if h.store != nil {
 		var err error
 		if resp.Runs, err = h.store.Runs(limit); err != nil {
@@ -312,10 +313,10 @@ func (h *statusHandler) apiRun(w http.ResponseWriter, r *http.Request) {
 		h.serverError(w, r, err)
 		return
 	}
-	// soak.WriteJSON, so that the API serves a report exactly as
+	// report.WriteJSON, so that the API serves a report exactly as
 	// `imcanary soak` writes it.
 	var buf bytes.Buffer
-	if err := soak.WriteJSON(&buf, rep); err != nil {
+	if err := report.WriteJSON(&buf, rep); err != nil {
 		h.serverError(w, r, err)
 		return
 	}
@@ -597,7 +598,7 @@ func pageLatency(d time.Duration) string {
 }
 
 // slowest is the slowest delivery of a canary round.
-func slowest(c soak.Canary) time.Duration {
+func slowest(c report.Round) time.Duration {
 	var d time.Duration
 	for _, ch := range c.Checks {
 		d = max(d, ch.MaxLatency)
@@ -622,7 +623,7 @@ func resultClass(result string) string {
 
 // canaryReasons lists why a round's checks failed: "direct: late, no_ack;
 // group: not_delivered".
-func canaryReasons(c soak.Canary) string {
+func canaryReasons(c report.Round) string {
 	var parts []string
 	for _, ch := range c.Checks {
 		if len(ch.Reasons) > 0 {

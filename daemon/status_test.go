@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -72,11 +73,11 @@ func newStatusFixture(t *testing.T, st Status, runs, rounds int) *statusFixture 
 	}
 	for i := range runs {
 		start := statusEpoch.Add(time.Duration(i-runs) * time.Hour)
-		r := &soak.Report{
-			ID: soak.NewRunID(start), Kind: "soak", Target: st.Target, Result: "pass",
-			Profile: soak.Profile{Name: "smoke", Users: 10, Duration: time.Minute},
+		r := &report.Soak{
+			ID: report.NewRunID(start), Kind: "soak", Target: st.Target, Result: "pass",
+			Profile: report.Profile{Name: "smoke", Users: 10, Duration: time.Minute},
 			Start:   start, End: start.Add(10 * time.Minute),
-			Deliveries: map[string]soak.Deliveries{"all": {Expected: 100, Delivered: 100}},
+			Deliveries: map[string]report.Deliveries{"all": {Expected: 100, Delivered: 100}},
 		}
 		if i == runs-1 {
 			r.Result = "fail"
@@ -87,17 +88,17 @@ func newStatusFixture(t *testing.T, st Status, runs, rounds int) *statusFixture 
 		f.ids = append(f.ids, r.ID)
 	}
 	for i := range rounds {
-		c := &soak.Canary{
+		c := &report.Round{
 			ID: fmt.Sprint("round", i), Kind: "canary", Target: st.Target, Result: "pass",
 			Start: statusEpoch.Add(time.Duration(i) * time.Minute),
-			Checks: []soak.CanaryCheck{
+			Checks: []report.Check{
 				{Kind: "direct", Pass: true, Expected: 1, Delivered: 1, MaxLatency: 30 * time.Millisecond},
 				{Kind: "group", Pass: true, Expected: 4, Delivered: 4, MaxLatency: 45 * time.Millisecond},
 			},
 		}
 		if i == rounds-1 {
 			c.Result = "fail"
-			c.Checks[1] = soak.CanaryCheck{Kind: "group", Expected: 4, Delivered: 3, Reasons: []string{"not_delivered", "late"}}
+			c.Checks[1] = report.Check{Kind: "group", Expected: 4, Delivered: 3, Reasons: []string{"not_delivered", "late"}}
 		}
 		if err := f.store.SaveCanary(c); err != nil {
 			t.Fatal(err)
@@ -277,9 +278,9 @@ func TestStatusRunsJSON(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET /api/v1/runs/%s = %d, want 200: %s", f.ids[3], resp.StatusCode, body)
 	}
-	rep, err := soak.ReadJSON(bytes.NewReader(body))
+	rep, err := report.ReadJSON(bytes.NewReader(body))
 	if err != nil {
-		t.Fatalf("GET /api/v1/runs/%s: soak.ReadJSON = %v", f.ids[3], err)
+		t.Fatalf("GET /api/v1/runs/%s: report.ReadJSON = %v", f.ids[3], err)
 	}
 	if rep.ID != f.ids[3] || rep.Profile.Name != "smoke" {
 		t.Errorf("GET /api/v1/runs/%s = report %q profile %q, want %q profile smoke", f.ids[3], rep.ID, rep.Profile.Name, f.ids[3])
@@ -353,7 +354,7 @@ func TestStatusServerError(t *testing.T) {
 
 func TestStatusWithoutStore(t *testing.T) {
 	st := testStatus()
-	st.Canary.Rounds = make([]soak.Canary, 30)
+	st.Canary.Rounds = make([]report.Round, 30)
 	srv := httptest.NewServer(newStatusHandler(&fakeStatus{st}, nil, nil))
 	defer srv.Close()
 	tests := []struct {

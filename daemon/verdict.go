@@ -9,7 +9,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/soak"
+	"github.com/imcanary/imcanary/report"
 )
 
 // Verdicts of the status page, worst first in the order judge tries them.
@@ -291,7 +291,7 @@ func count(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "—"
 	}
-	return soak.FormatCount(int64(math.Round(v)))
+	return report.FormatCount(int64(math.Round(v)))
 }
 
 // ago prints a span to the second ("12s", "3m5s", "2h0m"), or to the

@@ -8,20 +8,20 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/report"
 )
 
 // drillOf builds the drill section of a run with slow readers, slow of
 // them: d holds their counts, obs their latencies and disconnects, maxLag
 // the most messages one was behind, and normalP99 the other users'
 // delivery p99.
-func drillOf(p config.Profile, slow int, d counts, obs *observer, maxLag int64, normalP99 time.Duration) *Drill {
+func drillOf(p config.Profile, slow int, d counts, obs *observer, maxLag int64, normalP99 time.Duration) *report.Drill {
 	sr := p.SlowReaders
-	dr := &Drill{
+	dr := &report.Drill{
 		SlowReaders: slow,
 		Fraction:    sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery,
 		NormalP99:      normalP99,
@@ -31,9 +31,9 @@ func drillOf(p config.Profile, slow int, d counts, obs *observer, maxLag int64, 
 	}
 	for _, k := range d.slow {
 		k.Undelivered = max(0, k.Expected-k.Delivered-k.Lost)
-		dr.Deliveries.add(k)
+		addTo(&dr.Deliveries, k)
 	}
-	dr.Deliveries.ratios()
+	setRatios(&dr.Deliveries)
 
 	obs.mu.Lock()
 	dr.Latency = percentiles(obs.slowDeliv)
@@ -67,7 +67,7 @@ type drillEnd struct {
 // how the slow readers were disconnected and how soon, or, when they were
 // not, how far behind they fell. hit is how many slow readers were
 // disconnected at least once.
-func drillReaction(dr *Drill, ends []drillEnd, hit int) string {
+func drillReaction(dr *report.Drill, ends []drillEnd, hit int) string {
 	var total int64
 	for _, e := range ends {
 		total += e.n
@@ -80,14 +80,14 @@ func drillReaction(dr *Drill, ends []drillEnd, hit int) string {
 		case lost > 0:
 			return fmt.Sprintf("kept connected, but %s of %s deliveries to slow readers were lost "+
 				"(the server dropped messages rather than disconnect); they fell up to %s messages behind",
-				renderCount(lost), renderCount(dr.Deliveries.Expected), renderCount(dr.MaxLagMessages))
+				report.FormatCount(lost), report.FormatCount(dr.Deliveries.Expected), report.FormatCount(dr.MaxLagMessages))
 		case dr.MaxLagMessages == 0:
 			return "kept connected and never seen behind: the drill may be too gentle to fill the buffers " +
 				"between the server and a slow reader (try a longer pause or larger messages)"
 		}
 		return fmt.Sprintf("kept connected: slow readers fell up to %s messages behind "+
 			"(the server buffered or throttled; imcanary cannot tell which from outside)",
-			renderCount(dr.MaxLagMessages))
+			report.FormatCount(dr.MaxLagMessages))
 	}
 
 	// The most frequent way sessions ended names the reaction; ties go
@@ -117,45 +117,24 @@ func drillReaction(dr *Drill, ends []drillEnd, hit int) string {
 		s = fmt.Sprintf("disconnected (%s)", top.reason)
 	}
 	if t := dr.TimeToDisconnect; t.Count > 0 {
-		s += " after " + renderLatency(t.P50) + " median"
+		s += " after " + report.FormatLatency(t.P50) + " median"
 	}
-	s += fmt.Sprintf(": %s of %s slow readers, %s disconnect%s", renderCount(int64(hit)), renderCount(int64(dr.SlowReaders)), renderCount(total), plural(total))
+	s += fmt.Sprintf(": %s of %s slow readers, %s disconnect%s", report.FormatCount(int64(hit)), report.FormatCount(int64(dr.SlowReaders)), report.FormatCount(total), plural(total))
 	if len(dr.Disconnects) > 1 {
-		s += " (" + renderCounts(dr.Disconnects) + ")"
+		s += " (" + report.FormatCounts(dr.Disconnects) + ")"
 	}
 	return s
 }
 
 // drillNote says how the drill was run and measured, for the report's
 // notes.
-func drillNote(dr *Drill, users int) string {
+func drillNote(dr *report.Drill, users int) string {
 	return fmt.Sprintf("Slow-reader drill: %d of %d users, spread evenly, read slowly (%s) and never send. "+
 		"Deliveries, delivery latency, disconnects, min_online_ratio and the thresholds on them count the other users only; the drill section counts the slow readers. "+
 		"Time to disconnect runs from when a slow reader started being slow (its session's login or the start of the send phase, whichever is later) "+
 		"to when imcanary saw its session end, after reading what the server had sent before the close; "+
 		"lag is the most messages acknowledged to a slow reader's conversations and not yet read, at the population's sweeps.",
-		dr.SlowReaders, users, drillHow(dr))
-}
-
-// drillHow says how the slow readers read: "a pause of 30s at the first
-// delivery of each session and then every 2m of reading; 50ms after every
-// delivery".
-func drillHow(dr *Drill) string {
-	var how []string
-	if dr.Pause > 0 {
-		p := "a pause of " + renderLatency(dr.Pause) + " at the first delivery of each session"
-		if dr.PauseEvery > 0 {
-			p += " and then every " + renderLatency(dr.PauseEvery) + " of reading"
-		}
-		how = append(how, p)
-	}
-	if dr.ReadDelay > 0 {
-		how = append(how, renderLatency(dr.ReadDelay)+" after every delivery")
-	}
-	if len(how) == 0 {
-		return "no delay at all: the drill has neither a pause nor a read delay"
-	}
-	return strings.Join(how, "; ")
+		dr.SlowReaders, users, dr.Reading())
 }
 
 func plural(n int64) string {

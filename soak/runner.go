@@ -1,3 +1,7 @@
+// Package soak runs soak tests: a cohort of users ramped in on top of the
+// background population, open-loop traffic for a duration, a drain, and a
+// report (report.Soak) with a verdict. It also keeps the run history (soak
+// runs and canary rounds) under the data directory.
 package soak
 
 import (
@@ -18,6 +22,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/report"
 )
 
 // RunnerOptions configures a Runner.
@@ -46,7 +51,7 @@ type RunnerOptions struct {
 	// profile, start time), before the ramp: the daemon marks the run in
 	// progress in its history, so that a run the process dies in is not
 	// lost (Store.BeginSoak).
-	OnStart func(*Report)
+	OnStart func(*report.Soak)
 	// Health, if set, is the prober's self-monitor: the population records
 	// its own lags in it, and a run that fails while it says saturated is
 	// inconclusive rather than failed.
@@ -116,7 +121,7 @@ var ErrBusy = errors.New("soak: another run is in progress on this target")
 
 // TryRun runs profile p unless another run is in progress, which it counts
 // as skipped.
-func (r *Runner) TryRun(ctx context.Context, p config.Profile, progress func(Progress)) (*Report, error) {
+func (r *Runner) TryRun(ctx context.Context, p config.Profile, progress func(Progress)) (*report.Soak, error) {
 	if !r.busy.TryLock() {
 		r.o.Metrics.SoakSkipped.WithLabelValues(r.o.Target, p.Name).Inc()
 		return nil, ErrBusy
@@ -128,20 +133,13 @@ func (r *Runner) TryRun(ctx context.Context, p config.Profile, progress func(Pro
 // Run runs profile p, after any run in progress. When ctx ends early the
 // run stops cleanly and its report says aborted. The error is for a run
 // that could not start at all.
-func (r *Runner) Run(ctx context.Context, p config.Profile, progress func(Progress)) (*Report, error) {
+func (r *Runner) Run(ctx context.Context, p config.Profile, progress func(Progress)) (*report.Soak, error) {
 	r.busy.Lock()
 	defer r.busy.Unlock()
 	return r.run(ctx, p, progress)
 }
 
-// Phases of a run.
-const (
-	PhaseRamp  = "ramp"
-	PhaseSend  = "send"
-	PhaseDrain = "drain"
-)
-
-func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progress)) (*Report, error) {
+func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progress)) (*report.Soak, error) {
 	o := r.o
 	set := o.Metrics.For(o.Target, metrics.SourceSoak)
 	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
@@ -190,10 +188,10 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	defer func() { running.Set(0); r.running.Store("") }()
 
 	start := time.Now()
-	rep := &Report{
-		ID: NewRunID(start), Kind: "soak", Target: o.Target, Start: start,
+	rep := &report.Soak{
+		ID: report.NewRunID(start), Kind: "soak", Target: o.Target, Start: start,
 		Profile: profileOf(p),
-		Users:   Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
+		Users:   report.Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
 	}
 	before := snapshot(set)
 	log := o.Logger.With("profile", p.Name, "run", rep.ID)
@@ -211,7 +209,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 
 	s := &sampler{
 		r: r, p: p, pop: pop, set: set, obs: obs, before: before, start: start,
-		normal: p.Users - slow, lateNormal: lateNormal, progress: progress, phase: PhaseRamp,
+		normal: p.Users - slow, lateNormal: lateNormal, progress: progress, phase: report.PhaseRamp,
 		minOnline: -1, prev: before, prevT: start, phaseStart: start,
 	}
 	sampleCtx, stopSampler := context.WithCancel(context.Background())
@@ -222,12 +220,12 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	phase := func(name string) {
 		now := time.Now()
 		s.setPhase(name, now)
-		if name == PhaseSend {
+		if name == report.PhaseSend {
 			obs.setSendStart(now)
 		}
-		rep.Phases = append(rep.Phases, Phase{Name: name, Start: now})
+		rep.Phases = append(rep.Phases, report.Phase{Name: name, Start: now})
 	}
-	phase(PhaseRamp)
+	phase(report.PhaseRamp)
 	// The ramp ends when every user due has logged in, or a grace period
 	// after the configured ramp (longer if the connect rate limit needs
 	// it): the verdict will say who never did.
@@ -243,7 +241,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	// profile's duration.
 	var sendStart, sendEnd time.Time
 	if !aborted {
-		phase(PhaseSend)
+		phase(report.PhaseSend)
 		sendStart = rep.Phases[len(rep.Phases)-1].Start
 		pop.SetSending(true)
 		aborted = !probe.Sleep(ctx, p.Duration)
@@ -254,7 +252,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		sendEnd = time.Now()
 	}
 	if !aborted {
-		phase(PhaseDrain)
+		phase(report.PhaseDrain)
 		drainEnd := time.Now().Add(p.Drain)
 		for time.Now().Before(drainEnd) {
 			pop.Sweep(time.Now())
@@ -299,20 +297,20 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 // run's normal users; the slow readers, slow of them, go to the drill.
 // sending is how long the send phase ran (0 when it never began): the
 // rates are over it.
-func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s *sampler, slow int, aborted bool, sending time.Duration) {
-	rep.Deliveries = map[string]Deliveries{}
-	var all Deliveries
+func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observer, s *sampler, slow int, aborted bool, sending time.Duration) {
+	rep.Deliveries = map[string]report.Deliveries{}
+	var all report.Deliveries
 	for i, k := range metrics.Kinds {
 		dk := d.kind[i].Deliveries
 		dk.Undelivered = max(0, dk.Expected-dk.Delivered-dk.Lost)
-		dk.ratios()
+		setRatios(&dk)
 		rep.Deliveries[k] = dk
-		all.add(dk)
+		addTo(&all, dk)
 	}
-	all.ratios()
+	setRatios(&all)
 	rep.Deliveries["all"] = all
 
-	m := Messages{Rejected: map[string]int64{}}
+	m := report.Messages{Rejected: map[string]int64{}}
 	for i := range d.kind {
 		m.Sent += d.kind[i].sent
 	}
@@ -324,7 +322,7 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 		m.Rejected[code] = n
 	}
 	m.Acked = obs.acked
-	rep.Latency = map[string]Percentiles{
+	rep.Latency = map[string]report.Percentiles{
 		"login":           percentiles(obs.login),
 		"ack":             percentiles(obs.ack),
 		"delivery_direct": percentiles(obs.deliv[0]),
@@ -353,7 +351,7 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 
 	t := p.Thresholds
 	allDeliv := percentiles(both)
-	rep.Thresholds = []Threshold{
+	rep.Thresholds = []report.Threshold{
 		ratioRow("max_loss", t.MaxLoss, all.LossRatio, all.LossRatio <= t.MaxLoss),
 		ratioRow("max_late", t.MaxLate, all.LateRatio, all.LateRatio <= t.MaxLate),
 		durationRow("p99_ack", t.P99Ack, rep.Latency["ack"].P99),
@@ -380,10 +378,10 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 		rep.Result = metrics.ResultAborted
 		note := "The run was stopped before its end: counts cover only the time it ran"
 		if sending > 0 {
-			note += fmt.Sprintf(", and the send rate is over the %s it sent, not the %s planned", renderSpan(sending), renderSpan(p.Duration))
+			note += fmt.Sprintf(", and the send rate is over the %s it sent, not the %s planned", report.FormatSpan(sending), report.FormatSpan(p.Duration))
 		}
 		rep.Notes = append(rep.Notes, note+".")
-	case failed && rep.Saturation.judged():
+	case failed && judged(rep.Saturation):
 		rep.Result = metrics.ResultInconclusive
 	case failed:
 		rep.Result = metrics.ResultFail
@@ -403,33 +401,34 @@ func (r *Runner) fill(rep *Report, p config.Profile, d counts, obs *observer, s 
 		rep.Notes = append(rep.Notes, drillNote(rep.Drill, p.Users))
 	case p.SlowReaders.Fraction > 0:
 		rep.Notes = append(rep.Notes, fmt.Sprintf("slow_readers.fraction %v of %s users makes no slow reader: the run was not a drill.",
-			p.SlowReaders.Fraction, renderCount(int64(p.Users))))
+			p.SlowReaders.Fraction, report.FormatCount(int64(p.Users))))
 	}
 }
 
-func ratioRow(name string, limit, actual float64, pass bool) Threshold {
-	return Threshold{Name: name, Limit: pct(limit), Actual: pct(actual), LimitValue: limit, ActualValue: actual, Pass: pass}
+func ratioRow(name string, limit, actual float64, pass bool) report.Threshold {
+	return report.Threshold{Name: name, Limit: pct(limit), Actual: pct(actual), LimitValue: limit, ActualValue: actual, Pass: pass}
 }
 
-func durationRow(name string, limit, actual time.Duration) Threshold {
-	return Threshold{Name: name, Limit: limit.String(), Actual: actual.Round(time.Microsecond).String(),
+func durationRow(name string, limit, actual time.Duration) report.Threshold {
+	return report.Threshold{Name: name, Limit: limit.String(), Actual: actual.Round(time.Microsecond).String(),
 		LimitValue: limit.Seconds(), ActualValue: actual.Seconds(), Pass: actual <= limit}
 }
 
 func pct(v float64) string { return fmt.Sprintf("%.4g%%", 100*v) }
 
-func profileOf(p config.Profile) Profile {
+func profileOf(p config.Profile) report.Profile {
 	t := p.Thresholds
-	return Profile{
+	return report.Profile{
 		Name: p.Name, Users: p.Users, GroupSize: p.GroupSize, Rate: p.Rate, Ramp: p.Ramp,
 		Duration: p.Duration, Drain: p.Drain, Deadline: p.Deadline,
 		LateLogins: p.LateLogins, LateAfter: p.LateAfter,
-		Thresholds: Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
+		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
 			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects},
 	}
 }
 
-func (d *Deliveries) ratios() {
+// setRatios computes d's loss and late ratios from its counts.
+func setRatios(d *report.Deliveries) {
 	if d.Expected > 0 {
 		d.LossRatio = float64(d.Lost+d.Undelivered) / float64(d.Expected)
 	}
@@ -438,7 +437,8 @@ func (d *Deliveries) ratios() {
 	}
 }
 
-func (d *Deliveries) add(o Deliveries) {
+// addTo adds o's counts to d's; ratios are left for setRatios.
+func addTo(d *report.Deliveries, o report.Deliveries) {
 	d.Expected += o.Expected
 	d.Delivered += o.Delivered
 	d.Lost += o.Lost
@@ -456,13 +456,13 @@ type counts struct {
 	// kind is the normal cohort's deliveries and the messages sent;
 	// slow is the slow readers' deliveries, by kind.
 	kind        [2]kindCounts
-	slow        [2]Deliveries
+	slow        [2]report.Deliveries
 	sendErr     map[string]int64
 	connectFail int64
 }
 
 type kindCounts struct {
-	Deliveries
+	report.Deliveries
 	sent int64
 }
 
@@ -480,8 +480,8 @@ func snapshot(set *metrics.Set) counts {
 	return c
 }
 
-func cohortCounts(k metrics.RecvSet) Deliveries {
-	return Deliveries{
+func cohortCounts(k metrics.RecvSet) report.Deliveries {
+	return report.Deliveries{
 		Expected:  int64(metrics.Value(k.Expected)),
 		Delivered: int64(metrics.Value(k.Delivered)),
 		Lost:      int64(metrics.Value(k.Lost)),
@@ -494,9 +494,9 @@ func cohortCounts(k metrics.RecvSet) Deliveries {
 func (c counts) sub(b counts) counts {
 	d := counts{sendErr: map[string]int64{}, connectFail: c.connectFail - b.connectFail}
 	for i := range c.kind {
-		d.kind[i].Deliveries = c.kind[i].minus(b.kind[i].Deliveries)
+		d.kind[i].Deliveries = minus(c.kind[i].Deliveries, b.kind[i].Deliveries)
 		d.kind[i].sent = c.kind[i].sent - b.kind[i].sent
-		d.slow[i] = c.slow[i].minus(b.slow[i])
+		d.slow[i] = minus(c.slow[i], b.slow[i])
 	}
 	for r, n := range c.sendErr {
 		d.sendErr[r] = n - b.sendErr[r]
@@ -505,9 +505,9 @@ func (c counts) sub(b counts) counts {
 }
 
 // minus is the difference of two snapshots' counts; ratios are left for
-// ratios to compute.
-func (d Deliveries) minus(b Deliveries) Deliveries {
-	return Deliveries{
+// setRatios.
+func minus(d, b report.Deliveries) report.Deliveries {
+	return report.Deliveries{
 		Expected:  d.Expected - b.Expected,
 		Delivered: d.Delivered - b.Delivered,
 		Lost:      d.Lost - b.Lost,
@@ -517,10 +517,10 @@ func (d Deliveries) minus(b Deliveries) Deliveries {
 	}
 }
 
-func (c counts) all() Deliveries {
-	var a Deliveries
+func (c counts) all() report.Deliveries {
+	var a report.Deliveries
 	for _, k := range c.kind {
-		a.add(k.Deliveries)
+		addTo(&a, k.Deliveries)
 	}
 	return a
 }
@@ -547,7 +547,7 @@ type sampler struct {
 	// send phase did (zero before it).
 	phaseStart time.Time
 	sendStart  time.Time
-	samples    []Sample
+	samples    []report.Sample
 	minOnline  float64
 	prev       counts
 	prevT      time.Time
@@ -556,7 +556,7 @@ type sampler struct {
 	maxSlowLag int64
 	// periods are the saturated spans so far; satOpen says the last one
 	// runs on to the latest sample.
-	periods []SaturatedPeriod
+	periods []report.SaturatedPeriod
 	satOpen bool
 }
 
@@ -567,7 +567,7 @@ func (s *sampler) setPhase(name string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.phase, s.phaseStart = name, now
-	if name == PhaseSend {
+	if name == report.PhaseSend {
 		s.sendStart = now
 	}
 }
@@ -580,11 +580,11 @@ func (s *sampler) remaining(phase string, phaseStart, now time.Time) time.Durati
 	p := s.p
 	in := now.Sub(phaseStart)
 	switch phase {
-	case PhaseRamp:
+	case report.PhaseRamp:
 		return max(0, p.Ramp-in) + p.Duration + p.Drain
-	case PhaseSend:
+	case report.PhaseSend:
 		return max(0, p.Duration-in) + p.Drain
-	case PhaseDrain:
+	case report.PhaseDrain:
 		return max(0, p.Drain-in)
 	}
 	return max(0, p.Ramp+p.Duration+p.Drain-now.Sub(s.start))
@@ -655,7 +655,7 @@ func (s *sampler) sample(now time.Time) {
 
 	s.mu.Lock()
 	phase, phaseStart, sendStart := s.phase, s.phaseStart, s.sendStart
-	if phase == PhaseSend {
+	if phase == report.PhaseSend {
 		due := s.normal
 		// Late users are not due online until a little after LateAfter.
 		if s.lateNormal > 0 && now.Before(s.start.Add(s.p.LateAfter+5*time.Second)) {
@@ -675,7 +675,7 @@ func (s *sampler) sample(now time.Time) {
 		s.satOpen = false
 	}
 	if dt > 0 && len(s.samples) < maxSamples {
-		s.samples = append(s.samples, Sample{
+		s.samples = append(s.samples, report.Sample{
 			T: now, Phase: phase, Online: online,
 			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
 			Lost: all.Lost, Late: all.Late, Disconnects: disc,
@@ -916,20 +916,20 @@ func pctl(h *hdrhistogram.Histogram, q float64) time.Duration {
 	return time.Duration(h.ValueAtQuantile(q)) * time.Microsecond
 }
 
-func percentiles(h *hdrhistogram.Histogram) Percentiles {
+func percentiles(h *hdrhistogram.Histogram) report.Percentiles {
 	if h.TotalCount() == 0 {
-		return Percentiles{}
+		return report.Percentiles{}
 	}
-	return Percentiles{
+	return report.Percentiles{
 		Count: h.TotalCount(), P50: pctl(h, 50), P95: pctl(h, 95), P99: pctl(h, 99),
 		Max: time.Duration(h.Max()) * time.Microsecond,
 	}
 }
 
-func topErrors(m map[string]int64, n int) []ErrorCount {
-	out := make([]ErrorCount, 0, len(m))
+func topErrors(m map[string]int64, n int) []report.ErrorCount {
+	out := make([]report.ErrorCount, 0, len(m))
 	for e, c := range m {
-		out = append(out, ErrorCount{Error: e, Count: c})
+		out = append(out, report.ErrorCount{Error: e, Count: c})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Count != out[j].Count {

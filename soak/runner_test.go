@@ -16,6 +16,7 @@ import (
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
+	"github.com/imcanary/imcanary/report"
 )
 
 var testSecret = []byte("soak-test")
@@ -118,13 +119,13 @@ func testProfile() config.Profile {
 	}
 }
 
-func row(r *Report, name string) Threshold {
+func row(r *report.Soak, name string) report.Threshold {
 	for _, th := range r.Thresholds {
 		if th.Name == name {
 			return th
 		}
 	}
-	return Threshold{Name: "missing " + name}
+	return report.Threshold{Name: "missing " + name}
 }
 
 func TestSoakCleanPasses(t *testing.T) {
@@ -250,7 +251,7 @@ func TestSoakAbortRatesOverElapsed(t *testing.T) {
 		mu.Lock()
 		reports = append(reports, seen{pr, now})
 		mu.Unlock()
-		if pr.Phase == PhaseSend {
+		if pr.Phase == report.PhaseSend {
 			// Past lost_after into sending, so some reports are judged.
 			once.Do(func() {
 				time.AfterFunc(p.LostAfter+500*time.Millisecond, func() {
@@ -266,7 +267,7 @@ func TestSoakAbortRatesOverElapsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Result != metrics.ResultAborted || len(rep.Phases) != 2 || rep.Phases[1].Name != PhaseSend {
+	if rep.Result != metrics.ResultAborted || len(rep.Phases) != 2 || rep.Phases[1].Name != report.PhaseSend {
 		t.Fatalf("result %s, phases %+v; want aborted in the send phase", rep.Result, rep.Phases)
 	}
 	mu.Lock()
@@ -288,7 +289,7 @@ func TestSoakAbortRatesOverElapsed(t *testing.T) {
 	if atMost, atLeast := float64(m.Sent)/lo, float64(m.Sent)/hi; m.SentPerSec > atMost || m.SentPerSec < atLeast {
 		t.Errorf("sent_per_second = %v, want %d sent over the time sent, between %v and %v", m.SentPerSec, m.Sent, atLeast, atMost)
 	}
-	if !strings.Contains(strings.Join(rep.Notes, " "), "the send rate is over the "+renderSpan(time.Duration(m.SendSeconds*float64(time.Second)))+" it sent, not the 1m planned") {
+	if !strings.Contains(strings.Join(rep.Notes, " "), "the send rate is over the "+report.FormatSpan(time.Duration(m.SendSeconds*float64(time.Second)))+" it sent, not the 1m planned") {
 		t.Errorf("notes = %q, want one saying the rate is over the time sent", rep.Notes)
 	}
 
@@ -301,11 +302,11 @@ func TestSoakAbortRatesOverElapsed(t *testing.T) {
 		// the report arrives after the sample that made it.
 		if s.LossJudged {
 			judged++
-			if s.Phase == PhaseRamp || s.at.Sub(sendStart) < p.LostAfter {
+			if s.Phase == report.PhaseRamp || s.at.Sub(sendStart) < p.LostAfter {
 				t.Errorf("progress at %v into sending (%s) says loss is judged; lost_after is %v", s.at.Sub(sendStart), s.Phase, p.LostAfter)
 			}
 		}
-		if s.Phase == PhaseSend {
+		if s.Phase == report.PhaseSend {
 			// The rest of a minute's sending and the drain, counted from
 			// when sending began.
 			if s.Remaining > p.Duration+p.Drain || s.Remaining+s.at.Sub(sendStart) < p.Duration+p.Drain {

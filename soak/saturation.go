@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/report"
 )
 
 // markSaturated records that the prober was saturated in the sample
@@ -25,7 +26,7 @@ func (s *sampler) markSaturated(from, now time.Time, causes []string) {
 		s.satOpen = true
 		return
 	}
-	s.periods = append(s.periods, SaturatedPeriod{Start: from, End: now, Causes: mergeCauses(nil, causes)})
+	s.periods = append(s.periods, report.SaturatedPeriod{Start: from, End: now, Causes: mergeCauses(nil, causes)})
 	s.satOpen = true
 }
 
@@ -45,7 +46,7 @@ func mergeCauses(a, b []string) []string {
 // the saturated share of the send and drain phases (rep.Phases and rep.End
 // must be set), and deliveries, the delivery latency samples recorded
 // while saturated. It is nil when the prober was never seen saturated.
-func (s *sampler) saturation(rep *Report, deliveries int64) *Saturation {
+func (s *sampler) saturation(rep *report.Soak, deliveries int64) *report.Saturation {
 	s.mu.Lock()
 	periods := slices.Clone(s.periods)
 	sendStart := s.sendStart
@@ -53,9 +54,9 @@ func (s *sampler) saturation(rep *Report, deliveries int64) *Saturation {
 	if len(periods) == 0 && deliveries == 0 {
 		return nil
 	}
-	sat := &Saturation{Periods: periods, DeliverySamples: deliveries}
+	sat := &report.Saturation{Periods: periods, DeliverySamples: deliveries}
 	if sat.Periods == nil {
-		sat.Periods = []SaturatedPeriod{}
+		sat.Periods = []report.SaturatedPeriod{}
 	}
 	if !sendStart.IsZero() && rep.End.After(sendStart) {
 		var in time.Duration
@@ -76,30 +77,13 @@ func (s *sampler) saturation(rep *Report, deliveries int64) *Saturation {
 	return sat
 }
 
-// judged reports whether the prober was saturated during the part of the
-// run the thresholds judge, the send and drain phases: in a sampled
-// period, or when a delivery was recorded (deliveries come only once
-// sending has begun).
-func (s *Saturation) judged() bool {
-	return s != nil && (s.SendDrainRatio > 0 || s.DeliverySamples > 0)
-}
-
-// saturationCauses is the union of every period's causes, in order.
-func saturationCauses(s *Saturation) []string {
-	var all []string
-	for _, p := range s.Periods {
-		all = mergeCauses(all, p.Causes)
-	}
-	return all
-}
-
 // saturationNoteShown is how many periods the note names; the report's
 // saturation section lists them all.
 const saturationNoteShown = 3
 
 // saturationWhere says when the prober was saturated, as offsets into the
 // run with the phases they fall in: "1.2s–2s into the run (send)".
-func saturationWhere(rep *Report) string {
+func saturationWhere(rep *report.Soak) string {
 	s := rep.Saturation
 	if len(s.Periods) == 0 {
 		return "between samples, so no period was recorded"
@@ -117,48 +101,40 @@ func saturationWhere(rep *Report) string {
 
 // saturationSpan prints one period as offsets into the run with the phases
 // it overlaps.
-func saturationSpan(rep *Report, p SaturatedPeriod) string {
-	span := renderLatency(p.Start.Sub(rep.Start)) + "–" + renderLatency(p.End.Sub(rep.Start)) + " into the run"
+func saturationSpan(rep *report.Soak, p report.SaturatedPeriod) string {
+	span := report.FormatLatency(p.Start.Sub(rep.Start)) + "–" + report.FormatLatency(p.End.Sub(rep.Start)) + " into the run"
 	if rep.Start.IsZero() || p.Start.IsZero() || p.End.IsZero() {
-		span = renderTime(p.Start) + " to " + renderTime(p.End)
+		span = report.FormatTime(p.Start) + " to " + report.FormatTime(p.End)
 	}
-	if ph := phasesDuring(rep, p.Start, p.End); len(ph) > 0 {
+	if ph := rep.PhasesDuring(p.Start, p.End); len(ph) > 0 {
 		span += " (" + strings.Join(ph, ", ") + ")"
 	}
 	return span
 }
 
-// phasesDuring names the phases of rep that overlap the span from..to.
-func phasesDuring(rep *Report, from, to time.Time) []string {
-	var names []string
-	for i, ph := range rep.Phases {
-		end := rep.End
-		if i+1 < len(rep.Phases) {
-			end = rep.Phases[i+1].Start
-		}
-		if ph.Start.IsZero() || ph.Start.After(to) || (!end.IsZero() && !end.After(from)) {
-			continue
-		}
-		names = append(names, ph.Name)
-	}
-	return names
+// judged reports whether s says the prober was saturated during the part
+// of the run the thresholds judge, the send and drain phases: in a
+// sampled period, or when a delivery was recorded (deliveries come only
+// once sending has begun).
+func judged(s *report.Saturation) bool {
+	return s != nil && (s.SendDrainRatio > 0 || s.DeliverySamples > 0)
 }
 
 // saturationNote explains what the prober's saturation means for the
 // verdict: why a run is inconclusive, or what a pass despite it is worth.
 // It is "" for a run that was never saturated.
-func saturationNote(rep *Report) string {
+func saturationNote(rep *report.Soak) string {
 	s := rep.Saturation
 	if s == nil {
 		return ""
 	}
 	why := "causes it did not name"
-	if c := saturationCauses(s); len(c) > 0 {
+	if c := s.Causes(); len(c) > 0 {
 		why = strings.Join(c, ", ")
 	}
-	share := renderPercent(s.SendDrainRatio) + " of the send and drain phases"
+	share := report.FormatPercent(s.SendDrainRatio) + " of the send and drain phases"
 	where := saturationWhere(rep)
-	samples := renderCount(s.DeliverySamples) + " delivery latency sample" + plural(s.DeliverySamples)
+	samples := report.FormatCount(s.DeliverySamples) + " delivery latency sample" + plural(s.DeliverySamples)
 	switch rep.Result {
 	case metrics.ResultInconclusive:
 		var failed []string

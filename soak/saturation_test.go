@@ -10,6 +10,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/refserver"
+	"github.com/imcanary/imcanary/report"
 )
 
 // fakeHealth stands in for saturation.Monitor: it says saturated
@@ -166,7 +167,7 @@ func TestSaturationPeriods(t *testing.T) {
 		}
 		s.markSaturated(from, now, causes)
 	}
-	want := []SaturatedPeriod{
+	want := []report.SaturatedPeriod{
 		{Start: at(2), End: at(4), Causes: []string{metrics.CauseCPU, metrics.CauseGCPause}},
 		{Start: at(7), End: at(8), Causes: []string{}},
 	}
@@ -182,12 +183,12 @@ func TestSaturationPeriods(t *testing.T) {
 	// Send from 3 s to the end at 10 s: 1 s of the first period and all
 	// of the second fall in it, 2 s of 7.
 	s.sendStart = at(3)
-	rep := &Report{Start: t0, End: at(10), Phases: []Phase{{Name: "ramp", Start: t0}, {Name: "send", Start: at(3)}, {Name: "drain", Start: at(9)}}}
+	rep := &report.Soak{Start: t0, End: at(10), Phases: []report.Phase{{Name: "ramp", Start: t0}, {Name: "send", Start: at(3)}, {Name: "drain", Start: at(9)}}}
 	sat := s.saturation(rep, 12)
 	if got, want := sat.SendDrainRatio, 2.0/7; got < want-1e-9 || got > want+1e-9 {
 		t.Errorf("SendDrainRatio = %v, want %v", got, want)
 	}
-	if !sat.judged() {
+	if !judged(sat) {
 		t.Error("judged() = false, want true")
 	}
 	rep.Saturation = sat
@@ -197,15 +198,15 @@ func TestSaturationPeriods(t *testing.T) {
 
 	// Saturated only in the ramp: not judged, and a failing run stays a
 	// failure.
-	ramp := &sampler{sendStart: at(3), periods: []SaturatedPeriod{{Start: at(1), End: at(2), Causes: []string{}}}}
-	if sat := ramp.saturation(rep, 0); sat == nil || sat.SendDrainRatio != 0 || sat.judged() {
+	ramp := &sampler{sendStart: at(3), periods: []report.SaturatedPeriod{{Start: at(1), End: at(2), Causes: []string{}}}}
+	if sat := ramp.saturation(rep, 0); sat == nil || sat.SendDrainRatio != 0 || judged(sat) {
 		t.Errorf("ramp-only saturation = %+v, want present, ratio 0, not judged", sat)
 	}
 	if sat := (&sampler{}).saturation(rep, 0); sat != nil {
 		t.Errorf("saturation() without periods = %+v, want nil", sat)
 	}
-	var none *Saturation
-	if none.judged() {
-		t.Error("(*Saturation)(nil).judged() = true")
+	var none *report.Saturation
+	if judged(none) {
+		t.Error("judged(nil) = true")
 	}
 }

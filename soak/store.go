@@ -2,8 +2,6 @@ package soak
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/report"
 )
 
 // ErrNotFound is returned for an id that names no run in the history,
@@ -65,22 +64,6 @@ type StoreOptions struct {
 	Now func() time.Time
 }
 
-// RunSummary is one soak run as the history lists it.
-type RunSummary struct {
-	ID      string    `json:"id"`
-	Kind    string    `json:"kind"`
-	Target  string    `json:"target"`
-	Profile string    `json:"profile"`
-	Result  string    `json:"result"`
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	// LossRatio is that of all deliveries ("all" in Report.Deliveries).
-	LossRatio float64 `json:"loss_ratio"`
-	// P99Delivery is the worse of the direct and group p99 delivery
-	// latencies.
-	P99Delivery time.Duration `json:"p99_delivery_ns"`
-}
-
 // Store is the run history under a data directory: soak runs as
 // runs/<id>.json with their report page runs/<id>.html, and canary rounds
 // as lines of canary.jsonl. Every file is either appended to and fsynced
@@ -111,7 +94,7 @@ type Store struct {
 // damaged entry, aged by its file's modification time, so that it counts
 // against MaxRuns and is eventually pruned, but is never listed.
 type entry struct {
-	RunSummary
+	report.RunSummary
 	damaged error
 }
 
@@ -161,12 +144,12 @@ const runningSuffix = ".running"
 // BeginSoak marks r, a run that has just started, as in progress, so that
 // if the process dies before SaveSoak (kill -9, a crash, the machine going
 // down) the next OpenStore records the run as aborted instead of losing it.
-func (s *Store) BeginSoak(r *Report) error {
+func (s *Store) BeginSoak(r *report.Soak) error {
 	if !validID(r.ID) {
 		return fmt.Errorf("begin run: invalid id %q", r.ID)
 	}
 	var js bytes.Buffer
-	if err := WriteJSON(&js, r); err != nil {
+	if err := report.WriteJSON(&js, r); err != nil {
 		return fmt.Errorf("begin run %s: %w", r.ID, err)
 	}
 	s.mu.Lock()
@@ -218,13 +201,13 @@ func (s *Store) recoverAborted() error {
 	return nil
 }
 
-func readReportFile(path string) (*Report, error) {
+func readReportFile(path string) (*report.Soak, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return ReadJSON(f)
+	return report.ReadJSON(f)
 }
 
 func removeFile(path string) error {
@@ -235,15 +218,6 @@ func removeFile(path string) error {
 }
 
 func (s *Store) canaryPath() string { return filepath.Join(s.dir, canaryFile) }
-
-// NewRunID returns an id for a run that starts at t: the UTC time and six
-// random hex digits, e.g. "20261130T031500Z-3f9a1c". Ids sort as their
-// start times do.
-func NewRunID(t time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
-	return t.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
-}
 
 // validID reports whether id can name a run: it becomes a file name, so
 // only letters, digits, '_' and '-' are allowed, which rules out '/', '.'
@@ -266,7 +240,7 @@ func validID(id string) bool {
 // run is listed only once both are complete. Saving a run with the id of
 // one already saved replaces it. It then prunes the history; an error
 // from pruning says the run itself was saved.
-func (s *Store) SaveSoak(r *Report) error {
+func (s *Store) SaveSoak(r *report.Soak) error {
 	if !validID(r.ID) {
 		return fmt.Errorf("save run: invalid id %q", r.ID)
 	}
@@ -278,10 +252,10 @@ func (s *Store) SaveSoak(r *Report) error {
 	// Render before taking the lock: a long run has many samples, and the
 	// status page should not wait for them.
 	var js, page bytes.Buffer
-	if err := WriteJSON(&js, r); err != nil {
+	if err := report.WriteJSON(&js, r); err != nil {
 		return fmt.Errorf("save run %s: %w", r.ID, err)
 	}
-	if err := WriteHTML(&page, r); err != nil {
+	if err := report.WriteHTML(&page, r); err != nil {
 		return fmt.Errorf("save run %s: %w", r.ID, err)
 	}
 
@@ -306,7 +280,7 @@ func (s *Store) SaveSoak(r *Report) error {
 		return fmt.Errorf("save run: %w", err)
 	}
 	s.index = slices.DeleteFunc(s.index, func(e entry) bool { return e.ID == r.ID })
-	s.index = append(s.index, entry{RunSummary: summarize(r)})
+	s.index = append(s.index, entry{RunSummary: r.Summary()})
 	sortIndex(s.index)
 
 	des, err := os.ReadDir(s.runs)
@@ -322,7 +296,7 @@ func (s *Store) SaveSoak(r *Report) error {
 // SaveCanary appends a canary round to canary.jsonl and fsyncs it. When
 // the file grows past MaxCanaryRounds lines it is rewritten, atomically,
 // with the newest MaxCanaryRounds/2.
-func (s *Store) SaveCanary(c *Canary) error {
+func (s *Store) SaveCanary(c *report.Round) error {
 	line, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("save canary round: %w", err)
@@ -375,7 +349,7 @@ func (s *Store) rotateCanary() error {
 	keep := max(s.o.MaxCanaryRounds/2, 1)
 	var lines [][]byte
 	err := eachLineBackward(s.canaryPath(), tailChunk, keep, func(l []byte) bool {
-		var c Canary
+		var c report.Round
 		if json.Unmarshal(l, &c) != nil {
 			return false
 		}
@@ -402,13 +376,13 @@ func (s *Store) rotateCanary() error {
 
 // Runs returns up to limit soak runs, newest first; limit ≤ 0 means all.
 // Reports that cannot be read are left out.
-func (s *Store) Runs(limit int) ([]RunSummary, error) {
+func (s *Store) Runs(limit int) ([]report.RunSummary, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.refresh(); err != nil {
 		return nil, err
 	}
-	out := []RunSummary{}
+	out := []report.RunSummary{}
 	for _, e := range slices.Backward(s.index) {
 		if limit > 0 && len(out) >= limit {
 			break
@@ -423,7 +397,7 @@ func (s *Store) Runs(limit int) ([]RunSummary, error) {
 // Soak returns the report of the run id. It returns ErrNotFound for an id
 // that names no run, and an error naming the file when the report cannot
 // be read.
-func (s *Store) Soak(id string) (*Report, error) {
+func (s *Store) Soak(id string) (*report.Soak, error) {
 	if !validID(id) {
 		return nil, ErrNotFound
 	}
@@ -436,7 +410,7 @@ func (s *Store) Soak(id string) (*Report, error) {
 		return nil, fmt.Errorf("run history: %w", err)
 	}
 	defer f.Close()
-	r, err := ReadJSON(f)
+	r, err := report.ReadJSON(f)
 	if err != nil {
 		return nil, fmt.Errorf("run history: %s: %w", path, err)
 	}
@@ -469,10 +443,10 @@ func (s *Store) SoakHTML(id string) ([]byte, error) {
 // means all. Damaged lines, such as one cut short by a crash, are skipped.
 // It reads canary.jsonl from its end, so a short listing costs the same
 // however long the file is.
-func (s *Store) CanaryRounds(limit int) ([]Canary, error) {
-	out := []Canary{}
+func (s *Store) CanaryRounds(limit int) ([]report.Round, error) {
+	out := []report.Round{}
 	err := eachLineBackward(s.canaryPath(), tailChunk, limit, func(l []byte) bool {
-		var c Canary
+		var c report.Round
 		if json.Unmarshal(l, &c) != nil {
 			return false
 		}
@@ -525,7 +499,7 @@ func (s *Store) refresh() ([]fs.DirEntry, error) {
 // load reads the report id for the index.
 func (s *Store) load(id string, de fs.DirEntry) entry {
 	path := filepath.Join(s.runs, de.Name())
-	e := entry{RunSummary: RunSummary{ID: id}}
+	e := entry{RunSummary: report.RunSummary{ID: id}}
 	if info, err := de.Info(); err == nil {
 		e.Start = info.ModTime()
 	}
@@ -535,7 +509,7 @@ func (s *Store) load(id string, de fs.DirEntry) entry {
 		return e
 	}
 	defer f.Close()
-	r, err := ReadJSON(f)
+	r, err := report.ReadJSON(f)
 	if err != nil {
 		e.damaged = fmt.Errorf("%s: %w", path, err)
 		return e
@@ -544,7 +518,7 @@ func (s *Store) load(id string, de fs.DirEntry) entry {
 		r.Start = e.Start
 	}
 	r.ID = id
-	return entry{RunSummary: summarize(r)}
+	return entry{RunSummary: r.Summary()}
 }
 
 // prune deletes the runs beyond MaxRuns or older than MaxAge, and the
@@ -607,21 +581,6 @@ func (s *Store) prune(des []fs.DirEntry) error {
 		return fmt.Errorf("run history: %w", err)
 	}
 	return nil
-}
-
-// summarize makes the index entry of a report.
-func summarize(r *Report) RunSummary {
-	return RunSummary{
-		ID:          r.ID,
-		Kind:        r.Kind,
-		Target:      r.Target,
-		Profile:     r.Profile.Name,
-		Result:      r.Result,
-		Start:       r.Start,
-		End:         r.End,
-		LossRatio:   r.Deliveries["all"].LossRatio,
-		P99Delivery: max(r.Latency["delivery_direct"].P99, r.Latency["delivery_group"].P99),
-	}
 }
 
 func sortIndex(index []entry) {

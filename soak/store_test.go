@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/imcanary/imcanary/report"
 )
 
 // storeEpoch is the fixed "now" of the store tests.
@@ -21,29 +22,29 @@ var storeEpoch = time.Date(2026, 11, 30, 3, 15, 0, 0, time.UTC)
 func fixedNow(t time.Time) func() time.Time { return func() time.Time { return t } }
 
 // storeReport is a small but complete report that starts at start.
-func storeReport(id string, start time.Time) *Report {
-	return &Report{
+func storeReport(id string, start time.Time) *report.Soak {
+	return &report.Soak{
 		ID:      id,
 		Kind:    "soak",
 		Target:  "staging",
-		Profile: Profile{Name: "smoke", Users: 10, Duration: time.Minute},
+		Profile: report.Profile{Name: "smoke", Users: 10, Duration: time.Minute},
 		Result:  "pass",
 		Start:   start,
 		End:     start.Add(2 * time.Minute),
-		Deliveries: map[string]Deliveries{
+		Deliveries: map[string]report.Deliveries{
 			"all": {Expected: 1000, Delivered: 999, Lost: 1, LossRatio: 0.001},
 		},
-		Latency: map[string]Percentiles{
+		Latency: map[string]report.Percentiles{
 			"delivery_direct": {Count: 500, P99: 80 * time.Millisecond},
 			"delivery_group":  {Count: 500, P99: 120 * time.Millisecond},
 		},
 	}
 }
 
-func storeCanary(id string, start time.Time) *Canary {
-	return &Canary{
+func storeCanary(id string, start time.Time) *report.Round {
+	return &report.Round{
 		ID: id, Kind: "canary", Target: "staging", Start: start, End: start.Add(time.Second), Result: "pass",
-		Checks: []CanaryCheck{{Kind: "direct", Pass: true, Expected: 1, Delivered: 1, MaxLatency: 40 * time.Millisecond}},
+		Checks: []report.Check{{Kind: "direct", Pass: true, Expected: 1, Delivered: 1, MaxLatency: 40 * time.Millisecond}},
 	}
 }
 
@@ -96,28 +97,13 @@ func dirNames(t *testing.T, dir string) []string {
 	return names
 }
 
-func TestNewRunID(t *testing.T) {
-	re := regexp.MustCompile(`^\d{8}T\d{6}Z-[0-9a-f]{6}$`)
-	local := time.FixedZone("UTC+5", 5*3600)
-	tests := []struct {
-		t          time.Time
-		wantPrefix string
-	}{
-		{storeEpoch, "20261130T031500Z-"},
-		{time.Date(2026, 11, 30, 8, 15, 0, 0, local), "20261130T031500Z-"},
-		{time.Date(2027, 1, 2, 3, 4, 5, 999, time.UTC), "20270102T030405Z-"},
-	}
-	for _, tt := range tests {
-		id := NewRunID(tt.t)
-		if !re.MatchString(id) || !strings.HasPrefix(id, tt.wantPrefix) || !validID(id) {
-			t.Errorf("NewRunID(%v) = %q, want %s + 6 hex digits", tt.t, id, tt.wantPrefix)
+// TestRunIDsAreValid: every id NewRunID makes can name a run in the
+// history.
+func TestRunIDsAreValid(t *testing.T) {
+	for _, at := range []time.Time{storeEpoch, {}, time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("UTC-12", -12*3600))} {
+		if id := report.NewRunID(at); !validID(id) {
+			t.Errorf("validID(NewRunID(%v)) = false for %q", at, id)
 		}
-	}
-	if a, b := NewRunID(storeEpoch), NewRunID(storeEpoch.Add(time.Second)); a >= b {
-		t.Errorf("NewRunID: %q sorts after the later %q", a, b)
-	}
-	if a, b := NewRunID(storeEpoch), NewRunID(storeEpoch); a == b {
-		t.Errorf("NewRunID twice = %q, want distinct ids", a)
 	}
 }
 
@@ -156,7 +142,7 @@ func TestStoreRoundTrip(t *testing.T) {
 			}
 		}
 		runs, _ := s.Runs(1)
-		want := RunSummary{
+		want := report.RunSummary{
 			ID: "c", Kind: "soak", Target: "staging", Profile: "smoke", Result: "pass",
 			Start: storeEpoch.Add(-time.Hour), End: storeEpoch.Add(-time.Hour + 2*time.Minute),
 			LossRatio: 0.001, P99Delivery: 120 * time.Millisecond,
@@ -173,7 +159,7 @@ func TestStoreRoundTrip(t *testing.T) {
 				t.Errorf("Soak(%q) = %+v, want %+v", id, r, w)
 			}
 			var page bytes.Buffer
-			if err := WriteHTML(&page, storeReport(id, storeEpoch.Add(off))); err != nil {
+			if err := report.WriteHTML(&page, storeReport(id, storeEpoch.Add(off))); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := s.SoakHTML(id); err != nil || !bytes.Equal(got, page.Bytes()) {
@@ -327,7 +313,7 @@ func TestStoreCrashMidWrite(t *testing.T) {
 		}
 	}
 	var full bytes.Buffer
-	if err := WriteJSON(&full, storeReport("half", storeEpoch.Add(time.Hour))); err != nil {
+	if err := report.WriteJSON(&full, storeReport("half", storeEpoch.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	line, _ := json.Marshal(storeCanary("torn", storeEpoch))
@@ -402,7 +388,7 @@ func TestStoreCrashMidWrite(t *testing.T) {
 // out of the listing, and that Soak says which file is damaged.
 func TestStoreDamagedReport(t *testing.T) {
 	var full bytes.Buffer
-	if err := WriteJSON(&full, storeReport("x", storeEpoch)); err != nil {
+	if err := report.WriteJSON(&full, storeReport("x", storeEpoch)); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -445,7 +431,7 @@ func TestStoreBadIDs(t *testing.T) {
 	s := openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})
 	// Files a path trick might reach.
 	var outside bytes.Buffer
-	WriteJSON(&outside, storeReport("x", storeEpoch))
+	report.WriteJSON(&outside, storeReport("x", storeEpoch))
 	os.WriteFile(filepath.Join(dir, "x.json"), outside.Bytes(), 0o644)
 	os.WriteFile(filepath.Join(dir, "x.html"), []byte("secret"), 0o644)
 	if err := s.SaveSoak(storeReport("a", storeEpoch)); err != nil {
@@ -529,7 +515,7 @@ func TestStoreCanaryRotationDropsDamage(t *testing.T) {
 	}
 	s := openStore(t, dir, StoreOptions{MaxCanaryRounds: 8, Now: fixedNow(storeEpoch)})
 	for i := 3; i < 8; i++ {
-		if err := s.SaveCanary(&Canary{ID: fmt.Sprint(i)}); err != nil {
+		if err := s.SaveCanary(&report.Round{ID: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -547,7 +533,7 @@ func TestStoreCanaryRotationDropsDamage(t *testing.T) {
 
 	os.WriteFile(path, []byte(lines), 0o644)
 	s = openStore(t, dir, StoreOptions{MaxCanaryRounds: 4, Now: fixedNow(storeEpoch)})
-	if err := s.SaveCanary(&Canary{ID: "3"}); err != nil {
+	if err := s.SaveCanary(&report.Round{ID: "3"}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(path)
@@ -556,8 +542,8 @@ func TestStoreCanaryRotationDropsDamage(t *testing.T) {
 	}
 	os.WriteFile(path, []byte(lines), 0o644)
 	s = openStore(t, dir, StoreOptions{MaxCanaryRounds: 5, Now: fixedNow(storeEpoch)})
-	s.SaveCanary(&Canary{ID: "3"}) // 5 lines: not yet
-	s.SaveCanary(&Canary{ID: "4"}) // 6: keep the newest 2
+	s.SaveCanary(&report.Round{ID: "3"}) // 5 lines: not yet
+	s.SaveCanary(&report.Round{ID: "4"}) // 6: keep the newest 2
 	b, _ = os.ReadFile(path)
 	if !strings.HasPrefix(string(b), `{"id":"3"`) {
 		t.Errorf("canary.jsonl after rotation = %q, want rounds 3 and 4", b)
@@ -738,7 +724,7 @@ func TestStoreRecoversAbortedRun(t *testing.T) {
 	found := start.Add(time.Hour)
 	s := openStore(t, dir, StoreOptions{Now: fixedNow(start)})
 
-	began := &Report{ID: "20261130T100000Z-aaaaaa", Kind: "soak", Target: "staging", Start: start, Profile: Profile{Name: "peak", Users: 500}}
+	began := &report.Soak{ID: "20261130T100000Z-aaaaaa", Kind: "soak", Target: "staging", Start: start, Profile: report.Profile{Name: "peak", Users: 500}}
 	if err := s.BeginSoak(began); err != nil {
 		t.Fatal(err)
 	}
@@ -755,7 +741,7 @@ func TestStoreRecoversAbortedRun(t *testing.T) {
 	if err := s.SaveSoak(crashed); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.BeginSoak(&Report{ID: crashed.ID, Start: crashed.Start}); err != nil {
+	if err := s.BeginSoak(&report.Soak{ID: crashed.ID, Start: crashed.Start}); err != nil {
 		t.Fatal(err)
 	}
 	// Only in-progress runs have markers; listing them is not the store's
@@ -791,4 +777,98 @@ func TestStoreRecoversAbortedRun(t *testing.T) {
 			t.Errorf("marker %s left behind", name)
 		}
 	}
+}
+
+// storeSeeds are stored reports for a fuzz target's seeds: package
+// report's golden reports, whole and cut short as a crash mid-write would
+// leave them (though writeAtomic means no crash should), and a few that
+// are barely reports.
+func storeSeeds(f *testing.F) [][]byte {
+	var out [][]byte
+	for _, name := range []string{"report.golden.json", "report-drill.golden.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "report", "testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, b, b[:len(b)/2])
+	}
+	return append(out, []byte(`{}`), []byte(`null`), []byte(`{"id":"x"} {"id":"y"}`))
+}
+
+// FuzzStoreRead opens a history whose one run report and canary.jsonl hold
+// arbitrary bytes, as a disk error or another program might leave them.
+// Nothing panics; the run is listed exactly when its report reads, and a
+// report that does not read is an error naming the file, not "not found";
+// CanaryRounds returns exactly the lines that decode, newest first.
+func FuzzStoreRead(f *testing.F) {
+	canary := []byte(`{"id":"c1","kind":"canary","target":"t","start":"2026-11-30T03:15:00Z","end":"2026-11-30T03:15:01Z","result":"pass","checks":[{"kind":"direct","pass":true,"expected":1,"delivered":1,"max_latency_ns":5}]}`)
+	for i, s := range storeSeeds(f) {
+		var c []byte
+		switch i % 3 {
+		case 0:
+			c = append(bytes.Clone(canary), '\n')
+		case 1:
+			c = append(append(bytes.Clone(canary), "\n{\"id\":\"c2\"}\n\n"...), canary[:20]...)
+		case 2:
+			c = []byte("\n\n{\"checks\":[1]}\nnull\n[]\n")
+		}
+		f.Add(s, c)
+	}
+	const id = "20261130T031500Z-3f9a1c"
+	f.Fuzz(func(t *testing.T, stored, canaryLog []byte) {
+		dir := t.TempDir()
+		runs := filepath.Join(dir, runsDir)
+		if err := os.MkdirAll(runs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(runs, id+".json")
+		if err := os.WriteFile(path, stored, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, canaryFile), canaryLog, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := OpenStore(dir, StoreOptions{Now: fixedNow(storeEpoch)})
+		if err != nil {
+			t.Fatalf("OpenStore over a report %q = %v", stored, err)
+		}
+		_, readErr := report.ReadJSON(bytes.NewReader(stored))
+
+		list, err := s.Runs(0)
+		if err != nil {
+			t.Fatalf("Runs(0) = %v", err)
+		}
+		if listed := len(list) == 1 && list[0].ID == id; listed != (readErr == nil) || len(list) > 1 {
+			t.Fatalf("report %q (read error %v): Runs(0) = %+v", stored, readErr, list)
+		}
+		r, err := s.Soak(id)
+		switch {
+		case readErr == nil && (err != nil || r == nil):
+			t.Fatalf("Soak(%q) of report %q = %+v, %v, want it", id, stored, r, err)
+		case readErr != nil && (err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), path)):
+			t.Fatalf("Soak(%q) of corrupt report %q = %v, want an error naming %s", id, stored, err, path)
+		}
+
+		var want []report.Round
+		for l := range bytes.SplitSeq(canaryLog, []byte{'\n'}) {
+			var c report.Round
+			if len(l) > 0 && json.Unmarshal(l, &c) == nil {
+				want = append([]report.Round{c}, want...)
+			}
+		}
+		got, err := s.CanaryRounds(0)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("CanaryRounds(0) of %q = %d rounds, %v, want %d", canaryLog, len(got), err, len(want))
+		}
+		for i := range got {
+			g, _ := json.Marshal(got[i])
+			w, _ := json.Marshal(want[i])
+			if !bytes.Equal(g, w) {
+				t.Fatalf("CanaryRounds(0) of %q: round %d = %s, want %s", canaryLog, i, g, w)
+			}
+		}
+		if one, err := s.CanaryRounds(1); err != nil || len(one) != min(1, len(want)) {
+			t.Fatalf("CanaryRounds(1) of %q = %d rounds, %v", canaryLog, len(one), err)
+		}
+	})
 }

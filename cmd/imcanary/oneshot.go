@@ -13,7 +13,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/daemon"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/soak"
+	"github.com/imcanary/imcanary/report"
 )
 
 // errFailed makes a command exit 1 after it has printed its own verdict.
@@ -57,7 +57,7 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return badConfig(err)
 	}
-	if err := soak.WriteCanaryText(stdout, r); err != nil {
+	if err := report.WriteRoundText(stdout, r); err != nil {
 		return err
 	}
 	if r.Result != metrics.ResultPass {
@@ -98,13 +98,13 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	if err := soak.WriteText(stdout, rep); err != nil {
+	if err := report.WriteText(stdout, rep); err != nil {
 		return err
 	}
 	for _, out := range []struct {
 		path  string
-		write func(io.Writer, *soak.Report) error
-	}{{*jsonOut, soak.WriteJSON}, {*htmlOut, soak.WriteHTML}} {
+		write func(io.Writer, *report.Soak) error
+	}{{*jsonOut, report.WriteJSON}, {*htmlOut, report.WriteHTML}} {
 		if out.path == "" {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/soak"
 )
 
@@ -14,7 +15,7 @@ import (
 // redrawn in place on a terminal and printed whole, every few seconds,
 // elsewhere.
 func TestProgressPrinter(t *testing.T) {
-	early := soak.Progress{Phase: soak.PhaseSend, Elapsed: 12 * time.Second, Remaining: 5 * time.Minute,
+	early := soak.Progress{Phase: report.PhaseSend, Elapsed: 12 * time.Second, Remaining: 5 * time.Minute,
 		Online: 500, Users: 500, SentPerSec: 250, DelivPerSec: 1225, LostAfter: 30 * time.Second}
 	later := early
 	later.Elapsed, later.LossJudged, later.Lost = 2*time.Minute, true, 3

@@ -1,4 +1,4 @@
-package soak
+package report
 
 import (
 	"bufio"
@@ -18,16 +18,16 @@ import (
 // samples, with the saturated spans shaded. The page loads nothing (no script, font, image or style sheet
 // from anywhere), so it opens from a file, an e-mail attachment or an
 // air-gapped host alike.
-func WriteHTML(w io.Writer, r *Report) error {
+func WriteHTML(w io.Writer, r *Soak) error {
 	if r == nil {
-		return errors.New("soak: write html: nil report")
+		return errors.New("report: write html: nil report")
 	}
 	bw := bufio.NewWriter(w)
 	if err := renderPage.Execute(bw, renderNewPage(r)); err != nil {
-		return fmt.Errorf("soak: write html: %w", err)
+		return fmt.Errorf("report: write html: %w", err)
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("soak: write html: %w", err)
+		return fmt.Errorf("report: write html: %w", err)
 	}
 	return nil
 }
@@ -92,7 +92,7 @@ type renderThresholdRow struct {
 	Pass                        bool
 }
 
-func renderNewPage(r *Report) renderPageData {
+func renderNewPage(r *Soak) renderPageData {
 	p := renderPageData{
 		Verdict: renderVerdict(r.Result),
 		Profile: renderOr(r.Profile.Name, "-"),

@@ -1,4 +1,4 @@
-package soak
+package report
 
 // This file holds the JSON form of a report and the number formatting that
 // the text and HTML renderers share, so that a terminal and a browser show
@@ -21,9 +21,9 @@ import (
 // WriteJSON writes r as indented JSON. Field names are the struct tags and
 // durations are integer nanoseconds (the _ns fields), the stable interface
 // that pipelines read.
-func WriteJSON(w io.Writer, r *Report) error {
+func WriteJSON(w io.Writer, r *Soak) error {
 	if r == nil {
-		return errors.New("soak: write json: nil report")
+		return errors.New("report: write json: nil report")
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -31,24 +31,48 @@ func WriteJSON(w io.Writer, r *Report) error {
 	// read by programs and people, not embedded in a page.
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(r); err != nil {
-		return fmt.Errorf("soak: write json: %w", err)
+		return fmt.Errorf("report: write json: %w", err)
 	}
 	return nil
 }
 
 // ReadJSON reads a report that WriteJSON wrote. Unknown fields are ignored,
 // so an older reader accepts a newer report; trailing data is an error.
-func ReadJSON(rd io.Reader) (*Report, error) {
+func ReadJSON(rd io.Reader) (*Soak, error) {
 	dec := json.NewDecoder(rd)
-	var r Report
+	var r Soak
 	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("soak: read json: %w", err)
+		return nil, fmt.Errorf("report: read json: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("soak: read json: trailing data after the report")
+		return nil, errors.New("report: read json: trailing data after the report")
 	}
 	return &r, nil
 }
+
+// The formatting that every report shares, for the text a soak run writes
+// into its own report (its notes, a drill's reaction) and for other pages,
+// so that a figure reads the same wherever it appears. FormatCount is
+// beside the text renderer.
+
+// FormatLatency prints a latency with two or three significant digits:
+// 850µs, 1.2ms, 350ms, 2.1s, 1m35s.
+func FormatLatency(d time.Duration) string { return renderLatency(d) }
+
+// FormatSpan prints a configured or elapsed span to the second: 5m,
+// 1h30m, 1m30s.
+func FormatSpan(d time.Duration) string { return renderSpan(d) }
+
+// FormatPercent prints a ratio as a percentage, with enough decimals that
+// a few in a million do not show as 0%.
+func FormatPercent(ratio float64) string { return renderPercent(ratio) }
+
+// FormatTime prints an instant in UTC to the second, "-" for the zero
+// time.
+func FormatTime(t time.Time) string { return renderTime(t) }
+
+// FormatCounts prints a count map as "a 1, b 2" sorted by key, or "none".
+func FormatCounts(m map[string]int64) string { return renderCounts(m) }
 
 // renderVerdict is the word a person reads first: PASS, FAIL,
 // INCONCLUSIVE or ABORTED. Anything but "pass" is a failure to the reader,
@@ -71,7 +95,7 @@ func renderVerdict(result string) string {
 
 // renderRunLength is how long the run took, or "" when End is unset (a
 // run that was killed before it could write its end).
-func renderRunLength(r *Report) string {
+func renderRunLength(r *Soak) string {
 	if r.Start.IsZero() || r.End.IsZero() || r.End.Before(r.Start) {
 		return ""
 	}
@@ -204,7 +228,7 @@ func renderRate(v float64) string {
 // or, for a report written before that field, the send phase's start to
 // the next phase's start (or the end of the run). ok is false when r has
 // no send phase to measure.
-func renderSending(r *Report) (time.Duration, bool) {
+func renderSending(r *Soak) (time.Duration, bool) {
 	if s := r.Messages.SendSeconds; s > 0 && !math.IsInf(s, 0) {
 		return time.Duration(s * float64(time.Second)), true
 	}
@@ -229,7 +253,7 @@ func renderSending(r *Report) (time.Duration, bool) {
 // sent, and the reader sees which. A report written before SendSeconds
 // existed stored a rate over the profile's duration, so the rate is
 // computed again from its phases.
-func renderSendRate(r *Report) string {
+func renderSendRate(r *Soak) string {
 	m := r.Messages
 	d, ok := renderSending(r)
 	if !ok {
@@ -312,7 +336,7 @@ func renderTotal(m map[string]int64) int64 {
 // renderPhases prints the phases with their lengths, "ramp 1m, send 5m,
 // drain 1m30s", measured from each start to the next and from the last one
 // to the end of the run.
-func renderPhases(r *Report) string {
+func renderPhases(r *Soak) string {
 	parts := make([]string, 0, len(r.Phases))
 	for i, p := range r.Phases {
 		end := r.End
@@ -329,7 +353,7 @@ func renderPhases(r *Report) string {
 }
 
 // renderFailedThresholds lists the names of the thresholds that failed.
-func renderFailedThresholds(r *Report) []string {
+func renderFailedThresholds(r *Soak) []string {
 	var names []string
 	for _, t := range r.Thresholds {
 		if !t.Pass {
@@ -370,7 +394,7 @@ func renderPercentiles(p Percentiles) string {
 
 // renderDrillRows are the lines of the slow-reader drill, the same in the
 // text and HTML reports; the reaction is shown apart, first.
-func renderDrillRows(r *Report) []renderKV {
+func renderDrillRows(r *Soak) []renderKV {
 	d := r.Drill
 	users := r.Users.Configured
 	if users == 0 {
@@ -380,7 +404,7 @@ func renderDrillRows(r *Report) []renderKV {
 	return []renderKV{
 		{"slow readers", fmt.Sprintf("%s of %s users (%s), who never send", renderCount(int64(d.SlowReaders)),
 			renderCount(int64(users)), renderPercent(d.Fraction))},
-		{"reading", drillHow(d)},
+		{"reading", d.Reading()},
 		{"deliveries", fmt.Sprintf("%s expected, %s delivered, %s lost, %s undelivered (%s loss), %s late",
 			renderCount(dl.Expected), renderCount(dl.Delivered), renderCount(dl.Lost), renderCount(dl.Undelivered),
 			renderPercent(dl.LossRatio), renderCount(dl.Late))},
@@ -393,10 +417,31 @@ func renderDrillRows(r *Report) []renderKV {
 	}
 }
 
+// Reading says how the slow readers of d read: "a pause of 30s at the
+// first delivery of each session and then every 2m of reading; 50ms after
+// every delivery".
+func (d *Drill) Reading() string {
+	var how []string
+	if d.Pause > 0 {
+		p := "a pause of " + renderLatency(d.Pause) + " at the first delivery of each session"
+		if d.PauseEvery > 0 {
+			p += " and then every " + renderLatency(d.PauseEvery) + " of reading"
+		}
+		how = append(how, p)
+	}
+	if d.ReadDelay > 0 {
+		how = append(how, renderLatency(d.ReadDelay)+" after every delivery")
+	}
+	if len(how) == 0 {
+		return "no delay at all: the drill has neither a pause nor a read delay"
+	}
+	return strings.Join(how, "; ")
+}
+
 // renderSaturationSummary is the saturation section's first line.
 func renderSaturationSummary(s *Saturation) string {
 	causes := "none named"
-	if c := saturationCauses(s); len(c) > 0 {
+	if c := s.Causes(); len(c) > 0 {
 		causes = strings.Join(c, ", ")
 	}
 	return fmt.Sprintf("%s of the send and drain phases; %s delivery latency samples recorded while saturated; causes %s",
@@ -406,7 +451,7 @@ func renderSaturationSummary(s *Saturation) string {
 // renderSaturationPeriods lists the saturated periods as rows: from and to
 // (offsets into the run, or times when the run has no start), the phases
 // they overlap and their causes.
-func renderSaturationPeriods(r *Report) [][]string {
+func renderSaturationPeriods(r *Soak) [][]string {
 	at := func(t time.Time) string {
 		if r.Start.IsZero() || t.IsZero() {
 			return renderTime(t)
@@ -416,46 +461,8 @@ func renderSaturationPeriods(r *Report) [][]string {
 	rows := make([][]string, 0, len(r.Saturation.Periods))
 	for _, p := range r.Saturation.Periods {
 		rows = append(rows, []string{at(p.Start), at(p.End),
-			renderOr(strings.Join(phasesDuring(r, p.Start, p.End), ", "), "-"),
+			renderOr(strings.Join(r.PhasesDuring(p.Start, p.End), ", "), "-"),
 			renderOr(strings.Join(p.Causes, ", "), "-")})
 	}
 	return rows
-}
-
-// String is the progress as one line for a terminal or a log: phase,
-// elapsed and remaining time, sessions online, the rates of the last
-// sample interval and the cumulative losses. Loss is judged only
-// lost_after after a message's intended send time, so until the first
-// messages are that old the line says "lost pending" rather than a
-// reassuring 0, and it always says when loss is judged.
-func (p Progress) String() string {
-	lost := renderCount(p.Lost)
-	if !p.LossJudged && p.Lost == 0 {
-		lost = "pending"
-	}
-	if p.LostAfter > 0 {
-		lost += " (judged " + renderSpan(p.LostAfter) + " after send)"
-	}
-	return fmt.Sprintf("%-5s %6s elapsed %6s left  online %s/%s  sent %s/s  delivered %s/s  lost %s  late %s",
-		p.Phase, renderProgressSpan(p.Elapsed), renderProgressSpan(p.Remaining), renderCount(int64(p.Online)), renderCount(int64(p.Users)),
-		renderWholeRate(p.SentPerSec), renderWholeRate(p.DelivPerSec), lost, renderCount(p.Late))
-}
-
-// renderWholeRate prints a rate rounded to a whole number and grouped
-// like a count, for the progress line, where a decimal would only flicker.
-func renderWholeRate(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) >= math.MaxInt64 {
-		return "-"
-	}
-	return renderCount(int64(math.Round(v)))
-}
-
-// renderProgressSpan prints an elapsed or remaining time to the second,
-// "0s" below one: the line is redrawn every sample, and milliseconds
-// would only flicker.
-func renderProgressSpan(d time.Duration) string {
-	if d.Round(time.Second) == 0 {
-		return "0s"
-	}
-	return renderSpan(d)
 }

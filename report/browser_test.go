@@ -1,6 +1,6 @@
 //go:build unix
 
-package soak
+package report
 
 // The HTML report opened in a real browser (see internal/browser).
 

@@ -1,4 +1,4 @@
-package soak
+package report
 
 // Charts for the HTML report, drawn as inline SVG so that the page needs
 // nothing but itself. This file only computes geometry: every coordinate
@@ -128,7 +128,7 @@ type renderTimeline struct {
 	Bands []renderBandSpec
 }
 
-func renderNewTimeline(r *Report) renderTimeline {
+func renderNewTimeline(r *Soak) renderTimeline {
 	var tl renderTimeline
 	origin := r.Start
 	if origin.IsZero() && len(r.Samples) > 0 {
@@ -730,7 +730,7 @@ func renderFinite(v float64) float64 {
 }
 
 // renderCharts builds the four charts of a report from its samples.
-func renderCharts(r *Report) []renderChart {
+func renderCharts(r *Soak) []renderChart {
 	tl := renderNewTimeline(r)
 	n := len(r.Samples)
 	series := func(f func(Sample) float64) []float64 {

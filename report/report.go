@@ -1,14 +1,22 @@
-// Package soak runs soak tests: a cohort of users ramped in on top of the
-// background population, open-loop traffic for a duration, a drain, and a
-// report with a verdict. It also keeps the run history (soak runs and canary
-// rounds) under the data directory.
-package soak
+// Package report is what a soak run and a canary round record, and how it
+// is written for machines and for people: Soak and Round, the JSON that
+// pipelines and the run history read, a text summary for a terminal, and a
+// self-contained HTML page with SVG charts. The charts and the number
+// formatting are shared with the other pages imcanary draws (the status
+// page), so that the same figure reads the same everywhere. It renders and
+// parses; it neither runs nor stores anything.
+package report
 
-import "time"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"time"
+)
 
-// Report is the outcome of one soak run. Its JSON field names are a stable
+// Soak is the report of one soak run. Its JSON field names are a stable
 // interface for pipelines: add fields, never rename or remove one.
-type Report struct {
+type Soak struct {
 	// ID identifies the run in the history: the start time and a random
 	// suffix, sortable as text.
 	ID      string  `json:"id"`
@@ -24,7 +32,8 @@ type Report struct {
 	Result string    `json:"result"`
 	Start  time.Time `json:"start"`
 	End    time.Time `json:"end"`
-	// Phases are the start times of ramp, send and drain.
+	// Phases are the start times of ramp, send and drain (PhaseRamp,
+	// PhaseSend, PhaseDrain).
 	Phases []Phase `json:"phases"`
 
 	Users    Users    `json:"users"`
@@ -74,7 +83,7 @@ type Profile struct {
 	// so messages sent to them meanwhile test offline delivery.
 	LateLogins float64       `json:"late_logins"`
 	LateAfter  time.Duration `json:"late_after_ns"`
-	// The slow-reader settings of a drill are in Report.Drill, beside its
+	// The slow-reader settings of a drill are in Soak.Drill, beside its
 	// outcome.
 	Thresholds Thresholds `json:"thresholds"`
 }
@@ -91,9 +100,16 @@ type Thresholds struct {
 
 // Phase is the start of one phase of the run.
 type Phase struct {
-	Name  string    `json:"name"` // "ramp", "send", "drain"
+	Name  string    `json:"name"` // PhaseRamp, PhaseSend or PhaseDrain
 	Start time.Time `json:"start"`
 }
+
+// The phases of a soak run, as Phase.Name and Sample.Phase name them.
+const (
+	PhaseRamp  = "ramp"
+	PhaseSend  = "send"
+	PhaseDrain = "drain"
+)
 
 // Users counts the cohort's logins.
 type Users struct {
@@ -260,8 +276,8 @@ type SaturatedPeriod struct {
 	Causes []string  `json:"causes"`
 }
 
-// Canary is the record of one canary round.
-type Canary struct {
+// Round is the record of one canary round.
+type Round struct {
 	ID     string    `json:"id"`
 	Kind   string    `json:"kind"` // "canary"
 	Target string    `json:"target"`
@@ -269,15 +285,15 @@ type Canary struct {
 	End    time.Time `json:"end"`
 	Result string    `json:"result"` // "pass" or "fail"
 	// Checks has one entry per message kind ("direct", "group").
-	Checks []CanaryCheck `json:"checks"`
+	Checks []Check `json:"checks"`
 	// Cause says in words why a round that failed with session_down did:
 	// how many canary users were offline and the last connect error, as
 	// "2 of 4 canary users offline: connection refused (dial tcp …)".
 	Cause string `json:"cause,omitempty"`
 }
 
-// CanaryCheck is the outcome of one kind of message in a canary round.
-type CanaryCheck struct {
+// Check is the outcome of one kind of message in a canary round.
+type Check struct {
 	Kind     string `json:"kind"`
 	Pass     bool   `json:"pass"`
 	Expected int    `json:"expected"`
@@ -288,4 +304,70 @@ type CanaryCheck struct {
 	Reasons []string `json:"reasons,omitempty"`
 	// MaxLatency is the slowest delivery of the round.
 	MaxLatency time.Duration `json:"max_latency_ns"`
+}
+
+// NewRunID returns an id for a soak run or a canary round that starts at
+// t: the UTC time and six random hex digits, e.g.
+// "20261130T031500Z-3f9a1c". Ids sort as their start times do.
+func NewRunID(t time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	return t.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// RunSummary is one soak run as the history lists it.
+type RunSummary struct {
+	ID      string    `json:"id"`
+	Kind    string    `json:"kind"`
+	Target  string    `json:"target"`
+	Profile string    `json:"profile"`
+	Result  string    `json:"result"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	// LossRatio is that of all deliveries ("all" in Soak.Deliveries).
+	LossRatio float64 `json:"loss_ratio"`
+	// P99Delivery is the worse of the direct and group p99 delivery
+	// latencies.
+	P99Delivery time.Duration `json:"p99_delivery_ns"`
+}
+
+// Summary is r as the history lists it.
+func (r *Soak) Summary() RunSummary {
+	return RunSummary{
+		ID:          r.ID,
+		Kind:        r.Kind,
+		Target:      r.Target,
+		Profile:     r.Profile.Name,
+		Result:      r.Result,
+		Start:       r.Start,
+		End:         r.End,
+		LossRatio:   r.Deliveries["all"].LossRatio,
+		P99Delivery: max(r.Latency["delivery_direct"].P99, r.Latency["delivery_group"].P99),
+	}
+}
+
+// PhasesDuring names the phases of r that overlap the span from..to.
+func (r *Soak) PhasesDuring(from, to time.Time) []string {
+	var names []string
+	for i, ph := range r.Phases {
+		end := r.End
+		if i+1 < len(r.Phases) {
+			end = r.Phases[i+1].Start
+		}
+		if ph.Start.IsZero() || ph.Start.After(to) || (!end.IsZero() && !end.After(from)) {
+			continue
+		}
+		names = append(names, ph.Name)
+	}
+	return names
+}
+
+// Causes is the union of every period's causes, sorted.
+func (s *Saturation) Causes() []string {
+	var all []string
+	for _, p := range s.Periods {
+		all = append(all, p.Causes...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
 }

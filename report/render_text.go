@@ -1,4 +1,4 @@
-package soak
+package report
 
 import (
 	"bufio"
@@ -25,9 +25,9 @@ const renderTextPeriods = 5
 // threshold tables, the slow-reader drill and the prober's saturation if
 // the run had them, the top errors and the notes. The output depends only
 // on r (map keys are sorted), so it can be compared as a golden file.
-func WriteText(w io.Writer, r *Report) error {
+func WriteText(w io.Writer, r *Soak) error {
 	if r == nil {
-		return errors.New("soak: write text: nil report")
+		return errors.New("report: write text: nil report")
 	}
 	bw := bufio.NewWriter(w)
 	tw := &renderTextWriter{w: bw}
@@ -156,20 +156,20 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	if tw.err != nil {
-		return fmt.Errorf("soak: write text: %w", tw.err)
+		return fmt.Errorf("report: write text: %w", tw.err)
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("soak: write text: %w", err)
+		return fmt.Errorf("report: write text: %w", err)
 	}
 	return nil
 }
 
-// WriteCanaryText writes a canary round as a few lines: the result with the
+// WriteRoundText writes a canary round as a few lines: the result with the
 // target and time, then one line per kind of message with its deliveries,
 // slowest latency and the reasons it failed.
-func WriteCanaryText(w io.Writer, c *Canary) error {
+func WriteRoundText(w io.Writer, c *Round) error {
 	if c == nil {
-		return errors.New("soak: write canary text: nil canary")
+		return errors.New("report: write round text: nil round")
 	}
 	bw := bufio.NewWriter(w)
 	tw := &renderTextWriter{w: bw}
@@ -198,17 +198,17 @@ func WriteCanaryText(w io.Writer, c *Canary) error {
 		tw.printf("  cause: %s\n", c.Cause)
 	}
 	if tw.err != nil {
-		return fmt.Errorf("soak: write canary text: %w", tw.err)
+		return fmt.Errorf("report: write round text: %w", tw.err)
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("soak: write canary text: %w", err)
+		return fmt.Errorf("report: write round text: %w", err)
 	}
 	return nil
 }
 
 // maxLatency is a canary check's slowest delivery, "" when nothing was
 // delivered: a round that could not send has no latency, not one of 0s.
-func maxLatency(ch CanaryCheck) string {
+func maxLatency(ch Check) string {
 	if ch.Delivered == 0 && ch.MaxLatency == 0 {
 		return ""
 	}
