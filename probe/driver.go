@@ -22,9 +22,9 @@ type Driver interface {
 	// be idempotent: the same plan again, after a restart of imcanary or of
 	// the server, succeeds and changes nothing that is already right.
 	Provision(ctx context.Context, plan Plan) error
-	// Connect dials the server and logs user in. The returned session is
-	// logged in but not yet reading: the caller runs Serve.
-	Connect(ctx context.Context, user string) (Session, error)
+	// Connect dials the server over link and logs user in. The returned
+	// session is logged in but not yet reading: the caller runs Serve.
+	Connect(ctx context.Context, user string, link Link) (Session, error)
 }
 
 // Session is one logged-in connection of one user.
@@ -150,37 +150,18 @@ func ReasonOf(err error) string {
 	return metrics.ReasonError
 }
 
-type slowLinkKey struct{}
-
-// WithSlowLink marks the context of a Connect for a slow reader's session.
-// Adapters dial it as a slow link does: small segments and a small receive
-// window. A reader that stops then backs up into the server's own queue
-// within seconds, as on a mobile link, instead of into megabytes of
-// loopback socket buffers, and the server's slow-consumer close frame can
-// still get through to it.
-func WithSlowLink(ctx context.Context) context.Context {
-	return context.WithValue(ctx, slowLinkKey{}, true)
-}
-
-// SlowLink reports whether ctx was marked by WithSlowLink.
-func SlowLink(ctx context.Context) bool {
-	v, _ := ctx.Value(slowLinkKey{}).(bool)
-	return v
-}
-
-type sourceAddrKey struct{}
-
-// WithSourceAddr marks the context of a Connect with the local address its
-// connection is to come from. One local address holds only as many
-// connections to one server port as there are ephemeral ports; a
-// population spread over several holds that many times more.
-func WithSourceAddr(ctx context.Context, a netip.Addr) context.Context {
-	return context.WithValue(ctx, sourceAddrKey{}, a)
-}
-
-// SourceAddr returns the address set by WithSourceAddr, or the zero Addr
-// (not IsValid) when the kernel is to pick one.
-func SourceAddr(ctx context.Context) netip.Addr {
-	a, _ := ctx.Value(sourceAddrKey{}).(netip.Addr)
-	return a
+// Link says how a session's connection is dialled. The population chooses
+// it per user; adapters pass it to their connection layer as it is.
+type Link struct {
+	// Slow dials as a slow link does: small segments and a small receive
+	// window. A reader that stops then backs up into the server's own
+	// queue within seconds, as on a mobile link, instead of into
+	// megabytes of loopback socket buffers, and the server's slow-consumer
+	// close frame can still get through to it (a slow-reader drill).
+	Slow bool
+	// Source is the local address the connection comes from, or the zero
+	// Addr (not IsValid) for the kernel's choice. One local address holds
+	// only as many connections to one server port as there are ephemeral
+	// ports; a population spread over several holds that many times more.
+	Source netip.Addr
 }

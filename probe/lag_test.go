@@ -24,7 +24,7 @@ func (nopDriver) Provision(context.Context, Plan) error { return nil }
 
 type nopDriver struct{}
 
-func (nopDriver) Connect(context.Context, string) (Session, error) { return idleSession{}, nil }
+func (nopDriver) Connect(context.Context, string, Link) (Session, error) { return idleSession{}, nil }
 
 // lagPop is a population of two users in one group, both online since
 // start, with nothing sent.

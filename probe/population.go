@@ -703,13 +703,13 @@ func (p *Population) failed(err error) string {
 // connect runs the driver's Connect on one of the population's dialers (see
 // dialers).
 func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
-	if u.slow {
-		ctx = WithSlowLink(ctx)
-	}
+	// Slow readers dial as a slow link; a user keeps its source address
+	// across reconnects.
+	link := Link{Slow: u.slow}
 	if a := p.opts.SourceAddrs; len(a) > 0 {
-		ctx = WithSourceAddr(ctx, a[u.idx%len(a)])
+		link.Source = a[u.idx%len(a)]
 	}
-	return p.dialers.do(ctx, func() (Session, error) { return p.opts.Driver.Connect(ctx, u.name) })
+	return p.dialers.do(ctx, func() (Session, error) { return p.opts.Driver.Connect(ctx, u.name, link) })
 }
 
 // awaitConnect takes the token of one connect attempt, waiting as long as

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -33,7 +32,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
-	"github.com/imcanary/imcanary/probe/internal/wsframe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
 var _ probe.Driver = (*Driver)(nil)
@@ -84,9 +83,10 @@ type Options struct {
 
 // Driver connects users to a Centrifugo server.
 type Driver struct {
-	opts   Options
-	log    *slog.Logger
-	dialer *websocket.Dialer
+	opts Options
+	log  *slog.Logger
+	// conn is what every session's connection shares.
+	conn *wsconn.Settings
 	// groupPrefix is "chat:", what a group channel starts with.
 	groupPrefix []byte
 
@@ -171,15 +171,21 @@ func New(o Options) (*Driver, error) {
 	return &Driver{
 		opts: o,
 		log:  log,
-		dialer: &websocket.Dialer{
-			HandshakeTimeout: o.DialTimeout,
-			// Small read buffers and a shared write pool keep an idle
-			// session small, as in probe/reference.
-			ReadBufferSize:  512,
-			WriteBufferSize: 4096,
-			WriteBufferPool: writePool,
-			// Stamps each read, for Delivery.At.
-			NetDialContext: wsframe.NetDialContext,
+		conn: &wsconn.Settings{
+			Dialer: &websocket.Dialer{
+				HandshakeTimeout: o.DialTimeout,
+				// Small read buffers and a shared write pool keep an
+				// idle session small, as in probe/reference.
+				ReadBufferSize:  512,
+				WriteBufferSize: 4096,
+				WriteBufferPool: writePool,
+			},
+			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame, WriteTimeout: o.WriteTimeout,
+			// Two missed heartbeats and a margin; the login raises it
+			// to two of the server's pings when those are slower
+			// (session.connected).
+			Idle:       2*o.Heartbeat + 5*time.Second,
+			CloseGrace: closeGrace,
 		},
 		groupPrefix: []byte(o.GroupNamespace + ":"),
 		chans:       map[string][]string{},
@@ -282,7 +288,7 @@ func (d *Driver) Provision(_ context.Context, plan probe.Plan) error {
 // Connect implements probe.Driver: it logs user in and subscribes to the
 // user's channels, and returns once every subscription is confirmed, so
 // that a user counted online receives what is sent to it.
-func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error) {
+func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
 	d.mu.Lock()
 	chans := d.chans[user]
 	st := d.state[user]
@@ -291,7 +297,7 @@ func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error
 		d.state[user] = st
 	}
 	d.mu.Unlock()
-	s, err := d.connect(ctx, user, chans, st)
+	s, err := d.connect(ctx, user, chans, st, link)
 	if err != nil {
 		return nil, err
 	}
@@ -313,50 +319,27 @@ func (d *Driver) token(user string) (string, error) {
 	return s, nil
 }
 
-func (d *Driver) connect(ctx context.Context, user string, chans []string, st *userState) (*session, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.opts.DialTimeout)
-	defer cancel()
-	conn, err := wsframe.Dial(ctx, d.dialer, d.opts.URL, d.opts.Header)
+func (d *Driver) connect(ctx context.Context, user string, chans []string, st *userState, link probe.Link) (*session, error) {
+	s := &session{d: d, user: user, userB: []byte(user), st: st}
+	_, err := wsconn.Open(ctx, d.conn, link, d.opts.DialTimeout, user, func(c *wsconn.Conn) error {
+		s.conn = c
+		return s.handshake(chans)
+	})
 	if err != nil {
 		return nil, err
-	}
-	conn.SetReadLimit(d.opts.MaxFrame)
-	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn), user: user, userB: []byte(user), st: st}
-	// Interrupt the login exchange if ctx ends; the net.Conn is closed
-	// below on every failure path.
-	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
-	err = s.handshake(chans)
-	// stop reports false if ctx ended meanwhile: the connection is closed
-	// then, even if the login got through.
-	if !stop() && err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		conn.Close()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("login %s: %w", user, ctx.Err())
-		}
-		return nil, fmt.Errorf("login %s: %w", user, err)
 	}
 	return s, nil
 }
 
 // session is one logged-in connection.
 type session struct {
-	d    *Driver
-	conn *websocket.Conn
-	// stamp tells when the frame just read came off the socket.
-	stamp *wsframe.StampConn
+	d     *Driver
+	conn  *wsconn.Conn
 	user  string
 	userB []byte
 	st    *userState
-
-	// wmu serialises writers: the sender, and the read loop's pongs,
-	// resubscribes and token refreshes. Pings and closes use
-	// WriteControl, which gorilla allows concurrently.
-	wmu sync.Mutex
-	// guard orders read-deadline changes against Close.
-	guard wsframe.Closer
+	// h is the handler of Serve's frames.
+	h probe.Handler
 
 	ids atomic.Uint32
 	// pmu guards the commands awaiting a reply: publishes (id to the
@@ -366,8 +349,11 @@ type session struct {
 	subs map[uint32]string
 
 	// Owned by the goroutine that runs the handshake, then by Serve.
-	early      []early
-	earlySize  int
+	early     []early
+	earlySize int
+	// readAt is when the frame the handshake is handling came off the
+	// socket, for keepEarly.
+	readAt     int64
 	serverPing time.Duration
 	refreshAt  int64 // Unix ns; 0 for none due
 	refreshID  uint32
@@ -388,7 +374,7 @@ func (s *session) keepEarly(e early) error {
 	if s.earlySize += len(e.raw); s.earlySize > maxEarlyFactor*int(s.d.opts.MaxFrame) {
 		return fmt.Errorf("too much traffic during login: over %d bytes before the session was ready", maxEarlyFactor*s.d.opts.MaxFrame)
 	}
-	e.at = s.stamp.Last()
+	e.at = s.readAt
 	s.early = append(s.early, e)
 	return nil
 }
@@ -416,12 +402,7 @@ func (s *session) newID() uint32 {
 	}
 }
 
-func (s *session) write(b []byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
-	return wsframe.Fail(s.conn, s.conn.WriteMessage(websocket.TextMessage, b))
-}
+func (s *session) write(b []byte) error { return s.conn.Write(b) }
 
 // handshake sends the connect command, then, once it is accepted, one
 // subscribe per channel in a single frame, and reads until every reply is
@@ -439,10 +420,11 @@ func (s *session) handshake(chans []string) error {
 	if err := s.write(b); err != nil {
 		return err
 	}
-	_ = s.conn.SetReadDeadline(time.Now().Add(s.d.opts.DialTimeout))
+	end := time.Now().Add(s.d.opts.DialTimeout)
 	hs := loginState{connectID: connectID, chans: chans, subs: make(map[uint32]string, len(chans))}
 	for !hs.connected || len(hs.subs) > 0 {
-		bp, err := wsframe.Read(s.conn)
+		bp, at, err := s.conn.Read(time.Until(end))
+		s.readAt = at
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
@@ -451,7 +433,7 @@ func (s *session) handshake(chans []string) error {
 			return err
 		}
 		err = s.handshakeFrame(*bp, &hs)
-		wsframe.Release(bp)
+		wsconn.Release(bp)
 		if err != nil {
 			return err
 		}
@@ -529,6 +511,10 @@ func (s *session) handshakeFrame(frame []byte, hs *loginState) error {
 // interval, and when the token expires.
 func (s *session) connected(r *result) {
 	s.serverPing = time.Duration(r.ping) * time.Second
+	// Two missed heartbeats (ours, answered by WebSocket pongs, or the
+	// server's pings) and a margin: silence that long means the
+	// connection is dead.
+	s.conn.SetIdle(max(2*s.d.opts.Heartbeat, 2*s.serverPing) + 5*time.Second)
 	s.refreshAt = 0
 	if r.expires && r.ttl > 0 {
 		s.refreshAt = time.Now().Add(time.Duration(r.ttl) * time.Second / 2).UnixNano()
@@ -794,9 +780,7 @@ func (s *session) Send(m *probe.Message) error {
 // Ping implements probe.Session with a WebSocket ping, which Centrifugo
 // answers with a pong; the server's own application-level pings are
 // answered in Serve.
-func (s *session) Ping() error {
-	return wsframe.Fail(s.conn, s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
-}
+func (s *session) Ping() error { return s.conn.Ping() }
 
 // pong answers the server's ping, the empty message, with an empty
 // message. Exactly one per ping: Centrifugo disconnects a client for a
@@ -807,21 +791,12 @@ func (s *session) pong() error {
 
 // Close implements probe.Session: a normal-closure frame, then a bounded
 // wait for the server's reply, which Serve reads.
-func (s *session) Close() error {
-	if !s.guard.Begin(s.conn, closeGrace) {
-		return nil
-	}
-	return wsframe.CloseFrame(s.conn, closeGrace)
-}
+func (s *session) Close() error { return s.conn.Close() }
 
-// Serve implements probe.Session.
+// Serve implements probe.Session: what the login kept is handled first,
+// then what the connection reads.
 func (s *session) Serve(h probe.Handler) error {
-	defer s.conn.Close()
-	// Two missed heartbeats (ours, answered by WebSocket pongs, or the
-	// server's pings) and a margin: silence that long means the
-	// connection is dead.
-	idle := max(2*s.d.opts.Heartbeat, 2*s.serverPing) + 5*time.Second
-	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
+	s.h = h
 	for i, e := range s.early {
 		s.delivery.At = e.at
 		var err error
@@ -832,39 +807,36 @@ func (s *session) Serve(h probe.Handler) error {
 		}
 		if err != nil {
 			s.early = nil
-			var d *probe.Disconnect
-			if errors.As(err, &d) {
-				return err
-			}
-			// Serve's contract: every end is a classified Disconnect.
-			_ = s.conn.WriteControl(websocket.CloseMessage,
-				websocket.FormatCloseMessage(websocket.CloseUnsupportedData, "malformed frame"),
-				time.Now().Add(closeGrace))
-			return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+			err = s.conn.Failed(err)
+			s.conn.Abort()
+			return err
 		}
 		s.early[i] = early{}
 	}
 	s.early = nil
-	for {
-		_ = s.guard.Extend(s.conn, idle)
-		bp, err := wsframe.Read(s.conn)
-		if err != nil {
-			return s.classify(err)
-		}
-		s.delivery.At = s.stamp.Last()
-		err = s.handleFrame(*bp, h)
-		wsframe.Release(bp)
-		if err != nil {
-			return err
-		}
-		// The server pings every 25 s, so frames come often enough
-		// for this check to refresh the token well before it expires.
-		if s.refreshAt != 0 && time.Now().UnixNano() >= s.refreshAt {
-			if err := s.refresh(); err != nil {
-				return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("token refresh: %w", err)}
-			}
+	return s.conn.Serve(s)
+}
+
+// Frame implements wsconn.Protocol.
+func (s *session) Frame(b []byte, at int64) error {
+	s.delivery.At = at
+	if err := s.handleFrame(b, s.h); err != nil {
+		return err
+	}
+	// The server pings every 25 s, so frames come often enough for this
+	// check to refresh the token well before it expires.
+	if s.refreshAt != 0 && time.Now().UnixNano() >= s.refreshAt {
+		if err := s.refresh(); err != nil {
+			return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("token refresh: %w", err)}
 		}
 	}
+	return nil
+}
+
+// Ended implements wsconn.Protocol: Centrifugo's close codes say what a
+// close means (closeReason).
+func (s *session) Ended(err error) *probe.Disconnect {
+	return wsconn.Ended(err, func(code int, text string) *probe.Disconnect { return closeReason(s.d, code, text) })
 }
 
 // handleFrame handles every message of a frame, and returns a
@@ -874,12 +846,9 @@ func (s *session) handleFrame(b []byte, h probe.Handler) error {
 	p := parser{jsonscan.Scanner{B: b}}
 	for p.More() {
 		if err := p.message(&m); err != nil {
-			// A frame we cannot read might have held a delivery: end
-			// the session rather than silently skip it.
-			_ = s.conn.WriteControl(websocket.CloseMessage,
-				websocket.FormatCloseMessage(websocket.CloseUnsupportedData, "malformed frame"),
-				time.Now().Add(closeGrace))
-			return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("malformed frame from server: %w", err)}
+			// The connection layer ends the session: a frame we
+			// cannot read might have held a delivery.
+			return err
 		}
 		var err error
 		switch {
@@ -1004,22 +973,6 @@ const (
 	CloseInsufficientState = 3010
 )
 
-// classify turns a read error into a Disconnect with its reason.
-func (s *session) classify(err error) error {
-	var ce *websocket.CloseError
-	switch {
-	case s.guard.Closing():
-		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
-	case errors.As(err, &ce) && ce.Code == websocket.CloseAbnormalClosure:
-		// 1006 is gorilla's name for a connection that ended without a
-		// close frame: the network failed, the server did not close.
-		return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
-	case errors.As(err, &ce):
-		return closeReason(s.d, ce.Code, ce.Text)
-	}
-	return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
-}
-
 // closeReason classifies a close (or disconnect push) the server sent.
 func closeReason(d *Driver, code int, text string) *probe.Disconnect {
 	switch code {
@@ -1031,15 +984,6 @@ func closeReason(d *Driver, code int, text string) *probe.Disconnect {
 			Text: text + ": the server detected a gap in a channel stream"}
 	}
 	return &probe.Disconnect{Reason: metrics.ReasonServerClose, Code: code, Text: text}
-}
-
-// ignoreClosed drops the errors a clean shutdown produces.
-func ignoreClosed(err error) error {
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) && ce.Code == websocket.CloseNormalClosure || errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
 }
 
 func appendQuote(b []byte, s string) []byte {

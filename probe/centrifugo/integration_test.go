@@ -56,14 +56,14 @@ type killable struct {
 	blocked map[string]time.Time
 }
 
-func (k *killable) Connect(ctx context.Context, user string) (probe.Session, error) {
+func (k *killable) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
 	k.mu.Lock()
 	until := k.blocked[user]
 	k.mu.Unlock()
 	if time.Now().Before(until) {
 		return nil, errors.New("blocked by the test")
 	}
-	s, err := k.Driver.Connect(ctx, user)
+	s, err := k.Driver.Connect(ctx, user, link)
 	if err == nil {
 		k.mu.Lock()
 		k.live[user] = s.(*session)
@@ -79,7 +79,7 @@ func (k *killable) kill(user string, down time.Duration) {
 	defer k.mu.Unlock()
 	k.blocked[user] = time.Now().Add(down)
 	if s := k.live[user]; s != nil {
-		s.conn.NetConn().Close()
+		s.conn.Abort()
 	}
 }
 
@@ -471,7 +471,7 @@ func TestRealWrongSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = drv.Connect(context.Background(), uniquePrefix("wrongsecret")+"-u0")
+	_, err = drv.Connect(context.Background(), uniquePrefix("wrongsecret")+"-u0", probe.Link{})
 	if err == nil {
 		t.Fatal("Connect with the wrong secret succeeded")
 	}

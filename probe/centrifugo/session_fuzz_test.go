@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/fuzzcorpus"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
@@ -46,7 +47,7 @@ func FuzzServe(f *testing.F) {
 			fc.close(3000, "end of fuzz input")
 			fc.drain()
 		})
-		s, err := newTestDriver(t, url, nil).Connect(context.Background(), "u1")
+		s, err := newTestDriver(t, url, nil).Connect(context.Background(), "u1", probe.Link{})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}

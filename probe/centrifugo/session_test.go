@@ -303,7 +303,7 @@ func TestConnectFlow(t *testing.T) {
 	})
 	d := newTestDriver(t, url, nil)
 	start := time.Now()
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -384,7 +384,7 @@ func TestSendAckReject(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestDisconnectReasons(t *testing.T) {
 				tt.server(fc)
 			})
 			d := newTestDriver(t, url, nil)
-			s, err := d.Connect(context.Background(), "u1")
+			s, err := d.Connect(context.Background(), "u1", probe.Link{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -501,7 +501,7 @@ func TestMalformedFrameClosesSession(t *testing.T) {
 		close(closed)
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +536,7 @@ func TestServerGaps(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,7 +598,7 @@ func TestReconnectCountsMissed(t *testing.T) {
 			})
 			d := newTestDriver(t, url, func(o *Options) { o.Recover = recover })
 			for range 2 {
-				s, err := d.Connect(context.Background(), "u1")
+				s, err := d.Connect(context.Background(), "u1", probe.Link{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -678,7 +678,7 @@ func TestRecoveredDeliveredInOrder(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -748,15 +748,15 @@ func TestRecoveredDuringFailedHandshakeRecoveredAgain(t *testing.T) {
 		}
 	})
 	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	serve(t, s, &recorder{})
-	if _, err := d.Connect(context.Background(), "u1"); err == nil || !strings.Contains(err.Error(), "refused") {
+	if _, err := d.Connect(context.Background(), "u1", probe.Link{}); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("second Connect() = %v, want the refused subscribe", err)
 	}
-	s, err = d.Connect(context.Background(), "u1")
+	s, err = d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -813,7 +813,7 @@ func TestRecoveredNotServedRecoveredAgain(t *testing.T) {
 	})
 	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
 	for i := range 3 {
-		s, err := d.Connect(context.Background(), "u1")
+		s, err := d.Connect(context.Background(), "u1", probe.Link{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -869,7 +869,7 @@ func TestRecoveredThenLiveDeliveredOnce(t *testing.T) {
 	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
 	var rec recorder
 	for i := range 2 {
-		s, err := d.Connect(context.Background(), "u1")
+		s, err := d.Connect(context.Background(), "u1", probe.Link{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -913,7 +913,7 @@ func TestInsufficientStateResubscribes(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -965,7 +965,7 @@ func TestTokenRefresh(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1033,7 +1033,7 @@ func TestConnectErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newTestDriver(t, tt.url, func(o *Options) { o.DialTimeout = 2 * time.Second; o.MaxFrame = 4096 })
-			if _, err := d.Connect(context.Background(), "u1"); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := d.Connect(context.Background(), "u1", probe.Link{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
 			}
 		})
@@ -1046,7 +1046,7 @@ func TestConnectTimeout(t *testing.T) {
 	url := startFake(t, func(fc *fakeConn) { fc.drain() })
 	d := newTestDriver(t, url, func(o *Options) { o.DialTimeout = 300 * time.Millisecond })
 	start := time.Now()
-	_, err := d.Connect(context.Background(), "u1")
+	_, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err == nil {
 		t.Fatal("Connect() = nil against a silent server")
 	}
@@ -1131,7 +1131,7 @@ func TestWriteTimeoutEndsSession(t *testing.T) {
 		time.Sleep(5 * time.Second)
 	})
 	d := newTestDriver(t, url, func(o *Options) { o.WriteTimeout = 200 * time.Millisecond })
-	s, err := d.Connect(context.Background(), "u1")
+	s, err := d.Connect(context.Background(), "u1", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -482,8 +482,16 @@ func TestSlowReaderDrill(t *testing.T) {
 	normal, sr := fx.cohort(0), fx.cohort(1)
 	t.Logf("normal: %+v", normal)
 	t.Logf("slow readers: %+v", sr)
-	if normal.expected < 1000 || normal.delivered != normal.expected || normal.lost != 0 || normal.dup != 0 {
-		t.Errorf("normal users: %+v, want every expected delivery delivered once and none lost", normal)
+	// On a loaded machine some acks come after the deadline: those
+	// messages are written off as ack timeouts and owed to nobody, yet
+	// still delivered. Each explains at most one delivery per recipient,
+	// as measured in this run; on a quiet machine there are none, and
+	// delivered must equal expected exactly.
+	ackTimeouts := metrics.Value(fx.set.SendErrors[metrics.SendAckTimeout])
+	if extra := normal.delivered - normal.expected; normal.expected < 1000 || extra < 0 ||
+		extra > ackTimeouts*float64(pc.groupSize-1) || normal.lost != 0 || normal.dup != 0 {
+		t.Errorf("normal users: %+v with %v ack timeouts, want every expected delivery delivered once, none lost, "+
+			"and no more beyond those of messages written off", normal, ackTimeouts)
 	}
 	if sr.expected == 0 {
 		t.Errorf("slow readers: nothing expected, want their deliveries counted in their own cohort")

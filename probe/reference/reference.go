@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -18,7 +17,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/internal/wsframe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -49,8 +48,9 @@ type Options struct {
 
 // Driver connects users to a reference server.
 type Driver struct {
-	opts   Options
-	dialer *websocket.Dialer
+	opts Options
+	// conn is what every session's connection shares.
+	conn *wsconn.Settings
 
 	mu sync.Mutex
 	// groupsOf maps a user to the groups it belongs to, so that each login
@@ -81,17 +81,24 @@ func New(o Options) (*Driver, error) {
 	}
 	return &Driver{
 		opts: o,
-		dialer: &websocket.Dialer{
-			HandshakeTimeout: o.DialTimeout,
-			// Small read buffers and a shared write pool keep an idle
-			// session near 10 KiB: the default 4 KiB buffers per
-			// connection would double it. Writes are staged in a pooled
-			// 4 KiB buffer, so most messages still go out as one frame.
-			ReadBufferSize:  512,
-			WriteBufferSize: 4096,
-			WriteBufferPool: writePool,
-			// Stamps each read, for Delivery.At.
-			NetDialContext: wsframe.NetDialContext,
+		conn: &wsconn.Settings{
+			Dialer: &websocket.Dialer{
+				HandshakeTimeout: o.DialTimeout,
+				// Small read buffers and a shared write pool keep an
+				// idle session near 10 KiB: the default 4 KiB buffers
+				// per connection would double it. Writes are staged in
+				// a pooled 4 KiB buffer, so most messages still go out
+				// as one frame.
+				ReadBufferSize:  512,
+				WriteBufferSize: 4096,
+				WriteBufferPool: writePool,
+			},
+			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame, WriteTimeout: o.WriteTimeout,
+			// Two missed heartbeats and a margin: the server answers
+			// every ping, so silence that long means the connection
+			// is dead.
+			Idle:       2*o.Heartbeat + 5*time.Second,
+			CloseGrace: closeGrace,
 		},
 		groupsOf: map[string][]probe.Group{},
 	}, nil
@@ -125,26 +132,25 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	// The provisioner's name derives from the plan's first group so that
 	// it never collides with a user of the population: a second login of a
 	// population user would kick its real session.
-	s, err := d.connect(ctx, plan.Groups[0].Name+"-provisioner", nil)
+	s, err := d.connect(ctx, plan.Groups[0].Name+"-provisioner", nil, probe.Link{})
 	if err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
-	// Shutdown must not wait for a target that stopped answering.
-	stop := context.AfterFunc(ctx, func() { s.conn.NetConn().Close() })
+	// Shutdown must not wait for a server that stopped answering.
+	stop := s.conn.Interrupt(ctx)
 	defer stop()
-	defer s.conn.Close()
+	defer s.conn.Abort()
 	// Keep a bounded window of requests in flight: writing thousands of
 	// groups before reading a reply would fill the target's send queue
 	// with our own oks and get the provisioner kicked as a slow reader.
 	const window = 8
 	var f frame
 	readOK := func() error {
-		_ = s.conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
-		buf, err := wsframe.Read(s.conn)
+		buf, _, err := s.conn.Read(d.opts.DialTimeout)
 		if err != nil {
 			return err
 		}
-		defer wsframe.Release(buf)
+		defer wsconn.Release(buf)
 		if err := parseFrame(*buf, &f); err != nil {
 			return err
 		}
@@ -178,61 +184,46 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 }
 
 // Connect implements probe.Driver.
-func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error) {
+func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
 	d.mu.Lock()
 	groups := d.groupsOf[user]
 	d.mu.Unlock()
-	s, err := d.connect(ctx, user, groups)
+	s, err := d.connect(ctx, user, groups, link)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group) (*session, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.opts.DialTimeout)
-	defer cancel()
-	conn, err := wsframe.Dial(ctx, d.dialer, d.opts.URL, d.opts.Header)
+func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group, link probe.Link) (*session, error) {
+	s := &session{d: d}
+	_, err := wsconn.Open(ctx, d.conn, link, d.opts.DialTimeout, user, func(c *wsconn.Conn) error {
+		s.conn = c
+		if err := s.login(user); err != nil {
+			return err
+		}
+		for i, g := range groups {
+			if err := s.writeGroup(g, "g"+strconv.Itoa(i)); err != nil {
+				return fmt.Errorf("group %s: %w", g.Name, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	conn.SetReadLimit(d.opts.MaxFrame)
-	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn)}
-	// Interrupt the login exchange if ctx ends; the net.Conn is closed
-	// below on every failure path.
-	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
-	err = s.login(user)
-	for i := 0; err == nil && i < len(groups); i++ {
-		if err = s.writeGroup(groups[i], "g"+strconv.Itoa(i)); err != nil {
-			err = fmt.Errorf("group %s: %w", groups[i].Name, err)
-		}
-	}
-	// stop reports false if ctx ended meanwhile: the connection is closed
-	// then, even if the login got through.
-	if !stop() && err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		conn.Close()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("login %s: %w", user, ctx.Err())
-		}
-		return nil, fmt.Errorf("login %s: %w", user, err)
 	}
 	return s, nil
 }
 
-// session is one logged-in connection.
+// session is one logged-in connection: the protocol's side of it (frames
+// in and out); the connection layer does the rest.
 type session struct {
 	d    *Driver
-	conn *websocket.Conn
-	// stamp tells when the frame just read came off the socket.
-	stamp *wsframe.StampConn
-	// wmu serialises writers: the sender and the login path. Pings and
-	// closes use WriteControl, which gorilla allows concurrently.
-	wmu sync.Mutex
-	// guard orders read-deadline changes against Close.
-	guard wsframe.Closer
+	conn *wsconn.Conn
+	// f and delivery are Serve's, reused for every frame.
+	f        frame
+	delivery probe.Delivery
+	h        probe.Handler
 }
 
 func (s *session) login(user string) error {
@@ -244,11 +235,10 @@ func (s *session) login(user string) error {
 	b = append(b, `,"token":`...)
 	b = append(b, quote(token)...)
 	b = append(b, '}')
-	if err := s.write(b); err != nil {
+	if err := s.conn.Write(b); err != nil {
 		return err
 	}
-	_ = s.conn.SetReadDeadline(time.Now().Add(s.d.opts.DialTimeout))
-	buf, err := wsframe.Read(s.conn)
+	buf, _, err := s.conn.Read(s.d.opts.DialTimeout)
 	if err != nil {
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) && ce.Code == refserver.CloseUnauthorized {
@@ -256,7 +246,7 @@ func (s *session) login(user string) error {
 		}
 		return err
 	}
-	defer wsframe.Release(buf)
+	defer wsconn.Release(buf)
 	var f frame
 	if err := parseFrame(*buf, &f); err != nil {
 		return fmt.Errorf("malformed login reply: %w", err)
@@ -282,14 +272,7 @@ func (s *session) writeGroup(g probe.Group, id string) error {
 		b = append(b, quote(m)...)
 	}
 	b = append(b, "]}"...)
-	return s.write(b)
-}
-
-func (s *session) write(b []byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
-	return wsframe.Fail(s.conn, s.conn.WriteMessage(websocket.TextMessage, b))
+	return s.conn.Write(b)
 }
 
 // sendPool holds encoded send frames between uses.
@@ -310,93 +293,57 @@ func (s *session) Send(m *probe.Message) error {
 	b = append(b, `,"body":`...)
 	b = appendQuoteBytes(b, m.Body)
 	b = append(b, '}')
-	err := s.write(b)
+	err := s.conn.Write(b)
 	*bp = b
 	sendPool.Put(bp)
 	return err
 }
 
 // Ping implements probe.Session.
-func (s *session) Ping() error {
-	return wsframe.Fail(s.conn, s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
-}
+func (s *session) Ping() error { return s.conn.Ping() }
 
 // Close implements probe.Session: a normal-closure frame, then a bounded wait
-// for the target's reply, which Serve reads.
-func (s *session) Close() error {
-	if !s.guard.Begin(s.conn, closeGrace) {
-		return nil
-	}
-	return wsframe.CloseFrame(s.conn, closeGrace)
-}
+// for the server's reply, which Serve reads.
+func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session.
 func (s *session) Serve(h probe.Handler) error {
-	defer s.conn.Close()
-	var f frame
-	d := new(probe.Delivery)
-	// Two missed heartbeats and a margin: the target answers every ping,
-	// so silence that long means the connection is dead.
-	idle := 2*s.d.opts.Heartbeat + 5*time.Second
-	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
-	for {
-		_ = s.guard.Extend(s.conn, idle)
-		bp, err := wsframe.Read(s.conn)
-		if err != nil {
-			return s.classify(err)
-		}
-		at := s.stamp.Last()
-		if err := parseFrame(*bp, &f); err != nil {
-			wsframe.Release(bp)
-			// A frame we cannot read might have been a delivery: end
-			// the session rather than silently skip it.
-			_ = s.conn.WriteControl(websocket.CloseMessage,
-				websocket.FormatCloseMessage(websocket.CloseUnsupportedData, "malformed frame"),
-				time.Now().Add(closeGrace))
-			return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("malformed frame from target: %w", err)}
-		}
-		switch string(f.typ) {
-		case "msg":
-			d.From, d.Group, d.Body, d.ServerSeq, d.At = f.from, len(f.group) > 0, f.body, f.seq, at
-			h.OnDelivery(d)
-		case "ack":
-			if ref, ok := parseRef(f.id); ok {
-				h.OnAck(ref, probe.Ack{ServerID: f.msgID, Seq: f.seq})
-			}
-		case "error":
-			if ref, ok := parseRef(f.id); ok {
-				h.OnReject(ref, string(f.code))
-			}
-		}
-		wsframe.Release(bp)
-	}
+	s.h = h
+	return s.conn.Serve(s)
 }
 
-// classify turns a read error into a Disconnect with its reason.
-func (s *session) classify(err error) error {
-	var ce *websocket.CloseError
-	switch {
-	case s.guard.Closing():
-		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
-	case errors.As(err, &ce) && ce.Code == websocket.CloseAbnormalClosure:
-		// 1006 is gorilla's name for a connection that ended without a
-		// close frame: the network failed, the server did not close.
-		return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
-	case errors.As(err, &ce) && ce.Code == refserver.CloseSlowConsumer:
-		return &probe.Disconnect{Reason: metrics.ReasonSlowConsumer, Code: ce.Code, Text: ce.Text}
-	case errors.As(err, &ce):
-		return &probe.Disconnect{Reason: metrics.ReasonServerClose, Code: ce.Code, Text: ce.Text}
+// Frame implements wsconn.Protocol: one frame of the server's.
+func (s *session) Frame(b []byte, at int64) error {
+	f := &s.f
+	if err := parseFrame(b, f); err != nil {
+		return err
 	}
-	return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+	switch string(f.typ) {
+	case "msg":
+		d := &s.delivery
+		d.From, d.Group, d.Body, d.ServerSeq, d.At = f.from, len(f.group) > 0, f.body, f.seq, at
+		s.h.OnDelivery(d)
+	case "ack":
+		if ref, ok := parseRef(f.id); ok {
+			s.h.OnAck(ref, probe.Ack{ServerID: f.msgID, Seq: f.seq})
+		}
+	case "error":
+		if ref, ok := parseRef(f.id); ok {
+			s.h.OnReject(ref, string(f.code))
+		}
+	}
+	return nil
 }
 
-// ignoreClosed drops the errors a clean shutdown produces.
-func ignoreClosed(err error) error {
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) && ce.Code == websocket.CloseNormalClosure || errors.Is(err, net.ErrClosed) {
+// Ended implements wsconn.Protocol: the server's 4008 is its slow-consumer
+// close.
+func (s *session) Ended(err error) *probe.Disconnect {
+	return wsconn.Ended(err, func(code int, text string) *probe.Disconnect {
+		if code == refserver.CloseSlowConsumer {
+			return &probe.Disconnect{Reason: metrics.ReasonSlowConsumer, Code: code, Text: text}
+		}
 		return nil
-	}
-	return err
+	})
 }
 
 // parseRef parses the decimal id the sender put on a send frame. Other ids

@@ -22,7 +22,7 @@ func TestBouncedMessageIsNotAcked(t *testing.T) {
 		p.drain()
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestAckBeyondSentEndsSession(t *testing.T) {
 		p.drain()
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}

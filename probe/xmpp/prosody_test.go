@@ -66,7 +66,7 @@ type recordingDriver struct {
 	at map[string]time.Time
 }
 
-func (r *recordingDriver) Connect(ctx context.Context, user string) (probe.Session, error) {
+func (r *recordingDriver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
 	r.mu.Lock()
 	hold := r.hold[user]
 	delete(r.hold, user)
@@ -76,7 +76,7 @@ func (r *recordingDriver) Connect(ctx context.Context, user string) (probe.Sessi
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s, err := r.Driver.Connect(ctx, user)
+	s, err := r.Driver.Connect(ctx, user, link)
 	if err == nil {
 		r.mu.Lock()
 		r.last[user] = s
@@ -423,15 +423,15 @@ func TestProsodyProvisioning(t *testing.T) {
 		}
 	}
 	other := prosodyDriver(t, "other-")
-	if _, err := other.Connect(ctx, "prov-a"); err == nil || !strings.Contains(err.Error(), "not-authorized") {
+	if _, err := other.Connect(ctx, "prov-a", probe.Link{}); err == nil || !strings.Contains(err.Error(), "not-authorized") {
 		t.Errorf("Connect with another password = %v, want not-authorized", err)
 	}
 
-	a, err := drv.Connect(ctx, "prov-a")
+	a, err := drv.Connect(ctx, "prov-a", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := drv.Connect(ctx, "prov-b")
+	b, err := drv.Connect(ctx, "prov-b", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,11 +513,11 @@ func TestProsodySlowReader(t *testing.T) {
 	if err := drv.Provision(ctx, probe.Plan{Users: []string{"slow-r", "slow-s"}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := drv.Connect(ctx, "slow-r")
+	r, err := drv.Connect(ctx, "slow-r", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := drv.Connect(ctx, "slow-s")
+	s, err := drv.Connect(ctx, "slow-s", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ func TestProsodySlowReader(t *testing.T) {
 	}
 	t.Logf("stalled reader ended: %v", err)
 
-	r2, err := drv.Connect(ctx, "slow-r")
+	r2, err := drv.Connect(ctx, "slow-r", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,11 +594,11 @@ func TestProsodyResume(t *testing.T) {
 	if err := drv.Provision(ctx, probe.Plan{Users: []string{"res-a", "res-b"}, Groups: []probe.Group{{Name: "res-g", Members: []string{"res-a", "res-b"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := drv.Connect(ctx, "res-a")
+	a, err := drv.Connect(ctx, "res-a", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := drv.Connect(ctx, "res-b")
+	b, err := drv.Connect(ctx, "res-b", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +637,7 @@ func TestProsodyResume(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the sender's acks", func() bool { a, _, _ := rb.snapshot(); return len(a) == int(ref) })
 
-	a2, err := drv.Connect(ctx, "res-a")
+	a2, err := drv.Connect(ctx, "res-a", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +681,7 @@ func TestProsodyWrongPassword(t *testing.T) {
 	if err := prosodyDriver(t, "right-").Provision(ctx, probe.Plan{Users: []string{user}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := prosodyDriver(t, "wrong-").Connect(ctx, user)
+	_, err := prosodyDriver(t, "wrong-").Connect(ctx, user, probe.Link{})
 	if err == nil {
 		t.Fatal("Connect with the wrong password succeeded")
 	}

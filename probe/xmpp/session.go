@@ -3,36 +3,30 @@ package xmpp
 import (
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/internal/wsframe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
 // session is one logged-in stream.
 type session struct {
 	d    *Driver
-	conn *websocket.Conn
-	// stamp tells when the frame just read came off the socket.
-	stamp *wsframe.StampConn
-	user  string
-	nick  string
+	conn *wsconn.Conn
+	user string
+	nick string
 
-	// wmu serialises writers (the sender, the read loop's SM answers,
-	// Close) and guards the outbound stanza count. Pings use
-	// WriteControl, which gorilla allows concurrently.
-	wmu sync.Mutex
-	// counting is set once stream management is enabled: from then on
-	// every stanza written counts towards the server's h.
+	// The connection's write lock (Conn.WriteWith) guards the outbound
+	// stanza count: the sender, the read loop's SM answers and Close all
+	// write. counting is set once stream management is enabled: from then
+	// on every stanza written counts towards the server's h.
 	counting bool
 	out      uint32
 	// sent mirrors out for the read loop, which checks the server's
@@ -67,9 +61,9 @@ type session struct {
 	fromBuf      []byte
 	ackBuf       []uint64
 	aBuf         []byte
-
-	// guard orders read-deadline changes against Close.
-	guard wsframe.Closer
+	// h and delivery are Serve's.
+	h        probe.Handler
+	delivery probe.Delivery
 }
 
 // pendingElem is an element read during login, kept for Serve with the
@@ -104,23 +98,19 @@ var errClosing = errors.New("session closing")
 // write writes one element as one frame; counted says it is a stanza the
 // server counts for stream management.
 func (s *session) write(b []byte, counted bool) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	// Close sets closing before it takes the lock, so no writer that
-	// holds the lock can follow its <close/>.
-	if s.guard.Closing() {
-		return errClosing
-	}
-	if counted && s.counting {
-		s.out++
-		s.sent.Store(s.out)
-	}
-	return s.writeLocked(b)
-}
-
-func (s *session) writeLocked(b []byte) error {
-	_ = s.conn.SetWriteDeadline(time.Now().Add(s.d.opts.WriteTimeout))
-	return wsframe.Fail(s.conn, s.conn.WriteMessage(websocket.TextMessage, b))
+	return s.conn.WriteWith(func(write func([]byte) error) error {
+		// Close marks the connection closing before it takes the
+		// lock, so no writer that holds the lock can follow its
+		// <close/>.
+		if s.conn.Closing() {
+			return errClosing
+		}
+		if counted && s.counting {
+			s.out++
+			s.sent.Store(s.out)
+		}
+		return write(b)
+	})
 }
 
 // Login states, in order.
@@ -231,10 +221,11 @@ func (s *session) login(rooms []string, prev smState) error {
 			case kindResumed:
 				// The server kept the stream, its rooms included, and
 				// resends what we had not acknowledged.
-				s.wmu.Lock()
-				s.counting, s.out = true, st.h
-				s.sent.Store(s.out)
-				s.wmu.Unlock()
+				_ = s.conn.WriteWith(func(func([]byte) error) error {
+					s.counting, s.out = true, st.h
+					s.sent.Store(s.out)
+					return nil
+				})
 				s.in, s.acked, s.smID, s.resumed, smIn = prev.h, prev.h, prev.id, true, true
 				state = loginDone
 			case kindFailed:
@@ -251,10 +242,10 @@ func (s *session) login(rooms []string, prev smState) error {
 			// Stream management first, so that the messages the
 			// server flushes at our initial presence (offline storage)
 			// are covered by it.
-			s.wmu.Lock()
-			err := s.writeLocked(enableStanza(d.opts.Resume))
-			s.counting = true
-			s.wmu.Unlock()
+			err := s.conn.WriteWith(func(write func([]byte) error) error {
+				s.counting = true
+				return write(enableStanza(d.opts.Resume))
+			})
 			if err != nil {
 				return err
 			}
@@ -288,7 +279,7 @@ func (s *session) login(rooms []string, prev smState) error {
 	st := stanzaPool.Get().(*stanza)
 	defer stanzaPool.Put(st)
 	for state != loginDone {
-		bp, err := wsframe.Read(s.conn)
+		bp, readAt, err := s.conn.Read(d.opts.DialTimeout)
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
@@ -296,9 +287,9 @@ func (s *session) login(rooms []string, prev smState) error {
 			}
 			return err
 		}
-		at = s.stamp.Last()
+		at = readAt
 		err = parseFrame(*bp, st, step)
-		wsframe.Release(bp)
+		wsconn.Release(bp)
 		if err != nil {
 			return err
 		}
@@ -364,102 +355,61 @@ func (s *session) Send(m *probe.Message) error {
 	if len(b) > maxStanza {
 		return fmt.Errorf("message of %d bytes exceeds the %d-byte stanza limit", len(b), maxStanza)
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.guard.Closing() {
-		return errClosing
-	}
-	s.out++
-	s.sent.Store(s.out)
-	if direct {
-		// Recorded before the write: the answer can come before
-		// WriteMessage returns.
-		s.amu.Lock()
-		if len(s.acks) == maxPendingAcks {
-			s.acks = append(s.acks[:0], s.acks[1:]...)
+	return s.conn.WriteWith(func(write func([]byte) error) error {
+		if s.conn.Closing() {
+			return errClosing
 		}
-		s.acks = append(s.acks, pendingAck{n: s.out, ref: m.Ref})
-		s.amu.Unlock()
-	}
-	if err := s.writeLocked(b); err != nil {
-		return err
-	}
-	if direct {
-		return s.writeLocked(smRequest)
-	}
-	return nil
+		s.out++
+		s.sent.Store(s.out)
+		if direct {
+			// Recorded before the write: the answer can come before
+			// the write returns.
+			s.amu.Lock()
+			if len(s.acks) == maxPendingAcks {
+				s.acks = append(s.acks[:0], s.acks[1:]...)
+			}
+			s.acks = append(s.acks, pendingAck{n: s.out, ref: m.Ref})
+			s.amu.Unlock()
+		}
+		if err := write(b); err != nil {
+			return err
+		}
+		if direct {
+			return write(smRequest)
+		}
+		return nil
+	})
 }
 
 // Ping implements probe.Session with a WebSocket ping, which Prosody
 // answers and which, unlike an XMPP ping, does not count as a stanza.
-func (s *session) Ping() error {
-	return wsframe.Fail(s.conn, s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.d.opts.WriteTimeout)))
-}
+func (s *session) Ping() error { return s.conn.Ping() }
 
-// Close implements probe.Session: the stream's <close/>, then a bounded wait
-// for the server's, which Serve reads.
-func (s *session) Close() error {
-	if !s.guard.Begin(s.conn, closeGrace) {
-		return nil
-	}
-	// <close/> is a data frame and needs the write lock. A write in
-	// progress (the read loop's <a/>, a send) ends within microseconds and
-	// is waited for; a sender stuck on a full socket holds the lock for up
-	// to WriteTimeout, and rather than wait for it, close at the WebSocket
-	// level.
-	for wait := time.Now().Add(closeGrace / 10); !s.wmu.TryLock(); time.Sleep(time.Millisecond) {
-		if time.Now().After(wait) {
-			return wsframe.CloseFrame(s.conn, closeGrace)
-		}
-	}
-	_ = s.conn.SetWriteDeadline(time.Now().Add(closeGrace))
-	err := s.conn.WriteMessage(websocket.TextMessage, closeStream)
-	s.wmu.Unlock()
-	if err == nil {
-		return nil
-	}
-	return wsframe.CloseFrame(s.conn, closeGrace)
-}
+// Close implements probe.Session: the stream's <close/> (the connection's
+// Farewell), then a bounded wait for the server's, which Serve reads.
+func (s *session) Close() error { return s.conn.Close() }
 
-// Serve implements probe.Session.
+// Serve implements probe.Session: the elements the login kept are handled
+// first, then what the connection reads.
 func (s *session) Serve(h probe.Handler) error {
-	defer s.conn.Close()
-	// Two missed heartbeats and a margin: the server answers every ping,
-	// so silence that long means the connection is dead.
-	idle := 2*s.d.opts.Heartbeat + 5*time.Second
-	s.conn.SetPongHandler(func(string) error { return s.guard.Extend(s.conn, idle) })
-	d := new(probe.Delivery)
-	handle := func(st *stanza) error { return s.handle(st, h, d) }
+	s.h = h
 	for _, e := range s.pending {
-		d.At = e.at
-		if err := s.frame(e.raw, handle); err != nil {
+		s.delivery.At = e.at
+		if err := s.frame(e.raw); err != nil {
+			err = s.conn.Failed(err)
+			s.conn.Abort()
 			return s.end(err)
 		}
 	}
 	s.pending, s.pendingSize = nil, 0
-	for {
-		if s.serverClosed {
-			// Only the WebSocket close is left to read.
-			_ = s.guard.Extend(s.conn, closeGrace)
-		} else {
-			_ = s.guard.Extend(s.conn, idle)
-		}
-		bp, err := wsframe.Read(s.conn)
-		if err != nil {
-			return s.end(s.classify(err))
-		}
-		// Every stanza of the frame came with its last byte.
-		d.At = s.stamp.Last()
-		err = s.frame(*bp, handle)
-		wsframe.Release(bp)
-		if err != nil {
-			if s.guard.Closing() {
-				// What ends a session we are closing is our close.
-				return s.end(&probe.Disconnect{Reason: metrics.ReasonShutdown, Err: err})
-			}
-			return s.end(err)
-		}
-	}
+	return s.end(s.conn.Serve(s))
+}
+
+// Frame implements wsconn.Protocol.
+func (s *session) Frame(b []byte, at int64) error {
+	// Every stanza of the frame came with its last byte.
+	s.delivery.At = at
+	return s.frame(b)
 }
 
 // frame handles every element of one frame, then acknowledges what it
@@ -468,21 +418,15 @@ func (s *session) Serve(h probe.Handler) error {
 // when the connection drops is stored again and redelivered by the server
 // (Prosody: to offline storage), which the ledger would see as a
 // duplicate.
-func (s *session) frame(b []byte, handle func(*stanza) error) error {
+func (s *session) frame(b []byte) error {
 	st := stanzaPool.Get().(*stanza)
-	err := parseFrame(b, st, handle)
+	err := parseFrame(b, st, s.handleStanza)
 	stanzaPool.Put(st)
 	if err != nil {
-		var d *probe.Disconnect
-		if errors.As(err, &d) {
-			return d
-		}
-		// A frame we cannot read might have been a delivery: end the
-		// session rather than silently skip it.
-		_ = s.conn.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseUnsupportedData, "malformed frame"),
-			time.Now().Add(closeGrace))
-		return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("malformed frame from server: %w", err)}
+		// A *probe.Disconnect from handle, or a frame we cannot read,
+		// which might have been a delivery: the connection layer ends
+		// the session either way.
+		return err
 	}
 	if s.askedAck || s.in != s.acked {
 		s.askedAck, s.acked = false, s.in
@@ -494,9 +438,10 @@ func (s *session) frame(b []byte, handle func(*stanza) error) error {
 	return nil
 }
 
-// handle handles one element in Serve. Its errors are *probe.Disconnect,
-// which frame tells from the parser's.
-func (s *session) handle(st *stanza, h probe.Handler, d *probe.Delivery) error {
+// handleStanza handles one element in Serve. Its errors are
+// *probe.Disconnect, which the connection layer tells from the parser's.
+func (s *session) handleStanza(st *stanza) error {
+	h, d := s.h, &s.delivery
 	switch st.kind {
 	case kindMessage:
 		s.in++
@@ -538,11 +483,13 @@ func (s *session) handle(st *stanza, h probe.Handler, d *probe.Delivery) error {
 	case kindStreamError:
 		s.streamCond, s.streamText = st.cond, string(st.text)
 	case kindClose:
-		if !s.serverClosed && !s.guard.Closing() {
+		if !s.serverClosed && !s.conn.Closing() {
 			// Answer in kind; the server then closes the WebSocket.
 			_ = s.write(closeStream, false)
 		}
 		s.serverClosed = true
+		// Only the WebSocket close is left to read.
+		s.conn.SetIdle(closeGrace)
 	}
 	return nil
 }
@@ -624,8 +571,10 @@ func (s *session) end(err error) error {
 	return err
 }
 
-// classify turns a read error into a Disconnect with its reason.
-func (s *session) classify(err error) error {
+// Ended implements wsconn.Protocol: a read error of a session imcanary did
+// not close, classed with what the stream said before it ended (a stream
+// error, its <close/>).
+func (s *session) Ended(err error) *probe.Disconnect {
 	var ce *websocket.CloseError
 	isClose := errors.As(err, &ce)
 	code := 0
@@ -633,8 +582,6 @@ func (s *session) classify(err error) error {
 		code = ce.Code
 	}
 	switch {
-	case s.guard.Closing():
-		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
 	case s.streamCond != "" || s.streamText != "":
 		text := s.streamCond
 		if s.streamText != "" {
@@ -669,15 +616,6 @@ func (s *session) classify(err error) error {
 		return &probe.Disconnect{Reason: metrics.ReasonServerClose, Text: "stream closed", Err: err}
 	}
 	return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
-}
-
-// ignoreClosed drops the errors a clean shutdown produces.
-func ignoreClosed(err error) error {
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) && ce.Code == websocket.CloseNormalClosure || errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
 }
 
 // parseRef parses the decimal id the sender put on a message. Other ids

@@ -335,7 +335,7 @@ func TestLogin(t *testing.T) {
 		probe.Group{Name: "newroom", Members: []string{"alice", "bob"}},
 		probe.Group{Name: "oldroom", Members: []string{"alice", "carol"}})
 	t0 := time.Now()
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -387,7 +387,7 @@ func TestStreamManagement(t *testing.T) {
 		p.drain()
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestDeliveries(t *testing.T) {
 		p.drain()
 	})
 	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func TestDeliveryAtDuringLogin(t *testing.T) {
 		p.drain()
 	})
 	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +607,7 @@ func TestDisconnectReasons(t *testing.T) {
 				tt.server(p)
 			})
 			drv := newDriver(t, url)
-			s, err := drv.Connect(context.Background(), "alice")
+			s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -649,7 +649,7 @@ func TestHostileFrames(t *testing.T) {
 				p.drain()
 			})
 			drv := newDriver(t, url)
-			s, err := drv.Connect(context.Background(), "alice")
+			s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -764,7 +764,7 @@ func TestSendNeverFragments(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	drv := newDriver(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/xmpp-websocket")
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -855,7 +855,7 @@ func TestConnectErrors(t *testing.T) {
 			if err := drv.Provision(context.Background(), probe.Plan{Groups: []probe.Group{{Name: "room", Members: []string{"alice"}}}}); err != nil {
 				t.Fatal(err)
 			}
-			_, err = drv.Connect(context.Background(), "alice")
+			_, err = drv.Connect(context.Background(), "alice", probe.Link{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
 			}
@@ -882,7 +882,7 @@ func TestConnectErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := drv.Connect(context.Background(), "alice"); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := drv.Connect(context.Background(), "alice", probe.Link{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Connect() = %v, want an error containing %q", tt.name, err, tt.want)
 		}
 	}
@@ -908,7 +908,7 @@ func TestNewAndNames(t *testing.T) {
 		if err := drv.Provision(context.Background(), probe.Plan{Users: []string{name}}); err == nil {
 			t.Errorf("Provision(user %q) = nil, want an error", name)
 		}
-		if _, err := drv.Connect(context.Background(), name); err == nil || !strings.Contains(err.Error(), "login") {
+		if _, err := drv.Connect(context.Background(), name, probe.Link{}); err == nil || !strings.Contains(err.Error(), "login") {
 			t.Errorf("Connect(%q) = %v, want a name error", name, err)
 		}
 	}
@@ -998,7 +998,7 @@ func TestWriteTimeoutEndsSession(t *testing.T) {
 		time.Sleep(5 * time.Second)
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice")
+	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/internal/wsframe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
 var _ probe.Driver = (*Driver)(nil)
@@ -71,9 +71,10 @@ type Options struct {
 
 // Driver connects users to an XMPP server.
 type Driver struct {
-	opts   Options
-	dialer *websocket.Dialer
-	salts  saltCache
+	opts Options
+	// conn is what every session's connection shares.
+	conn  *wsconn.Settings
+	salts saltCache
 
 	mu sync.Mutex
 	// roomsOf maps a user to the bare JIDs of its groups' rooms, which it
@@ -139,17 +140,26 @@ func New(o Options) (*Driver, error) {
 	}
 	return &Driver{
 		opts: o,
-		dialer: &websocket.Dialer{
-			HandshakeTimeout: o.DialTimeout,
-			Subprotocols:     []string{"xmpp"},
-			// A small read buffer keeps an idle session small; frames
-			// are read into pooled buffers. The write buffer comes from
-			// a pool and holds the largest stanza whole (see maxStanza).
-			ReadBufferSize:  512,
-			WriteBufferSize: maxStanza,
-			WriteBufferPool: writePool,
-			// Stamps each read, for Delivery.At.
-			NetDialContext: wsframe.NetDialContext,
+		conn: &wsconn.Settings{
+			Dialer: &websocket.Dialer{
+				HandshakeTimeout: o.DialTimeout,
+				// A small read buffer keeps an idle session small;
+				// frames are read into pooled buffers. The write buffer
+				// comes from a pool and holds the largest stanza whole
+				// (see maxStanza).
+				ReadBufferSize:  512,
+				WriteBufferSize: maxStanza,
+				WriteBufferPool: writePool,
+			},
+			URL: o.URL, Header: o.Header, Subprotocol: "xmpp", MaxFrame: maxFrame, WriteTimeout: o.WriteTimeout,
+			// Two missed heartbeats and a margin: the server answers
+			// every ping, so silence that long means the connection
+			// is dead.
+			Idle:       2*o.Heartbeat + 5*time.Second,
+			CloseGrace: closeGrace,
+			// The stream ends with its own <close/>, which the server
+			// answers in kind before it closes the WebSocket.
+			Farewell: closeStream,
 		},
 		roomsOf:   map[string][]string{},
 		resumable: map[string]smState{},
@@ -201,14 +211,14 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 // register creates users on one unauthenticated stream, a bounded window
 // of requests at a time. An existing user ("conflict") is success.
 func (d *Driver) register(ctx context.Context, users []string) error {
-	conn, err := d.dial(ctx)
+	conn, err := wsconn.Dial(ctx, d.conn, probe.Link{})
 	if err != nil {
 		return err
 	}
 	// Shutdown must not wait for a server that stopped answering.
-	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
+	stop := conn.Interrupt(ctx)
 	defer stop()
-	defer conn.Close()
+	defer conn.Abort()
 	s := &session{d: d, conn: conn}
 	if err := s.write(openStream(d.opts.Domain), false); err != nil {
 		return err
@@ -255,8 +265,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 			}
 			sent++
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(d.opts.DialTimeout))
-		bp, err := wsframe.Read(s.conn)
+		bp, _, err := conn.Read(d.opts.DialTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -264,7 +273,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 			return fmt.Errorf("registration: %w", err)
 		}
 		err = parseFrame(*bp, st, step)
-		wsframe.Release(bp)
+		wsconn.Release(bp)
 		if err != nil {
 			return err
 		}
@@ -285,7 +294,7 @@ func registerIndex(id string, n int) (int, bool) {
 }
 
 // Connect implements probe.Driver.
-func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error) {
+func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
 	if err := checkLocal(user); err != nil {
 		return nil, fmt.Errorf("login %q: %w", user, err)
 	}
@@ -296,43 +305,15 @@ func (d *Driver) Connect(ctx context.Context, user string) (probe.Session, error
 	delete(d.resumable, user)
 	d.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, d.opts.DialTimeout)
-	defer cancel()
-	conn, err := d.dial(ctx)
+	s := &session{d: d, user: user, nick: user}
+	_, err := wsconn.Open(ctx, d.conn, link, d.opts.DialTimeout, user, func(c *wsconn.Conn) error {
+		s.conn = c
+		return s.login(rooms, prev)
+	})
 	if err != nil {
 		return nil, err
-	}
-	s := &session{d: d, conn: conn, stamp: wsframe.StampOf(conn), user: user, nick: user}
-	// Interrupt the login exchange if ctx ends; the connection is closed
-	// below on every failure path.
-	stop := context.AfterFunc(ctx, func() { conn.NetConn().Close() })
-	err = s.login(rooms, prev)
-	// stop reports false if ctx ended meanwhile: the connection is closed
-	// then, even if the login got through.
-	if !stop() && err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		conn.Close()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("login %s: %w", user, ctx.Err())
-		}
-		return nil, fmt.Errorf("login %s: %w", user, err)
 	}
 	return s, nil
-}
-
-func (d *Driver) dial(ctx context.Context) (*websocket.Conn, error) {
-	conn, err := wsframe.Dial(ctx, d.dialer, d.opts.URL, d.opts.Header)
-	if err != nil {
-		return nil, err
-	}
-	if p := conn.Subprotocol(); p != "xmpp" {
-		conn.Close()
-		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want xmpp", probe.RedactURL(d.opts.URL), p)
-	}
-	conn.SetReadLimit(maxFrame)
-	return conn, nil
 }
 
 // forget drops what the driver remembers of user's stream, or keeps it for

@@ -1,4 +1,4 @@
-package wsframe
+package wsconn
 
 import (
 	"context"
@@ -53,22 +53,22 @@ func (c *StampConn) Last() int64 {
 	return c.last
 }
 
-// NetDialContext dials as gorilla's Dialer does without one (a zero
-// net.Dialer under the handshake's context) and wraps the connection in a
-// StampConn. It is meant for websocket.Dialer.NetDialContext; a wss
+// NetDialer returns a dial function for websocket.Dialer.NetDialContext
+// that dials as gorilla's Dialer does without one (a zero net.Dialer under
+// the handshake's context) and wraps the connection in a StampConn; a wss
 // connection is then TLS over the StampConn, and the stamp is when the
 // encrypted bytes arrived.
 //
-// A context marked by probe.WithSlowLink dials a slow link (see slowLink);
-// one marked by probe.WithSourceAddr dials from that address (see
-// bindNoPort), and a hostname then resolves to its family only.
-func NetDialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+// A slow link dials with a slow link's socket options (see slowLink); a
+// source address dials from it (see bindNoPort), and a hostname then
+// resolves to its family only.
+func NetDialer(link probe.Link) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	var controls []func(network, address string, c syscall.RawConn) error
-	if probe.SlowLink(ctx) {
+	if link.Slow {
 		controls = append(controls, slowLink)
 	}
-	if a := probe.SourceAddr(ctx); a.IsValid() {
+	if a := link.Source; a.IsValid() {
 		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, 0))
 		controls = append(controls, bindNoPort)
 	}
@@ -88,15 +88,17 @@ func NetDialContext(ctx context.Context, network, addr string) (net.Conn, error)
 			return nil
 		}
 	}
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &StampConn{Conn: c}, nil
 	}
-	return &StampConn{Conn: c}, nil
 }
 
 // StampOf returns the StampConn under c, looking through TLS, or nil if c
-// was not dialled through NetDialContext; a nil StampConn's Last is 0,
+// was not dialled through NetDialer; a nil StampConn's Last is 0,
 // which a Delivery reads as "time unknown".
 func StampOf(c *websocket.Conn) *StampConn {
 	nc := c.NetConn()

@@ -1,4 +1,4 @@
-package wsframe_test
+package wsconn_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/internal/wsframe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
 // acceptor listens on addr ("127.0.0.1:0") and sends the remote address of
@@ -48,9 +48,9 @@ func acceptor(t *testing.T, addr string) (net.Listener, <-chan netip.AddrPort) {
 // sockopt reads an integer socket option of the connection under c.
 func sockopt(t *testing.T, c net.Conn, level, opt int) int {
 	t.Helper()
-	sc, ok := c.(*wsframe.StampConn)
+	sc, ok := c.(*wsconn.StampConn)
 	if !ok {
-		t.Fatalf("NetDialContext returned %T, want *wsframe.StampConn", c)
+		t.Fatalf("NetDialer's dial returned %T, want *wsconn.StampConn", c)
 	}
 	raw, err := sc.Conn.(*net.TCPConn).SyscallConn()
 	if err != nil {
@@ -67,12 +67,12 @@ func sockopt(t *testing.T, c net.Conn, level, opt int) int {
 	return v
 }
 
-// TestNetDialContextSourceAddr dials a loopback server from chosen local
+// TestNetDialerSourceAddr dials a loopback server from chosen local
 // addresses (all of 127.0.0.0/8 is the loopback interface's on Linux, no
 // alias needed) and checks what the server sees, that the bind took no
 // port of its own (IP_BIND_ADDRESS_NO_PORT), and that a slow link's
 // options still apply beside it.
-func TestNetDialContextSourceAddr(t *testing.T) {
+func TestNetDialerSourceAddr(t *testing.T) {
 	ln, remotes := acceptor(t, "127.0.0.1:0")
 	tests := []struct {
 		name   string
@@ -90,15 +90,13 @@ func TestNetDialContextSourceAddr(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
+			link := probe.Link{Slow: tt.slow}
 			if tt.source != "" {
-				ctx = probe.WithSourceAddr(ctx, netip.MustParseAddr(tt.source))
+				link.Source = netip.MustParseAddr(tt.source)
 			}
-			if tt.slow {
-				ctx = probe.WithSlowLink(ctx)
-			}
-			c, err := wsframe.NetDialContext(ctx, "tcp", ln.Addr().String())
+			c, err := wsconn.NetDialer(link)(ctx, "tcp", ln.Addr().String())
 			if err != nil {
-				t.Fatalf("NetDialContext(%s) = %v", ln.Addr(), err)
+				t.Fatalf("dial(%s) = %v", ln.Addr(), err)
 			}
 			defer c.Close()
 			var remote netip.AddrPort
@@ -129,15 +127,15 @@ func TestNetDialContextSourceAddr(t *testing.T) {
 	}
 }
 
-// TestNetDialContextSourceAddrIPv6 dials ::1 from ::1: the option is an
+// TestNetDialerSourceAddrIPv6 dials ::1 from ::1: the option is an
 // IP-level one that IPv6 sockets take too.
-func TestNetDialContextSourceAddrIPv6(t *testing.T) {
+func TestNetDialerSourceAddrIPv6(t *testing.T) {
 	ln, remotes := acceptor(t, "[::1]:0")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	c, err := wsframe.NetDialContext(probe.WithSourceAddr(ctx, netip.IPv6Loopback()), "tcp", ln.Addr().String())
+	c, err := wsconn.NetDialer(probe.Link{Source: netip.IPv6Loopback()})(ctx, "tcp", ln.Addr().String())
 	if err != nil {
-		t.Fatalf("NetDialContext(%s) from ::1 = %v", ln.Addr(), err)
+		t.Fatalf("dial(%s) from ::1 = %v", ln.Addr(), err)
 	}
 	defer c.Close()
 	if got := (<-remotes).Addr(); got != netip.IPv6Loopback() {
@@ -148,9 +146,9 @@ func TestNetDialContextSourceAddrIPv6(t *testing.T) {
 	}
 }
 
-// TestNetDialContextSourceFamily dials a name that resolves to IPv4 and
+// TestNetDialerSourceFamily dials a name that resolves to IPv4 and
 // IPv6 alike from an IPv4 source: only the IPv4 address is tried.
-func TestNetDialContextSourceFamily(t *testing.T) {
+func TestNetDialerSourceFamily(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", "localhost")
@@ -159,9 +157,9 @@ func TestNetDialContextSourceFamily(t *testing.T) {
 	}
 	ln, remotes := acceptor(t, "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	c, err := wsframe.NetDialContext(probe.WithSourceAddr(ctx, netip.MustParseAddr("127.0.0.4")), "tcp", net.JoinHostPort("localhost", port))
+	c, err := wsconn.NetDialer(probe.Link{Source: netip.MustParseAddr("127.0.0.4")})(ctx, "tcp", net.JoinHostPort("localhost", port))
 	if err != nil {
-		t.Fatalf("NetDialContext(localhost:%s) from 127.0.0.4 = %v", port, err)
+		t.Fatalf("dial(localhost:%s) from 127.0.0.4 = %v", port, err)
 	}
 	defer c.Close()
 	if got := (<-remotes).Addr().String(); got != "127.0.0.4" {

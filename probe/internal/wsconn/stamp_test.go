@@ -1,4 +1,4 @@
-package wsframe_test
+package wsconn_test
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/imcanary/imcanary/probe/internal/wsframe"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
 // serverFrame encodes one unmasked text frame, as a server sends it.
@@ -63,13 +64,13 @@ func dial(t *testing.T, d *websocket.Dialer, url string) *websocket.Conn {
 func readStamped(t *testing.T, c *websocket.Conn) (string, int64) {
 	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	bp, err := wsframe.Read(c)
+	bp, err := wsconn.Read(c)
 	if err != nil {
 		t.Fatalf("Read() = %v", err)
 	}
-	at := wsframe.StampOf(c).Last()
+	at := wsconn.StampOf(c).Last()
 	s := string(*bp)
-	wsframe.Release(bp)
+	wsconn.Release(bp)
 	return s, at
 }
 
@@ -132,9 +133,9 @@ func TestStampConn(t *testing.T) {
 				}
 				times <- ts
 			})
-			c := dial(t, &websocket.Dialer{NetDialContext: wsframe.NetDialContext}, url)
-			if wsframe.StampOf(c) == nil {
-				t.Fatal("StampOf(conn dialled through NetDialContext) = nil")
+			c := dial(t, &websocket.Dialer{NetDialContext: wsconn.NetDialer(probe.Link{})}, url)
+			if wsconn.StampOf(c) == nil {
+				t.Fatal("StampOf(conn dialled through NetDialer) = nil")
 			}
 			var ats []int64
 			for range tt.after {
@@ -167,7 +168,7 @@ func TestStampConnHandoff(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		_, _ = nc.Write(serverFrame("delivery"))
 	})
-	c := dial(t, &websocket.Dialer{NetDialContext: wsframe.NetDialContext}, url)
+	c := dial(t, &websocket.Dialer{NetDialContext: wsconn.NetDialer(probe.Link{})}, url)
 	_, first := readStamped(t, c)
 	stop := make(chan struct{})
 	wrote := make(chan struct{})
@@ -186,14 +187,14 @@ func TestStampConnHandoff(t *testing.T) {
 	got := make(chan int64, 1)
 	go func() {
 		// Not readStamped: Fatal belongs to the test's goroutine.
-		bp, err := wsframe.Read(c)
+		bp, err := wsconn.Read(c)
 		if err != nil {
 			t.Errorf("Read() on the second goroutine = %v", err)
 			got <- 0
 			return
 		}
-		wsframe.Release(bp)
-		got <- wsframe.StampOf(c).Last()
+		wsconn.Release(bp)
+		got <- wsconn.StampOf(c).Last()
 	}()
 	second := <-got
 	close(stop)
@@ -213,11 +214,11 @@ func TestStampOf(t *testing.T) {
 		})
 		before := time.Now().UnixNano()
 		d := &websocket.Dialer{
-			NetDialContext:  wsframe.NetDialContext,
+			NetDialContext:  wsconn.NetDialer(probe.Link{}),
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // httptest's own certificate
 		}
 		c := dial(t, d, url)
-		if wsframe.StampOf(c) == nil {
+		if wsconn.StampOf(c) == nil {
 			t.Fatal("StampOf(wss conn) = nil, want the StampConn under TLS")
 		}
 		if msg, at := readStamped(t, c); msg != "over tls" || at < before {
@@ -227,7 +228,7 @@ func TestStampOf(t *testing.T) {
 	t.Run("other dialer", func(t *testing.T) {
 		url := rawServer(t, false, func(nc net.Conn) { _, _ = nc.Write(serverFrame("x")) })
 		c := dial(t, &websocket.Dialer{}, url)
-		if sc := wsframe.StampOf(c); sc != nil {
+		if sc := wsconn.StampOf(c); sc != nil {
 			t.Fatalf("StampOf(conn of a plain Dialer) = %v, want nil", sc)
 		}
 		if _, at := readStamped(t, c); at != 0 {
@@ -244,7 +245,7 @@ func BenchmarkRead(b *testing.B) {
 		d    *websocket.Dialer
 	}{
 		{"plain", &websocket.Dialer{ReadBufferSize: 512}},
-		{"stamped", &websocket.Dialer{ReadBufferSize: 512, NetDialContext: wsframe.NetDialContext}},
+		{"stamped", &websocket.Dialer{ReadBufferSize: 512, NetDialContext: wsconn.NetDialer(probe.Link{})}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			// 64 messages of 100 bytes per write, written until the
@@ -272,16 +273,16 @@ func BenchmarkRead(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			sc := wsframe.StampOf(c)
+			sc := wsconn.StampOf(c)
 			var sink int64
 			b.ReportAllocs()
 			for b.Loop() {
-				bp, err := wsframe.Read(c)
+				bp, err := wsconn.Read(c)
 				if err != nil {
 					b.Fatal(err)
 				}
 				sink += sc.Last()
-				wsframe.Release(bp)
+				wsconn.Release(bp)
 			}
 			_ = sink
 		})

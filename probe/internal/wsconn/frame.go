@@ -1,22 +1,20 @@
-// Package wsframe is the WebSocket plumbing the protocol adapters share:
-// whole messages read into pooled buffers (a session holds a buffer only
-// while it handles a frame, never while it waits for the next, so an idle
-// session's memory is its small bufio reader), the read deadline guarded
-// against Close, a write failure that ends the session, and the time each
-// frame came off the socket (StampConn).
-package wsframe
+// Package wsconn is the connection layer every WebSocket protocol adapter
+// shares (Conn): dialling (with a slow link's socket options or from a
+// source address), the read loop, keepalive and idle deadlines, serialised
+// writes, the close handshake and the classing of how a session ended.
+// Whole messages are read into pooled buffers (a session holds a buffer
+// only while it handles a frame, never while it waits for the next, so an
+// idle session's memory is its small bufio reader), and the time each
+// frame came off the socket is kept (StampConn).
+package wsconn
 
 import (
-	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/imcanary/imcanary/probe"
 )
 
 // keepMax is the largest buffer returned to the pool: one huge frame must
@@ -111,21 +109,4 @@ func Fail(c *websocket.Conn, err error) error {
 		c.NetConn().Close()
 	}
 	return err
-}
-
-// Dial opens a WebSocket to url with d, sending header with the upgrade.
-// Its errors are classed for probe.FailureReason and name the URL without
-// anything secret it may carry: an upgrade answered with another status
-// than 101 is probe.HandshakeStatus, a network or TLS error keeps its type
-// under the wrapping.
-func Dial(ctx context.Context, d *websocket.Dialer, url string, header http.Header) (*websocket.Conn, error) {
-	conn, resp, err := d.DialContext(ctx, url, header)
-	if err == nil {
-		return conn, nil
-	}
-	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp.Body.Close()
-		return nil, fmt.Errorf("dial %s: %w", probe.RedactURL(url), probe.HandshakeStatus(resp.StatusCode, resp.Status))
-	}
-	return nil, fmt.Errorf("dial %s: %w", probe.RedactURL(url), err)
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package wsframe
+package wsconn
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package wsframe
+package wsconn
 
 import (
 	"syscall"
