@@ -12,6 +12,7 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
+	"github.com/imcanary/imcanary/report"
 )
 
 // drillProfile is testProfile with a fifth of the users reading slowly:
@@ -225,7 +226,7 @@ func TestSoakNoDrill(t *testing.T) {
 	}
 }
 
-func hasNote(r *Report, prefix string) bool {
+func hasNote(r *report.Soak, prefix string) bool {
 	for _, n := range r.Notes {
 		if strings.HasPrefix(n, prefix) {
 			return true
@@ -240,49 +241,49 @@ func TestDrillReaction(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		dr   Drill
+		dr   report.Drill
 		ends []drillEnd
 		hit  int
 		want string
 	}{
 		{
 			name: "slow consumer",
-			dr: Drill{SlowReaders: 4, Disconnects: map[string]int64{"slow_consumer": 7},
-				TimeToDisconnect: Percentiles{Count: 7, P50: 2140 * time.Millisecond}},
+			dr: report.Drill{SlowReaders: 4, Disconnects: map[string]int64{"slow_consumer": 7},
+				TimeToDisconnect: report.Percentiles{Count: 7, P50: 2140 * time.Millisecond}},
 			ends: []drillEnd{end("slow_consumer", 4008, 7)}, hit: 4,
 			want: "disconnected as slow consumers (close 4008) after 2.1s median: 4 of 4 slow readers, 7 disconnects",
 		},
 		{
 			name: "policy close, some cut",
-			dr: Drill{SlowReaders: 3, Disconnects: map[string]int64{"server_close": 2, "error": 1},
-				TimeToDisconnect: Percentiles{Count: 3, P50: 30 * time.Second}},
+			dr: report.Drill{SlowReaders: 3, Disconnects: map[string]int64{"server_close": 2, "error": 1},
+				TimeToDisconnect: report.Percentiles{Count: 3, P50: 30 * time.Second}},
 			ends: []drillEnd{end("error", 0, 1), end("server_close", 1008, 2)}, hit: 2,
 			want: "disconnected (server_close 1008) after 30s median: 2 of 3 slow readers, 3 disconnects (error 1, server_close 2)",
 		},
 		{
 			name: "no close frame",
-			dr:   Drill{SlowReaders: 1, Disconnects: map[string]int64{"error": 1}},
+			dr:   report.Drill{SlowReaders: 1, Disconnects: map[string]int64{"error": 1}},
 			ends: []drillEnd{end("error", 0, 1)}, hit: 1,
 			want: "disconnected without a close frame (error): 1 of 1 slow readers, 1 disconnect",
 		},
 		{
 			name: "buffered",
-			dr:   Drill{SlowReaders: 2, MaxLagMessages: 1234, Deliveries: Deliveries{Expected: 5000, Delivered: 3766}},
+			dr:   report.Drill{SlowReaders: 2, MaxLagMessages: 1234, Deliveries: report.Deliveries{Expected: 5000, Delivered: 3766}},
 			want: "kept connected: slow readers fell up to 1,234 messages behind (the server buffered or throttled; imcanary cannot tell which from outside)",
 		},
 		{
 			name: "dropped",
-			dr:   Drill{SlowReaders: 2, MaxLagMessages: 128, Deliveries: Deliveries{Expected: 5000, Delivered: 4000, Lost: 1000}},
+			dr:   report.Drill{SlowReaders: 2, MaxLagMessages: 128, Deliveries: report.Deliveries{Expected: 5000, Delivered: 4000, Lost: 1000}},
 			want: "kept connected, but 1,000 of 5,000 deliveries to slow readers were lost (the server dropped messages rather than disconnect); they fell up to 128 messages behind",
 		},
 		{
 			name: "never behind",
-			dr:   Drill{SlowReaders: 2, Deliveries: Deliveries{Expected: 10, Delivered: 10}},
+			dr:   report.Drill{SlowReaders: 2, Deliveries: report.Deliveries{Expected: 10, Delivered: 10}},
 			want: "kept connected and never seen behind: the drill may be too gentle to fill the buffers between the server and a slow reader (try a longer pause or larger messages)",
 		},
 		{
 			name: "nothing owed",
-			dr:   Drill{SlowReaders: 2},
+			dr:   report.Drill{SlowReaders: 2},
 			want: "not tested: no deliveries were owed to the slow readers",
 		},
 	} {

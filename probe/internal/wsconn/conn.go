@@ -1,0 +1,307 @@
+package wsconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// Settings are what every connection of one adapter shares: how to dial,
+// how long to wait, and how to say goodbye. An adapter fills them once, in
+// its constructor; they are not modified afterwards.
+type Settings struct {
+	// Dialer dials the WebSocket. Its NetDialContext is replaced per
+	// connection (see NetDialer), so it need not set one.
+	Dialer *websocket.Dialer
+	URL    string
+	// Header is sent with the upgrade: the User-Agent and the configured
+	// target.headers.
+	Header http.Header
+	// Subprotocol, if set, is the one the server must choose.
+	Subprotocol string
+	// MaxFrame bounds one received frame.
+	MaxFrame int64
+	// WriteTimeout bounds one write: a server that stops reading must not
+	// block the sender, which serves other users too, for longer.
+	WriteTimeout time.Duration
+	// Idle is how long a session may read nothing before it is dead: two
+	// missed heartbeats and a margin, as the server answers every ping.
+	Idle time.Duration
+	// CloseGrace is how long Close waits for the server's reply.
+	CloseGrace time.Duration
+	// Farewell, if set, is the data frame Close writes to end the
+	// protocol's stream (XMPP's <close/>) in place of a WebSocket close
+	// frame; the server then closes the WebSocket itself.
+	Farewell []byte
+}
+
+// Conn is one session's connection: the socket and its read loop, the
+// keepalive and idle deadline, serialised writes, the close handshake and
+// the classing of how the session ended. An adapter is the protocol: it
+// encodes what it writes, decodes each frame Serve hands it (Protocol) and
+// keeps its protocol's state; it never touches the socket.
+//
+// Serve runs on the goroutine that owns the session; Write, Ping and Close
+// may be called from others, concurrently with Serve and each other.
+type Conn struct {
+	ws    *websocket.Conn
+	stamp *StampConn
+	s     *Settings
+	// wmu serialises data frames: gorilla allows one writer at a time.
+	// Pings and close frames use WriteControl, which it allows beside.
+	wmu sync.Mutex
+	// guard orders read-deadline changes against Close.
+	guard Closer
+	// idle is the read deadline Serve keeps; SetIdle shortens it.
+	idle time.Duration
+}
+
+// Dial opens a connection to s.URL over link. Its errors are classed for
+// probe.FailureReason and name the URL without anything secret it holds.
+func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
+	d := *s.Dialer
+	d.NetDialContext = NetDialer(link)
+	if s.Subprotocol != "" {
+		d.Subprotocols = []string{s.Subprotocol}
+	}
+	ws, err := dial(ctx, &d, s.URL, s.Header)
+	if err != nil {
+		return nil, err
+	}
+	if s.Subprotocol != "" && ws.Subprotocol() != s.Subprotocol {
+		ws.Close()
+		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want %s", probe.RedactURL(s.URL), ws.Subprotocol(), s.Subprotocol)
+	}
+	ws.SetReadLimit(s.MaxFrame)
+	return &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: s.Idle}, nil
+}
+
+// Open dials a connection for user over link and runs login on it, the
+// two within timeout: a session that is logged in, or an error that says
+// which step failed ("login USER: …") and leaves nothing open. login runs
+// the protocol's login exchange with c.Write and c.Read; a ctx that ends
+// meanwhile interrupts it.
+func Open(ctx context.Context, s *Settings, link probe.Link, timeout time.Duration, user string, login func(c *Conn) error) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := Dial(ctx, s, link)
+	if err != nil {
+		return nil, err
+	}
+	stop := c.Interrupt(ctx)
+	err = login(c)
+	// stop reports false if ctx ended meanwhile: the connection is closed
+	// then, even if the login got through.
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		c.Abort()
+		if ctx.Err() != nil {
+			// The deadline or the caller's end is the cause, whatever
+			// the read said when the socket closed under it.
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("login %s: %w", user, err)
+	}
+	return c, nil
+}
+
+// dial opens a WebSocket and classes its errors: an upgrade answered with
+// another status than 101 is probe.HandshakeStatus; a network or TLS
+// error keeps its type under the wrapping.
+func dial(ctx context.Context, d *websocket.Dialer, url string, header http.Header) (*websocket.Conn, error) {
+	ws, resp, err := d.DialContext(ctx, url, header)
+	if err == nil {
+		return ws, nil
+	}
+	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp.Body.Close()
+		return nil, fmt.Errorf("dial %s: %w", probe.RedactURL(url), probe.HandshakeStatus(resp.StatusCode, resp.Status))
+	}
+	return nil, fmt.Errorf("dial %s: %w", probe.RedactURL(url), err)
+}
+
+// Interrupt closes the socket if ctx ends before stop is called: a login
+// exchange reads and writes without a context of its own. stop reports
+// false if ctx ended first, and the connection is then closed.
+func (c *Conn) Interrupt(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { c.ws.NetConn().Close() })
+}
+
+// Abort closes the socket at once, without a close handshake: a failed
+// login, or a provisioning connection done with.
+func (c *Conn) Abort() { c.ws.Close() }
+
+// Read reads the next data frame, waiting at most timeout: the login
+// exchange's read, before Serve. The bytes are in a pooled buffer, to be
+// given back with Release; at is when they came off the socket.
+func (c *Conn) Read(timeout time.Duration) (bp *[]byte, at int64, err error) {
+	_ = c.ws.SetReadDeadline(time.Now().Add(timeout))
+	bp, err = Read(c.ws)
+	if err != nil {
+		return nil, 0, err
+	}
+	return bp, c.stamp.Last(), nil
+}
+
+// Write writes b as one text frame. A failed write ends the session (see
+// Fail): gorilla keeps a write error for good.
+func (c *Conn) Write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeLocked(b)
+}
+
+// WriteWith runs f with the write lock held, handing it the writer of text
+// frames: a protocol whose frames must be counted in the order written
+// (XMPP stream management) counts and writes under one lock.
+func (c *Conn) WriteWith(f func(write func([]byte) error) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return f(c.writeLocked)
+}
+
+func (c *Conn) writeLocked(b []byte) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.WriteTimeout))
+	return Fail(c.ws, c.ws.WriteMessage(websocket.TextMessage, b))
+}
+
+// Ping sends a WebSocket ping; the pong extends the idle deadline.
+func (c *Conn) Ping() error {
+	return Fail(c.ws, c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.WriteTimeout)))
+}
+
+// Closing reports whether Close has been called.
+func (c *Conn) Closing() bool { return c.guard.Closing() }
+
+// Close ends the session cleanly: the protocol's Farewell or a WebSocket
+// normal-closure frame, then a wait of at most CloseGrace for the server's
+// reply, which Serve reads before it returns with reason shutdown. It is
+// idempotent, and safe beside Serve and writers.
+func (c *Conn) Close() error {
+	grace := c.s.CloseGrace
+	if !c.guard.Begin(c.ws, grace) {
+		return nil
+	}
+	if c.s.Farewell == nil {
+		return CloseFrame(c.ws, grace)
+	}
+	// The farewell is a data frame and needs the write lock. A write in
+	// progress ends within microseconds and is waited for; a sender stuck
+	// on a full socket holds the lock for up to WriteTimeout, and rather
+	// than wait for it, close at the WebSocket level.
+	for wait := time.Now().Add(grace / 10); !c.wmu.TryLock(); time.Sleep(time.Millisecond) {
+		if time.Now().After(wait) {
+			return CloseFrame(c.ws, grace)
+		}
+	}
+	_ = c.ws.SetWriteDeadline(time.Now().Add(grace))
+	err := c.ws.WriteMessage(websocket.TextMessage, c.s.Farewell)
+	c.wmu.Unlock()
+	if err == nil {
+		return nil
+	}
+	return CloseFrame(c.ws, grace)
+}
+
+// SetIdle changes the read deadline Serve keeps between frames, from the
+// next frame on: a protocol whose server has ended its stream waits only
+// for the WebSocket close. It is for Protocol.Frame, on Serve's goroutine.
+func (c *Conn) SetIdle(d time.Duration) { c.idle = d }
+
+// Protocol is what an adapter does with what its connection reads. Both
+// methods run on Serve's goroutine.
+type Protocol interface {
+	// Frame handles one data frame. b aliases the read buffer and is
+	// valid only during the call; at is when its last byte came off the
+	// socket (Unix ns), for probe.Delivery.At. An error ends the session:
+	// a *probe.Disconnect as it is, anything else as a frame the adapter
+	// could not read (see Conn.Failed).
+	Frame(b []byte, at int64) error
+	// Ended classes the read error that ended a session imcanary did not
+	// close: a *websocket.CloseError for a close frame from the server,
+	// any other error for a connection that failed. Most adapters return
+	// Ended(err, theirCloseReasons).
+	Ended(err error) *probe.Disconnect
+}
+
+// Serve reads frames until the session ends, handing each to p, and
+// returns why it ended, always as a *probe.Disconnect. It closes the
+// socket before it returns.
+func (c *Conn) Serve(p Protocol) error {
+	defer c.ws.Close()
+	c.ws.SetPongHandler(func(string) error { return c.guard.Extend(c.ws, c.idle) })
+	for {
+		_ = c.guard.Extend(c.ws, c.idle)
+		bp, err := Read(c.ws)
+		if err != nil {
+			if c.guard.Closing() {
+				return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
+			}
+			return p.Ended(err)
+		}
+		err = p.Frame(*bp, c.stamp.Last())
+		Release(bp)
+		if err != nil {
+			return c.Failed(err)
+		}
+	}
+}
+
+// Failed turns the error of a frame the adapter handled into why the
+// session ends: our own close if it is closing, a *probe.Disconnect as it
+// is, and anything else a frame it could not read, which might have been a
+// delivery, so the session ends (with close 1003) rather than skip it
+// silently. An adapter that handles frames kept from its login, before
+// Serve, ends the session with it too.
+func (c *Conn) Failed(err error) error {
+	if c.guard.Closing() {
+		return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: err}
+	}
+	if d, ok := errors.AsType[*probe.Disconnect](err); ok {
+		return d
+	}
+	_ = c.ws.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseUnsupportedData, "malformed frame"),
+		time.Now().Add(c.s.CloseGrace))
+	return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("malformed frame from server: %w", err)}
+}
+
+// Ended classes the read error of a session imcanary did not close as
+// most protocols need: no close frame (gorilla's 1006) is a network
+// error; a close frame is what closeReason says of its code (a protocol's
+// slow-consumer close), else server_close; anything else is an error.
+// closeReason may be nil.
+func Ended(err error, closeReason func(code int, text string) *probe.Disconnect) *probe.Disconnect {
+	ce, ok := errors.AsType[*websocket.CloseError](err)
+	switch {
+	case ok && ce.Code == websocket.CloseAbnormalClosure:
+		return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+	case ok && closeReason != nil:
+		if d := closeReason(ce.Code, ce.Text); d != nil {
+			return d
+		}
+		fallthrough
+	case ok:
+		return &probe.Disconnect{Reason: metrics.ReasonServerClose, Code: ce.Code, Text: ce.Text}
+	}
+	return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+}
+
+// ignoreClosed drops the errors a clean shutdown produces.
+func ignoreClosed(err error) error {
+	if ce, ok := errors.AsType[*websocket.CloseError](err); ok && ce.Code == websocket.CloseNormalClosure || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
