@@ -1,0 +1,117 @@
+package probe
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+	"golang.org/x/time/rate"
+)
+
+// Options configures a Population.
+type Options struct {
+	Driver Driver
+	Set    *metrics.Set
+	Logger *slog.Logger
+	// Run identifies this process in every message body.
+	Run string
+	// Prefix starts every user and group name.
+	Prefix      string
+	Users       int
+	Ramp        time.Duration
+	GroupSize   int
+	Rate        float64 // messages per second per user
+	Heartbeat   time.Duration
+	Deadline    time.Duration
+	LostAfter   time.Duration
+	MessageSize int
+	BackoffMin  time.Duration
+	BackoffMax  time.Duration
+	// Observer, if set, sees individual events (canary, soak).
+	Observer Observer
+	// StartPaused starts the population with sending paused: a soak run
+	// ramps its users in before it sends.
+	StartPaused bool
+	// LateFraction of the users, spread evenly, log in only LateAfter
+	// after the start: messages sent to them meanwhile test the server's
+	// offline delivery.
+	LateFraction float64
+	LateAfter    time.Duration
+	// SlowReaders makes a fraction of the users read deliberately slowly:
+	// a slow-reader drill.
+	SlowReaders SlowReaders
+	// LagThreshold is how long a message the server acknowledged may go
+	// unreceived by an online recipient, with nothing later of its stream
+	// received either, before the recipient counts as lagging. 0 means
+	// half the Deadline, so that a stalled session is flagged within one
+	// deadline.
+	LagThreshold time.Duration
+	// Health, if set, records the prober's own send and receive lags and
+	// says when it is saturated.
+	Health Health
+	// Reach, if set, hears the outcome of every connect, login and
+	// provisioning attempt: whether the target takes logins right now.
+	// Populations of one prober share it.
+	Reach *Reach
+	// SourceAddrs, if set, are the local addresses sessions connect from,
+	// user i from SourceAddrs[i%len]: always the same one, so that a user
+	// keeps its address across reconnects. Empty lets the kernel pick.
+	SourceAddrs []netip.Addr
+	// MaxConnectRate caps connect attempts per second across the whole
+	// population, first logins and reconnects alike, so that a server
+	// that dropped everyone is not stormed by them coming back at once
+	// (the jittered backoff spreads them further). 0 is no limit.
+	MaxConnectRate float64
+	// SessionLifetime, if positive, is the mean of the exponentially
+	// distributed time a session stays logged in before its user logs out
+	// and back in (churn; disconnect reason "churn").
+	SessionLifetime time.Duration
+	// Limiter, if set, is the connect limiter to use instead of one of
+	// MaxConnectRate: populations that share it share the rate, as the
+	// blocks of one resized population must.
+	Limiter *rate.Limiter
+	// Offset and GroupOffset number the users and groups from these
+	// instead of 0: PREFIX-u(Offset+i), PREFIX-g(GroupOffset+g). A
+	// population grown at run time is made of blocks, each a Population
+	// of its own, numbered on from the one before.
+	Offset, GroupOffset int
+	// Block marks such a block: its owner keeps the population's
+	// wanted-sessions and ready gauges, which a block would set for
+	// itself alone.
+	Block bool
+	// CrossPeer, if set, is a user of another shard (another process) to
+	// whom user 0 sends direct messages with SendCross; CrossFrom is the
+	// user of another shard who sends to user 0. Each process counts only
+	// its half: the sender what the server acknowledged (expected), the
+	// receiver what arrived, so Prometheus's sum over shards is the whole.
+	CrossPeer, CrossFrom string
+}
+
+// SlowReaders configures a slow-reader drill. The slow readers are spread
+// evenly over the users; they receive but do not send, since their acks
+// would wait behind their own slow reads and measure imcanary, not the
+// server.
+type SlowReaders struct {
+	// Fraction of the users, 0 to below 1, who read slowly.
+	Fraction float64
+	// ReadDelay is a pause after every delivery a slow reader reads.
+	ReadDelay time.Duration
+	// Pause stops a slow reader's reading for this long, at its first
+	// delivery and then every PauseEvery (0: only once per session).
+	Pause      time.Duration
+	PauseEvery time.Duration
+}
+
+// Health is the prober's self-monitor (saturation.Monitor). Its
+// methods are on the hot paths and must not block or allocate.
+type Health interface {
+	// SendLag records how late a message was written against its
+	// intended send time.
+	SendLag(time.Duration)
+	// ReceiveLag records the time from a frame's read off the socket to
+	// the ledger's record of it.
+	ReceiveLag(time.Duration)
+	// Saturated reports whether the prober's numbers are now suspect.
+	Saturated() bool
+}

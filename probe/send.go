@@ -1,0 +1,166 @@
+package probe
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+)
+
+// Open-loop sending: each user's next intended send time on a heap per
+// sender goroutine, and the messages written on a user's streams.
+
+// userHeap orders a sender's users by their next intended send time.
+type userHeap []*user
+
+func (h userHeap) Len() int           { return len(h) }
+func (h userHeap) Less(i, j int) bool { return h[i].next < h[j].next }
+func (h userHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *userHeap) Push(x any)        { *h = append(*h, x.(*user)) }
+func (h *userHeap) Pop() any {
+	old := *h
+	u := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return u
+}
+
+// sender sends for every user with idx%shards == shard, each at its own
+// open-loop schedule: intended times advance by 1/rate whatever the server
+// does, and each message carries its intended time.
+func (p *Population) sender(ctx context.Context, shard, shards int, start time.Time) {
+	o := p.opts
+	interval := int64(float64(time.Second) / o.Rate)
+	var h userHeap
+	for i := shard; i < len(p.users); i += shards {
+		u := p.users[i]
+		if (u.direct == nil && u.group == nil) || u.slow {
+			continue
+		}
+		// First send: after the user's ramp slot, at a random phase, so
+		// that users do not send in lockstep.
+		u.next = start.UnixNano() + int64(o.Ramp)*int64(u.idx)/int64(o.Users) + rand.Int64N(interval) + 1
+		h = append(h, u)
+	}
+	heap.Init(&h)
+	if len(h) == 0 {
+		return
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var buf []byte
+	for {
+		u := h[0]
+		if wait := time.Until(time.Unix(0, u.next)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		if !p.paused.Load() && (p.ready.Load() || u.next > p.holdUntil.Load()) {
+			if h := o.Health; h != nil {
+				h.SendLag(time.Duration(time.Now().UnixNano() - u.next))
+			}
+			buf = p.send(u, u.next, buf)
+		}
+		u.next += interval
+		heap.Fix(&h, 0)
+	}
+}
+
+// send writes one message of u with the given intended time, alternating
+// direct and group. buf is scratch space, returned for reuse.
+func (p *Population) send(u *user, intended int64, buf []byte) []byte {
+	u.mu.Lock()
+	st := u.direct
+	if u.group != nil && (u.toggle || st == nil) {
+		st = u.group
+	}
+	u.toggle = !u.toggle
+	buf, _, _ = p.sendOn(u, st, intended, buf)
+	return buf
+}
+
+// errOffline is SendNow's error for a user without a session.
+var errOffline = errors.New("sender offline")
+
+// SendCross sends one direct message from user 0 to Options.CrossPeer, a
+// user of another shard, at once.
+func (p *Population) SendCross() (Sent, error) {
+	u := p.users[0]
+	if u.cross == nil {
+		return Sent{}, errors.New("no cross-shard peer")
+	}
+	now := time.Now()
+	u.mu.Lock()
+	_, s, err := p.sendOn(u, u.cross, now.UnixNano(), nil)
+	s.Intended = now
+	return s, err
+}
+
+// SendNow sends one message from user i at once, direct or to its group,
+// and returns what identifies it. A canary round sends this way.
+func (p *Population) SendNow(i int, group bool) (Sent, error) {
+	u := p.users[i]
+	st := u.direct
+	if group {
+		st = u.group
+	}
+	if st == nil {
+		return Sent{}, fmt.Errorf("user %s has no %s peer", u.name, map[bool]string{false: "direct", true: "group"}[group])
+	}
+	now := time.Now()
+	u.mu.Lock()
+	_, s, err := p.sendOn(u, st, now.UnixNano(), nil)
+	s.Intended = now
+	return s, err
+}
+
+// sendOn writes one message of u on st with the given intended time. It is
+// called with u.mu held and releases it. buf is scratch space, returned for
+// reuse.
+func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte) ([]byte, Sent, error) {
+	set := p.opts.Set
+	sess := u.sess
+	if sess == nil {
+		u.mu.Unlock()
+		set.SendErrors[metrics.SendOffline].Inc()
+		return buf, Sent{}, errOffline
+	}
+	st.seq++
+	h := Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended}
+	h.VoidLo, h.VoidHi = st.takeVoid()
+	ref := p.refs.Add(1)
+	if len(u.inflight) >= maxInflight {
+		old := u.inflight[0]
+		u.inflight = u.inflight[1:]
+		old.st.addVoid(old.seq)
+		set.SendErrors[metrics.SendAckTimeout].Inc()
+		u.unacked(old.ref, metrics.SendAckTimeout, "")
+	}
+	u.inflight = append(u.inflight, flight{ref: ref, st: st, seq: st.seq, sentAt: time.Now().UnixNano()})
+	u.mu.Unlock()
+
+	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == 1, Fanout: st.fanout, Recipients: st.recipients}
+	buf = AppendBody(buf[:0], &h, p.opts.MessageSize)
+	m := Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
+	if err := sess.Send(&m); err != nil {
+		u.mu.Lock()
+		if f, ok := u.take(ref); ok {
+			f.st.addVoid(f.seq)
+			set.SendErrors[metrics.SendWrite].Inc()
+			u.unacked(ref, metrics.SendWrite, "")
+		}
+		u.mu.Unlock()
+		return buf, sent, err
+	}
+	set.Kind[st.kind].Sent.Inc()
+	return buf, sent, nil
+}

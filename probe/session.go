@@ -1,0 +1,232 @@
+package probe
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+	"golang.org/x/time/rate"
+)
+
+// A user's sessions: provisioning, connecting (at the population's
+// connect rate, over the user's link), the read loop's lifetime and the
+// reconnect backoff.
+
+// NewConnectLimiter returns the limiter of MaxConnectRate: a tenth of a
+// second's worth of burst, enough that a ramp at the limit does not stutter
+// on timer granularity, too little to be a storm.
+func NewConnectLimiter(perSecond float64) *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond/10)))
+}
+
+// provision retries until the server takes the plan: a daemon that starts
+// before its target must wait for it, not exit.
+func (p *Population) provision(ctx context.Context) error {
+	plan := p.Plan()
+	for attempt := 0; ; attempt++ {
+		err := p.opts.Driver.Provision(ctx, plan)
+		if err == nil {
+			if attempt > 0 {
+				// Only after a failure: provisioning that works says
+				// nothing the first login will not.
+				p.opts.Reach.Succeeded()
+				p.log.Info("provisioned", "attempts", attempt+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// A provisioning attempt is a connect attempt that failed
+		// before any session: counted as one, under the reason it
+		// could not connect for, or provisioning if it did connect.
+		err = Provisioning(err)
+		reason := p.failed(err)
+		// Once per outage: each attempt is counted, and the daemon's
+		// watch logs the target's state; a line per retry would bury it.
+		log := p.log.Debug
+		if attempt == 0 {
+			log = p.log.Warn
+		}
+		log("provisioning failed, retrying", "reason", reason, "err", err)
+		if !Sleep(ctx, p.backoff(attempt)) {
+			return nil
+		}
+	}
+}
+
+// backoff is exponential with full jitter: uniform in [0, min(max, min·2^n)).
+func (p *Population) backoff(attempt int) time.Duration {
+	c := p.opts.BackoffMax
+	// Shift only while it cannot overflow: a negative cap would panic.
+	if attempt < 62 && p.opts.BackoffMin <= c>>attempt {
+		c = p.opts.BackoffMin << attempt
+	}
+	return time.Duration(rand.Int64N(int64(c)) + 1)
+}
+
+func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
+	o := p.opts
+	var at time.Time
+	if o.Users > 1 && o.Ramp > 0 {
+		at = start.Add(time.Duration(int64(o.Ramp) * int64(u.idx) / int64(o.Users)))
+	}
+	if u.late && start.Add(o.LateAfter).After(at) {
+		at = start.Add(o.LateAfter)
+	}
+	if !Sleep(ctx, time.Until(at)) {
+		return
+	}
+	obs := o.Observer
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		// Before t0: the wait is imcanary's, not the server's login time.
+		if !p.awaitConnect(ctx) {
+			return
+		}
+		t0 := time.Now()
+		sess, err := p.connect(ctx, u)
+		if obs != nil && ctx.Err() == nil {
+			obs.Login(u.idx, time.Since(t0), err)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			reason := p.failed(err)
+			p.log.Debug("connect failed", "user", u.name, "reason", reason, "err", err)
+			if !Sleep(ctx, p.backoff(attempt)) {
+				return
+			}
+			continue
+		}
+		o.Set.ConnectOK.Inc()
+		o.Reach.Succeeded()
+		began := time.Now()
+		u.mu.Lock()
+		u.sess = sess
+		u.sessStart = time.Now().UnixNano()
+		u.mu.Unlock()
+		u.nextPause = 0
+		u.everOnline.Store(true)
+		o.Set.Online.Inc()
+		if p.online.Add(1) == int64(o.Users) && !p.ready.Swap(true) {
+			if !o.Block {
+				o.Set.Ready.Set(1)
+			}
+			p.log.Info("population online", "users", o.Users, "took", time.Since(start).Round(time.Millisecond))
+		}
+		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
+		var churned atomic.Bool
+		var lifetime *time.Timer
+		if o.SessionLifetime > 0 {
+			life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
+			lifetime = time.AfterFunc(life, func() { churned.Store(true); _ = sess.Close() })
+		}
+		err = sess.Serve(u)
+		if lifetime != nil {
+			lifetime.Stop()
+		}
+		stop()
+		_ = sess.Close()
+		o.Set.Online.Dec()
+		p.online.Add(-1)
+		reason := ReasonOf(err)
+		if churned.Load() && ctx.Err() == nil {
+			reason = metrics.ReasonChurn
+		}
+		o.Set.Disconnects[reason].Inc()
+		if obs != nil {
+			obs.Disconnect(u.idx, reason, err)
+		}
+		u.endSession()
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("session ended", "user", u.name, "reason", reason, "err", err)
+		// A session that held for a while earns a fresh backoff; one the
+		// server kills at once keeps backing off, so a flapping server
+		// is not stormed.
+		if time.Since(began) > o.BackoffMax || reason == metrics.ReasonChurn {
+			attempt = 0
+		}
+		if !Sleep(ctx, p.backoff(attempt)) {
+			return
+		}
+	}
+}
+
+// failed counts a failed connect, login or provisioning attempt under its
+// reason and tells Reach; it returns the reason.
+func (p *Population) failed(err error) string {
+	reason := FailureReason(err)
+	p.opts.Set.Failed(reason)
+	p.opts.Reach.Failed(reason, err)
+	return reason
+}
+
+// connect runs the driver's Connect on one of the population's dialers (see
+// dialers).
+func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
+	// Slow readers dial as a slow link; a user keeps its source address
+	// across reconnects.
+	link := Link{Slow: u.slow}
+	if a := p.opts.SourceAddrs; len(a) > 0 {
+		link.Source = a[u.idx%len(a)]
+	}
+	return p.dialers.do(ctx, func() (Session, error) { return p.opts.Driver.Connect(ctx, u.name, link) })
+}
+
+// awaitConnect takes the token of one connect attempt, waiting as long as
+// MaxConnectRate requires, and reports whether ctx is still live.
+func (p *Population) awaitConnect(ctx context.Context) bool {
+	if p.connects == nil {
+		return ctx.Err() == nil
+	}
+	r := p.connects.Reserve() // always OK: one token, burst at least 1
+	d := r.Delay()
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	p.held.Add(1)
+	// Should ctx end, the token is not given back: the population ends
+	// with it.
+	live := Sleep(ctx, d)
+	waiting := p.held.Add(-1)
+	if live {
+		p.noteHeldBack(d, waiting)
+	}
+	return live
+}
+
+// noteHeldBack logs, at most once a second, an attempt that the rate limit
+// held back for d and how many still wait: a mass reconnect is held back
+// by design, and an operator wondering why sessions come back slowly sees
+// it at Debug, a line a second while it lasts.
+func (p *Population) noteHeldBack(d time.Duration, waiting int64) {
+	now := time.Now().UnixNano()
+	last := p.heldLogged.Load()
+	if now-last < int64(time.Second) || !p.heldLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.Debug("connects held back by population.max_connect_rate",
+		"max_connect_rate", p.opts.MaxConnectRate, "waited", d.Round(time.Millisecond), "waiting", waiting)
+}
+
+// endSession writes off every message of the ended session that the server
+// never acknowledged.
+func (u *user) endSession() {
+	set := u.p.opts.Set
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.sess = nil
+	for _, f := range u.inflight {
+		f.st.addVoid(f.seq)
+		u.unacked(f.ref, metrics.SendDisconnected, "")
+	}
+	if n := len(u.inflight); n > 0 {
+		set.SendErrors[metrics.SendDisconnected].Add(float64(n))
+	}
+	u.inflight = u.inflight[:0]
+}
