@@ -28,6 +28,7 @@ import (
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
@@ -59,7 +60,7 @@ type Daemon struct {
 	trend *trend
 	// lastRound is the last canary round that ran, for the verdict.
 	lastRound atomic.Pointer[report.Round]
-	store     *soak.Store
+	store     *history.Store
 	started   time.Time
 
 	httpLn net.Listener
@@ -148,7 +149,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			}
 		}
 	}()
-	d.store, err = soak.OpenStore(cfg.DataDir, soak.StoreOptions{
+	d.store, err = history.Open(cfg.DataDir, history.Options{
 		MaxRuns: cfg.History.MaxRuns, MaxAge: cfg.History.MaxAge, MaxCanaryRounds: cfg.History.MaxCanaryRounds,
 	})
 	if err != nil {
@@ -253,7 +254,7 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, store *soak.Store, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
 		// A run the process dies in is recorded as aborted at the next
 		// start; without the mark it would vanish.

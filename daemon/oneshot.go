@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
@@ -85,7 +86,7 @@ func SoakOnce(ctx context.Context, cfg config.Config, profile string, log *slog.
 	}
 	defer e.close()
 	e.startTarget(log)
-	store, err := soak.OpenStore(cfg.DataDir, soak.StoreOptions{
+	store, err := history.Open(cfg.DataDir, history.Options{
 		MaxRuns: cfg.History.MaxRuns, MaxAge: cfg.History.MaxAge, MaxCanaryRounds: cfg.History.MaxCanaryRounds,
 	})
 	if err != nil {

@@ -65,14 +65,14 @@ func Preflight(cfg config.Config) error {
 // it. xmpp makes one of its own under data_dir instead.
 var needsSecret = map[string]bool{"centrifugo": true}
 
-// checkDataDir checks that soak.OpenStore can keep the run history in dir:
+// checkDataDir checks that history.Open can keep the run history in dir:
 // that dir is a directory this process may write to, or can be made in the
 // nearest directory above it that exists. It writes nothing.
 func checkDataDir(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
 		if (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) && filepath.Dir(d) != d {
-			// Made by OpenStore, if what is above allows; a file
+			// Made by history.Open, if what is above allows; a file
 			// above is found and named on the way up.
 			continue
 		}

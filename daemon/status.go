@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
-	"github.com/imcanary/imcanary/soak"
 )
 
 // Status is the state of the daemon as the status page and
@@ -135,7 +135,7 @@ const (
 // API.
 type statusHandler struct {
 	src   statusSource
-	store *soak.Store
+	store *history.Store
 	log   *slog.Logger
 	mux   *http.ServeMux
 }
@@ -151,7 +151,7 @@ type statusHandler struct {
 // and answers 405 to any method but GET and HEAD. store may be nil when
 // the daemon keeps no history; the canary rounds and soak runs in Status
 // come from store when it is not. Server errors are logged to log.
-func newStatusHandler(src statusSource, store *soak.Store, log *slog.Logger) http.Handler {
+func newStatusHandler(src statusSource, store *history.Store, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -243,11 +243,11 @@ func (h *statusHandler) page(w http.ResponseWriter, r *http.Request) {
 
 func (h *statusHandler) report(w http.ResponseWriter, r *http.Request) {
 	if h.store == nil {
-		http.Error(w, soak.ErrNotFound.Error(), http.StatusNotFound)
+		http.Error(w, history.ErrNotFound.Error(), http.StatusNotFound)
 		return
 	}
 	b, err := h.store.SoakHTML(r.PathValue("id"))
-	if errors.Is(err, soak.ErrNotFound) {
+	if errors.Is(err, history.ErrNotFound) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
@@ -301,11 +301,11 @@ func (h *statusHandler) apiRuns(w http.ResponseWriter, r *http.Request) {
 
 func (h *statusHandler) apiRun(w http.ResponseWriter, r *http.Request) {
 	if h.store == nil {
-		writeJSONError(w, http.StatusNotFound, soak.ErrNotFound.Error())
+		writeJSONError(w, http.StatusNotFound, history.ErrNotFound.Error())
 		return
 	}
 	rep, err := h.store.Soak(r.PathValue("id"))
-	if errors.Is(err, soak.ErrNotFound) {
+	if errors.Is(err, history.ErrNotFound) {
 		writeJSONError(w, http.StatusNotFound, err.Error())
 		return
 	}

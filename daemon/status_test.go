@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/report"
-	"github.com/imcanary/imcanary/soak"
 )
 
 // fakeStatus is a statusSource that returns a fixed Status.
@@ -57,7 +57,7 @@ func testStatus() Status {
 // runs and rounds canary rounds, served by an httptest server.
 type statusFixture struct {
 	srv   *httptest.Server
-	store *soak.Store
+	store *history.Store
 	dir   string
 	ids   []string // soak run ids, oldest first
 	logs  *bytes.Buffer
@@ -67,7 +67,7 @@ func newStatusFixture(t *testing.T, st Status, runs, rounds int) *statusFixture 
 	t.Helper()
 	f := &statusFixture{dir: t.TempDir(), logs: &bytes.Buffer{}}
 	var err error
-	f.store, err = soak.OpenStore(f.dir, soak.StoreOptions{Now: func() time.Time { return statusEpoch }})
+	f.store, err = history.Open(f.dir, history.Options{Now: func() time.Time { return statusEpoch }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package soak runs soak tests: a cohort of users ramped in on top of the
 // background population, open-loop traffic for a duration, a drain, and a
-// report (report.Soak) with a verdict. It also keeps the run history (soak
-// runs and canary rounds) under the data directory.
+// report (report.Soak) with a verdict. Keeping the report is package
+// history's, showing it package report's.
 package soak
 
 import (
@@ -50,7 +50,7 @@ type RunnerOptions struct {
 	// OnStart, if set, is given the report of a run as it starts (id,
 	// profile, start time), before the ramp: the daemon marks the run in
 	// progress in its history, so that a run the process dies in is not
-	// lost (Store.BeginSoak).
+	// lost (history.Store.BeginSoak).
 	OnStart func(*report.Soak)
 	// Health, if set, is the prober's self-monitor: the population records
 	// its own lags in it, and a run that fails while it says saturated is

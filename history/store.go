@@ -1,4 +1,9 @@
-package soak
+// Package history is the run history under data_dir: the soak runs and
+// canary rounds imcanary recorded, kept within bounds, written so that a
+// crash never leaves half a record, and shared by the daemon and a one-off
+// `imcanary soak` on the same directory. It keeps report values
+// (report.Soak, report.Round) and gives them back.
+package history
 
 import (
 	"bytes"
@@ -22,7 +27,7 @@ import (
 // including one that could never name a run ("../x", "a/b", "").
 var ErrNotFound = errors.New("run not found")
 
-// Defaults for the zero StoreOptions.
+// Defaults for the zero Options.
 const (
 	DefaultMaxRuns = 100
 	// DefaultMaxCanaryRounds is a week of rounds at one a minute.
@@ -47,8 +52,8 @@ const (
 	tailChunk = 64 << 10
 )
 
-// StoreOptions bound the run history.
-type StoreOptions struct {
+// Options bound the run history.
+type Options struct {
 	// MaxRuns is how many soak runs are kept, the oldest deleted first;
 	// zero means DefaultMaxRuns.
 	MaxRuns int
@@ -71,7 +76,7 @@ type StoreOptions struct {
 // leaves the history readable. It is safe for concurrent use.
 type Store struct {
 	dir, runs string
-	o         StoreOptions
+	o         Options
 
 	// mu serialises writers and guards what follows. Readers of a single
 	// file (Soak, SoakHTML, CanaryRounds) do not take it: renames are
@@ -98,9 +103,9 @@ type entry struct {
 	damaged error
 }
 
-// OpenStore opens the run history under dir, creating dir/runs if needed,
+// Open opens the run history under dir, creating dir/runs if needed,
 // and prunes it: runs beyond the bounds and temp files left by a crash.
-func OpenStore(dir string, o StoreOptions) (*Store, error) {
+func Open(dir string, o Options) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("run history: no data directory")
 	}
@@ -143,7 +148,7 @@ const runningSuffix = ".running"
 
 // BeginSoak marks r, a run that has just started, as in progress, so that
 // if the process dies before SaveSoak (kill -9, a crash, the machine going
-// down) the next OpenStore records the run as aborted instead of losing it.
+// down) the next Open records the run as aborted instead of losing it.
 func (s *Store) BeginSoak(r *report.Soak) error {
 	if !validID(r.ID) {
 		return fmt.Errorf("begin run: invalid id %q", r.ID)

@@ -1,4 +1,4 @@
-package soak
+package history
 
 import (
 	"bytes"
@@ -48,11 +48,11 @@ func storeCanary(id string, start time.Time) *report.Round {
 	}
 }
 
-func openStore(t *testing.T, dir string, o StoreOptions) *Store {
+func openStore(t *testing.T, dir string, o Options) *Store {
 	t.Helper()
-	s, err := OpenStore(dir, o)
+	s, err := Open(dir, o)
 	if err != nil {
-		t.Fatalf("OpenStore(%q) = %v", dir, err)
+		t.Fatalf("Open(%q) = %v", dir, err)
 	}
 	return s
 }
@@ -109,7 +109,7 @@ func TestRunIDsAreValid(t *testing.T) {
 
 func TestStoreRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})
+	s := openStore(t, dir, Options{Now: fixedNow(storeEpoch)})
 	// Saved out of order: the listing is by start time.
 	starts := map[string]time.Duration{"b": -2 * time.Hour, "c": -time.Hour, "a": -3 * time.Hour}
 	for _, id := range []string{"b", "c", "a"} {
@@ -169,7 +169,7 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 	t.Run("saved", func(t *testing.T) { check(t, s) })
 	// A restart: a new Store over the same directory sees the same history.
-	t.Run("reopened", func(t *testing.T) { check(t, openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})) })
+	t.Run("reopened", func(t *testing.T) { check(t, openStore(t, dir, Options{Now: fixedNow(storeEpoch)})) })
 
 	// Saving a run again replaces it.
 	r := storeReport("a", storeEpoch.Add(-3*time.Hour))
@@ -187,7 +187,7 @@ func TestStoreRoundTrip(t *testing.T) {
 // and one deleted is forgotten.
 func TestStoreSeesOtherWriters(t *testing.T) {
 	dir := t.TempDir()
-	o := StoreOptions{Now: fixedNow(storeEpoch)}
+	o := Options{Now: fixedNow(storeEpoch)}
 	a, b := openStore(t, dir, o), openStore(t, dir, o)
 	if err := b.SaveSoak(storeReport("x", storeEpoch)); err != nil {
 		t.Fatal(err)
@@ -207,8 +207,8 @@ func TestStoreBounds(t *testing.T) {
 	h := time.Hour
 	tests := []struct {
 		name string
-		save StoreOptions // while saving
-		open StoreOptions // on reopening
+		save Options // while saving
+		open Options // on reopening
 		// starts of runs "r0", "r1", … relative to storeEpoch, saved in order
 		starts []time.Duration
 		want   []string // after saving
@@ -216,44 +216,44 @@ func TestStoreBounds(t *testing.T) {
 	}{
 		{
 			name:   "count",
-			save:   StoreOptions{MaxRuns: 3},
+			save:   Options{MaxRuns: 3},
 			starts: []time.Duration{-5 * h, -4 * h, -3 * h, -2 * h, -h},
 			want:   []string{"r4", "r3", "r2"},
 			reopen: []string{"r4", "r3", "r2"},
 		},
 		{
 			name:   "count keeps the newest whatever the saving order",
-			save:   StoreOptions{MaxRuns: 2},
+			save:   Options{MaxRuns: 2},
 			starts: []time.Duration{-h, -5 * h, -2 * h, -4 * h},
 			want:   []string{"r0", "r2"},
 			reopen: []string{"r0", "r2"},
 		},
 		{
 			name:   "age",
-			save:   StoreOptions{MaxAge: 2 * h},
+			save:   Options{MaxAge: 2 * h},
 			starts: []time.Duration{-5 * h, -3 * h, -h, -10 * time.Minute},
 			want:   []string{"r3", "r2"},
 			reopen: []string{"r3", "r2"},
 		},
 		{
 			name:   "count and age",
-			save:   StoreOptions{MaxRuns: 2, MaxAge: 90 * time.Minute},
+			save:   Options{MaxRuns: 2, MaxAge: 90 * time.Minute},
 			starts: []time.Duration{-3 * h, -80 * time.Minute, -h, -30 * time.Minute},
 			want:   []string{"r3", "r2"},
 			reopen: []string{"r3", "r2"},
 		},
 		{
 			name:   "tighter bounds apply on open",
-			save:   StoreOptions{},
-			open:   StoreOptions{MaxRuns: 3, MaxAge: 150 * time.Minute},
+			save:   Options{},
+			open:   Options{MaxRuns: 3, MaxAge: 150 * time.Minute},
 			starts: []time.Duration{-5 * h, -4 * h, -2 * h, -h, -10 * time.Minute, -5 * time.Minute},
 			want:   []string{"r5", "r4", "r3", "r2", "r1", "r0"},
 			reopen: []string{"r5", "r4", "r3"},
 		},
 		{
 			name:   "age on open, as time passes",
-			save:   StoreOptions{MaxAge: 3 * h},
-			open:   StoreOptions{MaxAge: 3 * h, Now: fixedNow(storeEpoch.Add(90 * time.Minute))},
+			save:   Options{MaxAge: 3 * h},
+			open:   Options{MaxAge: 3 * h, Now: fixedNow(storeEpoch.Add(90 * time.Minute))},
 			starts: []time.Duration{-2 * h, -h},
 			want:   []string{"r1", "r0"},
 			reopen: []string{"r1"},
@@ -303,7 +303,7 @@ func TestStoreBounds(t *testing.T) {
 func TestStoreCrashMidWrite(t *testing.T) {
 	dir := t.TempDir()
 	runs := filepath.Join(dir, runsDir)
-	s := openStore(t, dir, StoreOptions{Now: time.Now})
+	s := openStore(t, dir, Options{Now: time.Now})
 	if err := s.SaveSoak(storeReport("done", storeEpoch)); err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestStoreCrashMidWrite(t *testing.T) {
 	f.Close()
 
 	// The restart after the crash.
-	s = openStore(t, dir, StoreOptions{Now: time.Now})
+	s = openStore(t, dir, Options{Now: time.Now})
 	if got := runIDs(t, s, 0); !slices.Equal(got, []string{"done"}) {
 		t.Errorf("Runs(0) = %v, want [done]", got)
 	}
@@ -373,7 +373,7 @@ func TestStoreCrashMidWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s = openStore(t, dir, StoreOptions{Now: time.Now})
+	s = openStore(t, dir, Options{Now: time.Now})
 	for _, l := range leftovers {
 		if _, err := os.Stat(l.path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("leftover %s a minute old: %v, want it deleted", l.path, err)
@@ -403,7 +403,7 @@ func TestStoreDamagedReport(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})
+			s := openStore(t, dir, Options{Now: fixedNow(storeEpoch)})
 			if err := s.SaveSoak(storeReport("good", storeEpoch)); err != nil {
 				t.Fatal(err)
 			}
@@ -413,7 +413,7 @@ func TestStoreDamagedReport(t *testing.T) {
 			}
 			// Both a store that finds it on open and one that finds it
 			// later skip it.
-			for _, s := range []*Store{s, openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})} {
+			for _, s := range []*Store{s, openStore(t, dir, Options{Now: fixedNow(storeEpoch)})} {
 				if got := runIDs(t, s, 0); !slices.Equal(got, []string{"good"}) {
 					t.Errorf("Runs(0) = %v, want [good]", got)
 				}
@@ -428,7 +428,7 @@ func TestStoreDamagedReport(t *testing.T) {
 
 func TestStoreBadIDs(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})
+	s := openStore(t, dir, Options{Now: fixedNow(storeEpoch)})
 	// Files a path trick might reach.
 	var outside bytes.Buffer
 	report.WriteJSON(&outside, storeReport("x", storeEpoch))
@@ -476,7 +476,7 @@ func TestStoreCanaryRotation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("max %d saves %d", tt.max, tt.saves), func(t *testing.T) {
 			dir := t.TempDir()
-			o := StoreOptions{MaxCanaryRounds: tt.max, Now: fixedNow(storeEpoch)}
+			o := Options{MaxCanaryRounds: tt.max, Now: fixedNow(storeEpoch)}
 			s := openStore(t, dir, o)
 			for i := range tt.saves {
 				// Reopen halfway: the line count survives a restart.
@@ -513,7 +513,7 @@ func TestStoreCanaryRotationDropsDamage(t *testing.T) {
 	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := openStore(t, dir, StoreOptions{MaxCanaryRounds: 8, Now: fixedNow(storeEpoch)})
+	s := openStore(t, dir, Options{MaxCanaryRounds: 8, Now: fixedNow(storeEpoch)})
 	for i := 3; i < 8; i++ {
 		if err := s.SaveCanary(&report.Round{ID: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
@@ -532,7 +532,7 @@ func TestStoreCanaryRotationDropsDamage(t *testing.T) {
 	}
 
 	os.WriteFile(path, []byte(lines), 0o644)
-	s = openStore(t, dir, StoreOptions{MaxCanaryRounds: 4, Now: fixedNow(storeEpoch)})
+	s = openStore(t, dir, Options{MaxCanaryRounds: 4, Now: fixedNow(storeEpoch)})
 	if err := s.SaveCanary(&report.Round{ID: "3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +541,7 @@ func TestStoreCanaryRotationDropsDamage(t *testing.T) {
 		t.Errorf("canary.jsonl after rotation = %q, want it to start %q", b, want)
 	}
 	os.WriteFile(path, []byte(lines), 0o644)
-	s = openStore(t, dir, StoreOptions{MaxCanaryRounds: 5, Now: fixedNow(storeEpoch)})
+	s = openStore(t, dir, Options{MaxCanaryRounds: 5, Now: fixedNow(storeEpoch)})
 	s.SaveCanary(&report.Round{ID: "3"}) // 5 lines: not yet
 	s.SaveCanary(&report.Round{ID: "4"}) // 6: keep the newest 2
 	b, _ = os.ReadFile(path)
@@ -563,7 +563,7 @@ func fileLines(t *testing.T, path string) int {
 // backward reader.
 func TestStoreCanaryLongLines(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, StoreOptions{Now: fixedNow(storeEpoch)})
+	s := openStore(t, dir, Options{Now: fixedNow(storeEpoch)})
 	var want []string
 	for i, size := range []int{10, tailChunk - 40, 3 * tailChunk, 5, tailChunk, 1} {
 		c := storeCanary(fmt.Sprint(i), storeEpoch)
@@ -652,7 +652,7 @@ func FuzzEachLineBackward(f *testing.F) {
 // TestStoreConcurrent runs writers and readers together under -race.
 func TestStoreConcurrent(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, StoreOptions{MaxRuns: 5, MaxCanaryRounds: 20, Now: fixedNow(storeEpoch)})
+	s := openStore(t, dir, Options{MaxRuns: 5, MaxCanaryRounds: 20, Now: fixedNow(storeEpoch)})
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
@@ -695,7 +695,7 @@ func TestStoreConcurrent(t *testing.T) {
 	}
 }
 
-func TestOpenStoreErrors(t *testing.T) {
+func TestOpenErrors(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, nil, 0o644)
@@ -708,21 +708,21 @@ func TestOpenStoreErrors(t *testing.T) {
 		{filepath.Join(file, "sub"), file},
 	}
 	for _, tt := range tests {
-		if _, err := OpenStore(tt.dir, StoreOptions{}); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("OpenStore(%q) = %v, want an error naming %q", tt.dir, err, tt.want)
+		if _, err := Open(tt.dir, Options{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Open(%q) = %v, want an error naming %q", tt.dir, err, tt.want)
 		}
 	}
 }
 
 // A run whose process died between BeginSoak and SaveSoak is recorded as
-// aborted by the next OpenStore, with a note saying so; a run that was
+// aborted by the next Open, with a note saying so; a run that was
 // saved leaves no marker behind; a marker whose run was saved anyway (a
 // crash between the two) is dropped without touching the run.
 func TestStoreRecoversAbortedRun(t *testing.T) {
 	dir := t.TempDir()
 	start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	found := start.Add(time.Hour)
-	s := openStore(t, dir, StoreOptions{Now: fixedNow(start)})
+	s := openStore(t, dir, Options{Now: fixedNow(start)})
 
 	began := &report.Soak{ID: "20261130T100000Z-aaaaaa", Kind: "soak", Target: "staging", Start: start, Profile: report.Profile{Name: "peak", Users: 500}}
 	if err := s.BeginSoak(began); err != nil {
@@ -751,7 +751,7 @@ func TestStoreRecoversAbortedRun(t *testing.T) {
 	}
 
 	// The process dies; the next one opens the store.
-	s = openStore(t, dir, StoreOptions{Now: fixedNow(found)})
+	s = openStore(t, dir, Options{Now: fixedNow(found)})
 	if ids := runIDs(t, s, 10); len(ids) != 3 {
 		t.Fatalf("runs after the restart = %v, want 3", ids)
 	}
@@ -828,9 +828,9 @@ func FuzzStoreRead(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, canaryFile), canaryLog, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s, err := OpenStore(dir, StoreOptions{Now: fixedNow(storeEpoch)})
+		s, err := Open(dir, Options{Now: fixedNow(storeEpoch)})
 		if err != nil {
-			t.Fatalf("OpenStore over a report %q = %v", stored, err)
+			t.Fatalf("Open over a report %q = %v", stored, err)
 		}
 		_, readErr := report.ReadJSON(bytes.NewReader(stored))
 
