@@ -157,7 +157,7 @@ func newStatusHandler(src statusSource, store *history.Store, log *slog.Logger) 
 	}
 	h := &statusHandler{src: src, store: store, log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /{$}", h.page)
-	h.mux.HandleFunc("GET /runs/{id}/report.html", h.report)
+	h.mux.HandleFunc("GET /runs/{id}/report.html", h.reportPage)
 	h.mux.HandleFunc("GET /api/v1/status", h.apiStatus)
 	h.mux.HandleFunc("GET /api/v1/runs", h.apiRuns)
 	h.mux.HandleFunc("GET /api/v1/runs/{id}", h.apiRun)
@@ -241,12 +241,15 @@ func (h *statusHandler) page(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, buf.Bytes())
 }
 
-func (h *statusHandler) report(w http.ResponseWriter, r *http.Request) {
+// reportPage renders a soak run's page from its stored report on each
+// request: the history keeps the JSON only, and the page is the one
+// `imcanary soak --html` writes for the same run.
+func (h *statusHandler) reportPage(w http.ResponseWriter, r *http.Request) {
 	if h.store == nil {
 		http.Error(w, history.ErrNotFound.Error(), http.StatusNotFound)
 		return
 	}
-	b, err := h.store.SoakHTML(r.PathValue("id"))
+	rep, err := h.store.Soak(r.PathValue("id"))
 	if errors.Is(err, history.ErrNotFound) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
@@ -255,7 +258,14 @@ func (h *statusHandler) report(w http.ResponseWriter, r *http.Request) {
 		h.serverError(w, r, err)
 		return
 	}
-	writeHTML(w, b)
+	// Rendered to a buffer first, so that an error is a clean 500 rather
+	// than half a page.
+	var buf bytes.Buffer
+	if err := report.WriteHTML(&buf, rep); err != nil {
+		h.serverError(w, r, fmt.Errorf("report page of run %s: %w", rep.ID, err))
+		return
+	}
+	writeHTML(w, buf.Bytes())
 }
 
 func (h *statusHandler) apiStatus(w http.ResponseWriter, r *http.Request) {

@@ -60,7 +60,9 @@ type statusFixture struct {
 	store *history.Store
 	dir   string
 	ids   []string // soak run ids, oldest first
-	logs  *bytes.Buffer
+	// reports are the runs as they were saved, in the order of ids.
+	reports []*report.Soak
+	logs    *bytes.Buffer
 }
 
 func newStatusFixture(t *testing.T, st Status, runs, rounds int) *statusFixture {
@@ -86,6 +88,7 @@ func newStatusFixture(t *testing.T, st Status, runs, rounds int) *statusFixture 
 			t.Fatal(err)
 		}
 		f.ids = append(f.ids, r.ID)
+		f.reports = append(f.reports, r)
 	}
 	for i := range rounds {
 		c := &report.Round{
@@ -285,12 +288,63 @@ func TestStatusRunsJSON(t *testing.T) {
 	if rep.ID != f.ids[3] || rep.Profile.Name != "smoke" {
 		t.Errorf("GET /api/v1/runs/%s = report %q profile %q, want %q profile smoke", f.ids[3], rep.ID, rep.Profile.Name, f.ids[3])
 	}
-	page, err := f.store.SoakHTML(f.ids[3])
+	// The page is the one WriteHTML writes for the run as it was saved,
+	// which is what the history stored as its page before it kept the
+	// JSON only.
+	var page bytes.Buffer
+	if err := report.WriteHTML(&page, f.reports[3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := f.do(t, "GET", "/runs/"+f.ids[3]+"/report.html"); !bytes.Equal(body, page.Bytes()) {
+		t.Errorf("GET /runs/%s/report.html differs from WriteHTML of the run saved", f.ids[3])
+	}
+}
+
+// TestStatusPreviousReleasePages serves the history of a data_dir that
+// the previous release wrote, report pages included (history's fixture,
+// made by that release's own store): every run's page, rendered from its
+// JSON now, is byte for byte the page that release stored beside it.
+func TestStatusPreviousReleasePages(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join("..", "history", "testdata", "datadir-a58460c"))); err != nil {
+		t.Fatal(err)
+	}
+	store, err := history.Open(dir, history.Options{Now: func() time.Time { return statusEpoch }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, body := f.do(t, "GET", "/runs/"+f.ids[3]+"/report.html"); !bytes.Equal(body, page) {
-		t.Errorf("GET /runs/%s/report.html differs from the stored page", f.ids[3])
+	srv := httptest.NewServer(newStatusHandler(&fakeStatus{testStatus()}, store, nil))
+	t.Cleanup(srv.Close)
+	pages, err := filepath.Glob(filepath.Join(dir, "runs", "*.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	for _, path := range pages {
+		id := strings.TrimSuffix(filepath.Base(path), ".html")
+		if _, err := os.Stat(filepath.Join(dir, "runs", id+".json")); err != nil {
+			continue // a page without its run: nothing to serve
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Get(srv.URL + "/runs/" + id + "/report.html")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || !bytes.Equal(got, want) {
+			t.Errorf("GET /runs/%s/report.html = %d, %d bytes; want 200 and the %d bytes the previous release stored", id, resp.StatusCode, len(got), len(want))
+		}
+		served++
+	}
+	if served < 4 {
+		t.Errorf("served %d pages of the previous release, want its 4", served)
 	}
 }
 

@@ -41,10 +41,10 @@ const (
 	// one for a run, and one left by a crash can be recognised.
 	tempPrefix       = ".tmp-"
 	canaryTempPrefix = tempPrefix + canaryFile + "-"
-	// strayAfter is how old a temp file (or a report page without its
-	// JSON) must be before pruning deletes it. A writer in another
-	// process, such as a one-off soak run sharing the data directory,
-	// finishes a file in far less; a minute leaves it alone.
+	// strayAfter is how old a temp file (or an earlier version's report
+	// page without its JSON) must be before pruning deletes it. A writer
+	// in another process, such as a one-off soak run sharing the data
+	// directory, finishes a file in far less; a minute leaves it alone.
 	strayAfter = time.Minute
 	maxIDLen   = 128
 	// tailChunk is how much of canary.jsonl is read at a time from its
@@ -70,8 +70,11 @@ type Options struct {
 }
 
 // Store is the run history under a data directory: soak runs as
-// runs/<id>.json with their report page runs/<id>.html, and canary rounds
-// as lines of canary.jsonl. Every file is either appended to and fsynced
+// runs/<id>.json and canary rounds as lines of canary.jsonl. It stores
+// reports, not pages: the daemon renders a run's page from its JSON when
+// it is asked for one. Versions before this one also wrote the page, as
+// runs/<id>.html; pruning deletes those with their run, so a data
+// directory they wrote stays bounded. Every file is either appended to and fsynced
 // or written whole to a temp file and renamed, so a crash at any moment
 // leaves the history readable. It is safe for concurrent use.
 type Store struct {
@@ -79,7 +82,7 @@ type Store struct {
 	o         Options
 
 	// mu serialises writers and guards what follows. Readers of a single
-	// file (Soak, SoakHTML, CanaryRounds) do not take it: renames are
+	// file (Soak, CanaryRounds) do not take it: renames are
 	// atomic and a partly appended line is skipped.
 	mu sync.Mutex
 	// index holds the runs in runs/, ordered by start time, oldest first.
@@ -125,6 +128,14 @@ func Open(dir string, o Options) (*Store, error) {
 	var err error
 	if s.canaryLines, s.canaryTorn, err = countLines(s.canaryPath()); err != nil {
 		return nil, fmt.Errorf("run history: %w", err)
+	}
+	// The index comes first: recording an aborted run prunes, and pruning
+	// tells an earlier version's stray page from a run's by the index.
+	s.mu.Lock()
+	_, err = s.refresh()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
 	if err := s.recoverAborted(); err != nil {
 		return nil, err
@@ -241,9 +252,8 @@ func validID(id string) bool {
 	return true
 }
 
-// SaveSoak records a soak run: its report page, then its JSON, so that a
-// run is listed only once both are complete. Saving a run with the id of
-// one already saved replaces it. It then prunes the history; an error
+// SaveSoak records a soak run as runs/<id>.json. Saving a run with the id
+// of one already saved replaces it. It then prunes the history; an error
 // from pruning says the run itself was saved.
 func (s *Store) SaveSoak(r *report.Soak) error {
 	if !validID(r.ID) {
@@ -254,27 +264,16 @@ func (s *Store) SaveSoak(r *report.Soak) error {
 		// would be pruned as the oldest straight away.
 		return fmt.Errorf("save run %s: no start time", r.ID)
 	}
-	// Render before taking the lock: a long run has many samples, and the
-	// status page should not wait for them.
-	var js, page bytes.Buffer
+	// Encoded before taking the lock: a long run has many samples, and
+	// the status page should not wait for them.
+	var js bytes.Buffer
 	if err := report.WriteJSON(&js, r); err != nil {
-		return fmt.Errorf("save run %s: %w", r.ID, err)
-	}
-	if err := report.WriteHTML(&page, r); err != nil {
 		return fmt.Errorf("save run %s: %w", r.ID, err)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	base := filepath.Join(s.runs, r.ID)
-	// The directory is synced after each rename so that the JSON's rename
-	// cannot reach the disk before the page's.
-	if err := writeAtomic(base+".html", page.Bytes()); err != nil {
-		return fmt.Errorf("save run: %w", err)
-	}
-	if err := syncDir(s.runs); err != nil {
-		return fmt.Errorf("save run: %w", err)
-	}
 	if err := writeAtomic(base+".json", js.Bytes()); err != nil {
 		return fmt.Errorf("save run: %w", err)
 	}
@@ -287,6 +286,11 @@ func (s *Store) SaveSoak(r *report.Soak) error {
 	s.index = slices.DeleteFunc(s.index, func(e entry) bool { return e.ID == r.ID })
 	s.index = append(s.index, entry{RunSummary: r.Summary()})
 	sortIndex(s.index)
+	// A page an earlier version wrote for a run of this id no longer
+	// shows it.
+	if err := removeFile(base + ".html"); err != nil {
+		return fmt.Errorf("run %s saved, but removing its outdated page failed: %w", r.ID, err)
+	}
 
 	des, err := os.ReadDir(s.runs)
 	if err == nil {
@@ -422,28 +426,6 @@ func (s *Store) Soak(id string) (*report.Soak, error) {
 	return r, nil
 }
 
-// SoakHTML returns the report page of the run id, or ErrNotFound.
-func (s *Store) SoakHTML(id string) ([]byte, error) {
-	if !validID(id) {
-		return nil, ErrNotFound
-	}
-	base := filepath.Join(s.runs, id)
-	// A page without its JSON is from a save that never finished.
-	if _, err := os.Stat(base + ".json"); errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotFound
-	} else if err != nil {
-		return nil, fmt.Errorf("run history: %w", err)
-	}
-	b, err := os.ReadFile(base + ".html")
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("run history: %w", err)
-	}
-	return b, nil
-}
-
 // CanaryRounds returns up to limit canary rounds, newest first; limit ≤ 0
 // means all. Damaged lines, such as one cut short by a crash, are skipped.
 // It reads canary.jsonl from its end, so a short listing costs the same
@@ -549,6 +531,7 @@ func (s *Store) prune(des []fs.DirEntry) error {
 		base := filepath.Join(s.runs, e.ID)
 		// The JSON goes first: without it the run no longer exists, so a
 		// crash in between leaves a stray page, not a run without one.
+		// The page is an earlier version's (see Store).
 		remove(base + ".json")
 		remove(base + ".html")
 	}
@@ -562,6 +545,8 @@ func (s *Store) prune(des []fs.DirEntry) error {
 		info, err := de.Info()
 		return err == nil && now.Sub(info.ModTime()) > strayAfter
 	}
+	// An earlier version's page without its JSON is from a save of that
+	// version that never finished, or a run deleted by hand.
 	for _, de := range des {
 		name := de.Name()
 		id, isPage := strings.CutSuffix(name, ".html")
