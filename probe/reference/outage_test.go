@@ -180,7 +180,16 @@ func TestTargetOutages(t *testing.T) {
 	fx.soak(0, pc.lostAfter)
 	c1 := fx.counts()
 	t.Logf("after the outages: %+v", c1)
-	if c1.delivered+c1.lost != c1.expected || c1.dup != 0 {
+	// A message the target took just as it dropped the sender, or whose
+	// ack came after the deadline, is written off (owed to nobody) and
+	// may still be delivered: each write-off counted in this run
+	// explains at most one delivery per recipient.
+	accounted := func(c totals) bool {
+		off := metrics.Value(fx.set.SendErrors[metrics.SendDisconnected]) + metrics.Value(fx.set.SendErrors[metrics.SendAckTimeout])
+		extra := c.delivered + c.lost - c.expected
+		return extra >= 0 && extra <= off*float64(pc.groupSize-1) && c.dup == 0
+	}
+	if !accounted(c1) {
 		t.Errorf("delivered %v + lost %v vs expected %v, duplicates %v: want every acked message accounted once, none twice",
 			c1.delivered, c1.lost, c1.expected, c1.dup)
 	}
@@ -199,7 +208,7 @@ func TestTargetOutages(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	fx.soak(0, pc.lostAfter)
 	c2 := fx.counts()
-	if c2.lost != c1.lost || c2.delivered <= c1.delivered || c2.delivered+c2.lost != c2.expected || c2.dup != 0 {
+	if c2.lost != c1.lost || c2.delivered <= c1.delivered || !accounted(c2) {
 		t.Errorf("after recovery: %+v, before %+v; want new deliveries, all of them, and no new loss", c2, c1)
 	}
 }

@@ -381,16 +381,24 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	p.settle(lostAfter)
 	direct, group := p.counts(0), p.counts(1)
 	t.Logf("direct %+v; group %+v; send errors %v; victim out of its room %v", direct, group, p.sendErrors(), out)
-	if direct.lost != 0 || direct.delivered != direct.expected {
-		t.Errorf("direct: lost %v, delivered %v of %v: offline storage must deliver every acked message", direct.lost, direct.delivered, direct.expected)
+	// A message the victim had written when it was killed reached the
+	// server, but its ack never came back: written off as disconnected,
+	// owed to nobody, and still delivered. Each such write-off, counted
+	// in this run, explains one direct delivery or four group ones more
+	// than expected.
+	writtenOff := p.sendErrors()[metrics.SendDisconnected]
+	if extra := direct.delivered - direct.expected; direct.lost != 0 || extra < 0 || extra > writtenOff {
+		t.Errorf("direct: lost %v, delivered %v of %v with %v written off: offline storage must deliver every acked message",
+			direct.lost, direct.delivered, direct.expected, writtenOff)
 	}
 	// The victim's peer sends it 2.5 direct messages/s: those of the
 	// time away arrive from offline storage after the deadline.
 	if direct.late < 1 {
 		t.Errorf("direct: late %v, want the messages stored while the victim was away", direct.late)
 	}
-	if group.delivered+group.lost != group.expected {
-		t.Errorf("group: delivered %v + lost %v != expected %v: every acked message must be accounted once", group.delivered, group.lost, group.expected)
+	if extra := group.delivered + group.lost - group.expected; extra < 0 || extra > 4*writtenOff {
+		t.Errorf("group: delivered %v + lost %v against expected %v with %v written off: every acked message must be accounted once",
+			group.delivered, group.lost, group.expected, writtenOff)
 	}
 	// Four room-mates send 2.5 group messages/s each, 10/s in all, to
 	// the victim: it loses about 10/s of its time out of the room. The

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -106,10 +107,15 @@ func Open(ctx context.Context, s *Settings, link probe.Link, timeout time.Durati
 	}
 	if err != nil {
 		c.Abort()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			// The deadline or the caller's end is the cause, whatever
 			// the read said when the socket closed under it.
 			err = ctx.Err()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// A login read's own deadline, which is the login's
+			// timeout reached a moment before ctx's.
+			err = context.DeadlineExceeded
 		}
 		return nil, fmt.Errorf("login %s: %w", user, err)
 	}
