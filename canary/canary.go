@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,30 +21,19 @@ import (
 
 // Options configures a Canary.
 type Options struct {
-	Driver  probe.Driver
+	// Connection is the prober's, shared with its other populations. Its
+	// Health is fed the canary's receive lag like every population's; a
+	// nil Reach makes one of the canary's own.
+	probe.Connection
 	Metrics *metrics.Metrics
 	Target  string
-	Run     string
 	// Prefix names the canary users, apart from every other cohort.
 	Prefix string
 	Users  int
 	// Messages is how many messages of each kind each user sends a round.
-	Messages   int
-	Deadline   time.Duration
-	Heartbeat  time.Duration
-	BackoffMin time.Duration
-	BackoffMax time.Duration
-	Logger     *slog.Logger
-	// Health, if set, is the prober's self-monitor; the canary's receive
-	// lag feeds it like every population's.
-	Health probe.Health
-	// Reach is the prober's view of whether the target takes logins,
-	// shared with its other populations (see probe.Reach); nil makes one
-	// of the canary's own.
-	Reach *probe.Reach
-	// SourceAddrs and MaxConnectRate are as in probe.Options.
-	SourceAddrs    []netip.Addr
-	MaxConnectRate float64
+	Messages int
+	Deadline time.Duration
+	Logger   *slog.Logger
 	// CrossPeer and CrossFrom are the canary users of the neighbouring
 	// shards (see probe.Options): each round also sends one direct message
 	// to CrossPeer. Its receipt is counted by the peer's process, so it is
@@ -94,15 +82,21 @@ func New(o Options) (*Canary, error) {
 	}
 	o.Metrics.CanarySkipped.WithLabelValues(o.Target)
 	var err error
-	c.pop, err = probe.New(probe.Options{
-		Driver: o.Driver, Set: c.set, Logger: o.Logger, Run: o.Run, Prefix: o.Prefix,
+	c.pop, err = probe.NewPopulation(probe.Options{
+		Connection: o.Connection,
+		Set:        c.set,
+		Logger:     o.Logger,
+		Prefix:     o.Prefix,
 		// One group of every canary user; no background sending: a
 		// canary sends only in rounds.
-		Users: o.Users, GroupSize: o.Users, Rate: 0,
-		Heartbeat: o.Heartbeat, Deadline: o.Deadline, LostAfter: 2 * o.Deadline,
-		BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
-		Observer: c, Health: o.Health, Reach: o.Reach, CrossPeer: o.CrossPeer, CrossFrom: o.CrossFrom,
-		SourceAddrs: o.SourceAddrs, MaxConnectRate: o.MaxConnectRate,
+		Users:     o.Users,
+		GroupSize: o.Users,
+		Rate:      0,
+		Deadline:  o.Deadline,
+		LostAfter: 2 * o.Deadline,
+		Observer:  c,
+		CrossPeer: o.CrossPeer,
+		CrossFrom: o.CrossFrom,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("canary: %w", err)

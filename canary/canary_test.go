@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/report"
@@ -46,8 +47,19 @@ func newFixture(t *testing.T, f refserver.Faults, deadline time.Duration) *fixtu
 	}
 	m := metrics.New(prometheus.NewPedanticRegistry())
 	c, err := New(Options{
-		Driver: drv, Metrics: m, Target: "t", Run: "r1", Prefix: "can", Users: 4, Messages: 1,
-		Deadline: deadline, Heartbeat: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Connection: probe.Connection{
+			Driver:     drv,
+			Run:        "r1",
+			Heartbeat:  time.Second,
+			BackoffMin: 20 * time.Millisecond,
+			BackoffMax: 200 * time.Millisecond,
+		},
+		Metrics:  m,
+		Target:   "t",
+		Prefix:   "can",
+		Users:    4,
+		Messages: 1,
+		Deadline: deadline,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -83,11 +95,11 @@ func TestRound(t *testing.T) {
 	}{
 		{name: "clean target passes", deadline: time.Second, want: metrics.ResultPass},
 		{name: "dropped deliveries", faults: refserver.Faults{Drop: 1}, deadline: 300 * time.Millisecond,
-			want: metrics.ResultFail, reason: metrics.CanaryNotDelivered, kinds: metrics.Kinds},
+			want: metrics.ResultFail, reason: metrics.CanaryNotDelivered, kinds: metrics.Kinds[:]},
 		{name: "delivered past the deadline", faults: refserver.Faults{Delay: 400 * time.Millisecond}, deadline: 300 * time.Millisecond,
-			want: metrics.ResultFail, reason: metrics.CanaryLate, kinds: metrics.Kinds},
+			want: metrics.ResultFail, reason: metrics.CanaryLate, kinds: metrics.Kinds[:]},
 		{name: "duplicated deliveries", faults: refserver.Faults{Duplicate: 1}, deadline: time.Second,
-			want: metrics.ResultFail, reason: metrics.CanaryDuplicated, kinds: metrics.Kinds},
+			want: metrics.ResultFail, reason: metrics.CanaryDuplicated, kinds: metrics.Kinds[:]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

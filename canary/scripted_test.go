@@ -123,9 +123,21 @@ func (s *memSess) Send(m *probe.Message) error {
 
 func newMemCanary(t *testing.T, d *memDriver, users int, deadline time.Duration) *Canary {
 	t.Helper()
-	c, err := New(Options{Driver: d, Metrics: metrics.New(prometheus.NewPedanticRegistry()), Target: "t", Run: "r1",
-		Prefix: "can", Users: users, Messages: 1, Deadline: deadline, Heartbeat: time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
+	c, err := New(Options{
+		Connection: probe.Connection{
+			Driver:     d,
+			Run:        "r1",
+			Heartbeat:  time.Second,
+			BackoffMin: 10 * time.Millisecond,
+			BackoffMax: 100 * time.Millisecond,
+		},
+		Metrics:  metrics.New(prometheus.NewPedanticRegistry()),
+		Target:   "t",
+		Prefix:   "can",
+		Users:    users,
+		Messages: 1,
+		Deadline: deadline,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

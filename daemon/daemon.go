@@ -238,12 +238,14 @@ func newReach(m *metrics.Metrics, target string) *probe.Reach {
 func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, log *slog.Logger, cohort string) (*canary.Canary, error) {
 	c := cfg.Canary
 	o := canary.Options{
-		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
-		Prefix: shardPrefix(cfg, sh.Index, sh) + "-" + cohort, Users: c.Users, Messages: c.Messages,
-		Deadline: c.Deadline, Heartbeat: cfg.Population.Heartbeat,
-		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
-		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
-		Health: h, Reach: reach, SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
+		Connection: e.connection(h, reach),
+		Metrics:    m,
+		Target:     cfg.Target.Name,
+		Prefix:     shardPrefix(cfg, sh.Index, sh) + "-" + cohort,
+		Users:      c.Users,
+		Messages:   c.Messages,
+		Deadline:   c.Deadline,
+		Logger:     log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
 	}
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
@@ -256,6 +258,10 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 
 func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	return soak.NewRunner(soak.RunnerOptions{
+		// No Reach: a soak run that meets the server's connection limit
+		// is the run's finding, in its report, not the target being
+		// unreachable for the background population and the canary.
+		Connection: e.connection(h, nil),
 		// A run the process dies in is recorded as aborted at the next
 		// start; without the mark it would vanish.
 		OnStart: func(r *report.Soak) {
@@ -263,16 +269,11 @@ func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metric
 				log.Warn("marking the soak run in progress in the history", "run", r.ID, "err", err)
 			}
 		},
-		Driver: e.driver, Metrics: m, Target: cfg.Target.Name, Run: e.run,
-		Prefix: shardPrefix(cfg, sh.Index, sh) + "-" + cohort, Heartbeat: cfg.Population.Heartbeat,
-		BackoffMin: cfg.Population.Backoff.Initial, BackoffMax: cfg.Population.Backoff.Max,
+		Metrics:     m,
+		Target:      cfg.Target.Name,
+		Prefix:      shardPrefix(cfg, sh.Index, sh) + "-" + cohort,
 		MessageSize: cfg.Population.MessageSize,
 		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
-		Health:      h,
-		// No Reach: a soak run that meets the server's connection limit
-		// is the run's finding, in its report, not the target being
-		// unreachable for the background population and the canary.
-		SourceAddrs: e.sources, MaxConnectRate: cfg.Population.MaxConnectRate,
 	})
 }
 
@@ -288,11 +289,10 @@ func (d *Daemon) newBackground(e *env) (*background, error) {
 		limiter = probe.NewConnectLimiter(p.MaxConnectRate)
 	}
 	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*probe.Population, error) {
-		return probe.New(probe.Options{
-			Driver:          e.driver,
+		return probe.NewPopulation(probe.Options{
+			Connection:      e.connection(d.health, d.reach),
 			Set:             set,
 			Logger:          log,
-			Run:             e.run,
 			Prefix:          shardPrefix(d.cfg, d.shard.Index, d.shard),
 			Users:           users,
 			Offset:          offset,
@@ -302,21 +302,15 @@ func (d *Daemon) newBackground(e *env) (*background, error) {
 			Ramp:            p.Ramp,
 			GroupSize:       p.GroupSize,
 			Rate:            p.Rate,
-			Heartbeat:       p.Heartbeat,
 			Deadline:        p.Deadline,
 			LostAfter:       p.LostAfter,
 			MessageSize:     p.MessageSize,
-			BackoffMin:      p.Backoff.Initial,
-			BackoffMax:      p.Backoff.Max,
 			LagThreshold:    p.LagThreshold,
-			Health:          d.health,
-			Reach:           d.reach,
 			SessionLifetime: p.SessionLifetime,
 			SlowReaders: probe.SlowReaders{
 				Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
 				Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,
 			},
-			SourceAddrs: e.sources, MaxConnectRate: p.MaxConnectRate,
 		})
 	})
 }
@@ -662,7 +656,7 @@ func (d *Daemon) Status() Status {
 		for i, k := range metrics.Kinds {
 			// The normal cohort only: a slow-reader drill's losses are
 			// its subject, not the service's.
-			ks := set.Kind[i].Cohort[0]
+			ks := set.Kind[i].Cohort[metrics.Normal]
 			fast, _ := metrics.Below(ks.DeliveryLatency, 1)
 			st.SLIs = append(st.SLIs, newSLI(src, k,
 				metrics.Value(ks.Expected), metrics.Value(ks.Delivered), metrics.Value(ks.Lost), fast))

@@ -340,6 +340,20 @@ func localSecret(dir string) ([]byte, error) {
 	return s, f.Close()
 }
 
+// connection is what every population of this process shares: the
+// driver, the run id, keepalive, backoff, connect rate and source
+// addresses of the configuration, the prober's self-monitor and its view
+// of the target's reach (nil for a soak run, whose failures are its own).
+func (e *env) connection(h probe.Health, reach *probe.Reach) probe.Connection {
+	p := e.cfg.Population
+	return probe.Connection{
+		Driver: e.driver, Run: e.run, Heartbeat: p.Heartbeat,
+		BackoffMin: p.Backoff.Initial, BackoffMax: p.Backoff.Max,
+		SourceAddrs: e.sources, MaxConnectRate: p.MaxConnectRate,
+		Health: h, Reach: reach,
+	}
+}
+
 // UserAgent is what imcanary calls itself in every request to a target,
 // so that the server's operators can tell synthetic traffic apart:
 // "imcanary/VERSION".

@@ -43,7 +43,7 @@ var trendSources = [...]string{metrics.SourceBackground, metrics.SourceCanary}
 // trendPoint is one reading: cumulative counts, as the counters hold them.
 type trendPoint struct {
 	at   time.Time
-	kind [len(trendSources)][2]trendCounts // by source, then kind (metrics.KindIndex)
+	kind [len(trendSources)][len(metrics.Kinds)]trendCounts // by source, then kind
 	// Connect attempts of those sources: successes, and failures by
 	// reason, in the order of metrics.ConnectFailReasons.
 	ok   float64
@@ -96,7 +96,7 @@ func (t *trend) read() trendPoint {
 	p := trendPoint{at: t.now(), fail: make([]float64, len(metrics.ConnectFailReasons))}
 	for s, set := range t.sets {
 		for k := range set.Kind {
-			r := set.Kind[k].Cohort[metrics.CohortIndex(false)]
+			r := set.Kind[k].Cohort[metrics.Normal]
 			c := &p.kind[s][k]
 			c.expected, c.delivered = metrics.Value(r.Expected), metrics.Value(r.Delivered)
 			c.lost, c.late = metrics.Value(r.Lost), metrics.Value(r.Late)

@@ -19,7 +19,7 @@ func TestTrendWindow(t *testing.T) {
 	clock := statusEpoch
 	tr.now = func() time.Time { return clock }
 	set := m.For("staging", metrics.SourceBackground)
-	r := set.Kind[metrics.KindIndex(true)].Cohort[metrics.CohortIndex(false)]
+	r := set.Kind[metrics.Group].Cohort[metrics.Normal]
 	r.Expected.Add(50)
 	r.Delivered.Add(50)
 	tr.record()
@@ -39,7 +39,7 @@ func TestTrendWindow(t *testing.T) {
 		r.DeliveryLatency.Observe(1.5)
 	}
 	// The slow cohort is not the service's: it must not count.
-	set.Kind[1].Cohort[metrics.CohortIndex(true)].Lost.Add(500)
+	set.Kind[metrics.Group].Cohort[metrics.SlowReader].Lost.Add(500)
 	ps := tr.points()
 	if len(ps) != 2 {
 		t.Fatalf("points() = %d readings, want the recorded one and one taken now", len(ps))

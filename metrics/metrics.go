@@ -33,8 +33,8 @@ const (
 // cohort labels.
 var (
 	Sources = []string{SourceBackground, SourceCanary, SourceSoak}
-	Kinds   = []string{KindDirect, KindGroup}
-	Cohorts = []string{CohortNormal, CohortSlowReader}
+	Kinds   = [...]string{Direct: KindDirect, Group: KindGroup}
+	Cohorts = [...]string{Normal: CohortNormal, SlowReader: CohortSlowReader}
 )
 
 // Causes of the prober's saturation: each is a reason its own numbers may
@@ -422,7 +422,7 @@ type Set struct {
 	SendErrors      map[string]prometheus.Counter
 	Ignored         map[string]prometheus.Counter
 
-	Kind [2]KindSet // indexed by KindIndex
+	Kind [len(Kinds)]KindSet // indexed by Kind
 }
 
 // KindSet is the per-kind part of a Set: what the sender records, and what
@@ -432,7 +432,7 @@ type KindSet struct {
 	AckLatency prometheus.Observer
 	// Saturated counts deliveries recorded while the prober was saturated.
 	Saturated prometheus.Counter
-	Cohort    [2]RecvSet // indexed by CohortIndex
+	Cohort    [len(Cohorts)]RecvSet // indexed by Cohort
 }
 
 // RecvSet is what the receivers of one cohort record for one kind.
@@ -441,21 +441,41 @@ type RecvSet struct {
 	DeliveryLatency                                       prometheus.Observer
 }
 
-// KindIndex returns the index of kind in Set.Kind: 0 direct, 1 group.
-func KindIndex(group bool) int {
+// Kind indexes Set.Kind: a message's kind.
+type Kind int
+
+// The kinds of message, in the order of Kinds.
+const (
+	Direct Kind = iota
+	Group
+)
+
+// KindOf returns the kind of a group message (group) or a direct one.
+func KindOf(group bool) Kind {
 	if group {
-		return 1
+		return Group
 	}
-	return 0
+	return Direct
 }
 
-// CohortIndex returns the index of a cohort in KindSet.Cohort: 0 normal,
-// 1 slow reader.
-func CohortIndex(slow bool) int {
+// Name returns the kind's label value.
+func (k Kind) Name() string { return Kinds[k] }
+
+// Cohort indexes KindSet.Cohort: who received.
+type Cohort int
+
+// The cohorts of receiving users, in the order of Cohorts.
+const (
+	Normal Cohort = iota
+	SlowReader
+)
+
+// CohortOf returns the cohort of a slow reader (slow) or a normal user.
+func CohortOf(slow bool) Cohort {
 	if slow {
-		return 1
+		return SlowReader
 	}
-	return 0
+	return Normal
 }
 
 // For resolves the series of target and source, creating them at zero.

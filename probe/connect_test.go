@@ -84,15 +84,28 @@ func (s *countingSession) Close() error {
 func runCounting(t *testing.T, d *countingDriver, users int, ramp time.Duration, maxRate float64, sources []netip.Addr, log *slog.Logger) (*Population, func()) {
 	t.Helper()
 	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
-	p, err := New(Options{
-		Driver: d, Set: set, Run: "r1", Prefix: "p", Users: users, Ramp: ramp, GroupSize: 5,
-		// Long enough that the sweeper, which visits every user, runs
-		// only once a second.
-		Heartbeat: time.Minute, Deadline: 10 * time.Second, LostAfter: 20 * time.Second,
-		// Reconnects come within milliseconds: only the rate limit
-		// spreads them.
-		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond,
-		MaxConnectRate: maxRate, SourceAddrs: sources, Logger: log,
+	p, err := NewPopulation(Options{
+		Connection: Connection{
+			Driver: d,
+			Run:    "r1",
+			// Long enough that the sweeper, which visits every user, runs
+			// only once a second.
+			Heartbeat: time.Minute,
+			// Reconnects come within milliseconds: only the rate limit
+			// spreads them.
+			BackoffMin:     time.Millisecond,
+			BackoffMax:     10 * time.Millisecond,
+			MaxConnectRate: maxRate,
+			SourceAddrs:    sources,
+		},
+		Set:       set,
+		Prefix:    "p",
+		Users:     users,
+		Ramp:      ramp,
+		GroupSize: 5,
+		Deadline:  10 * time.Second,
+		LostAfter: 20 * time.Second,
+		Logger:    log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +304,7 @@ func TestRampWithConnectRate(t *testing.T) {
 		{1_000_000, 0, 1e-9, maxRamp},
 	}
 	for _, tt := range tests {
-		p := &Population{opts: Options{Users: tt.users, Ramp: tt.ramp, MaxConnectRate: tt.rate}}
+		p := &Population{opts: Options{Users: tt.users, Ramp: tt.ramp, Connection: Connection{MaxConnectRate: tt.rate}}}
 		if got := p.Ramp(); got != tt.want {
 			t.Errorf("Ramp() with %d users, ramp %v, max connect rate %v = %v, want %v", tt.users, tt.ramp, tt.rate, got, tt.want)
 		}
@@ -321,11 +334,21 @@ func TestMaxConnectRateWhileDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &failingDriver{}
 		set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
-		p, err := New(Options{
-			Driver: d, Set: set, Run: "r1", Prefix: "p", Users: 200, GroupSize: 5,
-			Heartbeat: time.Minute, Deadline: 10 * time.Second, LostAfter: 20 * time.Second,
-			BackoffMin: time.Millisecond, BackoffMax: 50 * time.Millisecond,
-			MaxConnectRate: 50,
+		p, err := NewPopulation(Options{
+			Connection: Connection{
+				Driver:         d,
+				Run:            "r1",
+				Heartbeat:      time.Minute,
+				BackoffMin:     time.Millisecond,
+				BackoffMax:     50 * time.Millisecond,
+				MaxConnectRate: 50,
+			},
+			Set:       set,
+			Prefix:    "p",
+			Users:     200,
+			GroupSize: 5,
+			Deadline:  10 * time.Second,
+			LostAfter: 20 * time.Second,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -363,11 +386,23 @@ func TestMaxConnectRateWhileDown(t *testing.T) {
 // blocks before it, so that no two blocks log in as the same user.
 func TestOffsetNumbering(t *testing.T) {
 	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
-	p, err := New(Options{
-		Driver: newCountingDriver(), Set: set, Run: "r1", Prefix: "p", Users: 7, GroupSize: 5,
-		Offset: 10, GroupOffset: 3, Block: true,
-		Heartbeat: time.Minute, Deadline: time.Second, LostAfter: 2 * time.Second,
-		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond,
+	p, err := NewPopulation(Options{
+		Connection: Connection{
+			Driver:     newCountingDriver(),
+			Run:        "r1",
+			Heartbeat:  time.Minute,
+			BackoffMin: time.Millisecond,
+			BackoffMax: 10 * time.Millisecond,
+		},
+		Set:         set,
+		Prefix:      "p",
+		Users:       7,
+		GroupSize:   5,
+		Offset:      10,
+		GroupOffset: 3,
+		Block:       true,
+		Deadline:    time.Second,
+		LostAfter:   2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -379,8 +414,20 @@ func TestOffsetNumbering(t *testing.T) {
 	if len(plan.Groups) != 2 || plan.Groups[0].Name != "p-g3" || plan.Groups[1].Name != "p-g4" {
 		t.Errorf("groups %v, want p-g3 and p-g4", plan.Groups)
 	}
-	if _, err := New(Options{Driver: newCountingDriver(), Set: set, Users: 2, GroupSize: 2, Offset: -1,
-		Heartbeat: time.Minute, Deadline: time.Second, LostAfter: 2 * time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond}); err == nil {
+	if _, err := NewPopulation(Options{
+		Connection: Connection{
+			Driver:     newCountingDriver(),
+			Heartbeat:  time.Minute,
+			BackoffMin: time.Millisecond,
+			BackoffMax: time.Millisecond,
+		},
+		Set:       set,
+		Users:     2,
+		GroupSize: 2,
+		Offset:    -1,
+		Deadline:  time.Second,
+		LostAfter: 2 * time.Second,
+	}); err == nil {
 		t.Error("a negative offset was accepted")
 	}
 }
@@ -393,10 +440,20 @@ func TestChurn(t *testing.T) {
 		d := newCountingDriver()
 		set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
 		const users, lifetime, run = 50, 2 * time.Second, 60 * time.Second
-		p, err := New(Options{
-			Driver: d, Set: set, Run: "r1", Prefix: "p", Users: users, GroupSize: 5,
-			Heartbeat: time.Minute, Deadline: 10 * time.Second, LostAfter: 20 * time.Second,
-			BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		p, err := NewPopulation(Options{
+			Connection: Connection{
+				Driver:     d,
+				Run:        "r1",
+				Heartbeat:  time.Minute,
+				BackoffMin: 10 * time.Millisecond,
+				BackoffMax: 100 * time.Millisecond,
+			},
+			Set:             set,
+			Prefix:          "p",
+			Users:           users,
+			GroupSize:       5,
+			Deadline:        10 * time.Second,
+			LostAfter:       20 * time.Second,
 			SessionLifetime: lifetime,
 		})
 		if err != nil {

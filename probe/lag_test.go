@@ -31,10 +31,21 @@ func (nopDriver) Connect(context.Context, string, Link) (Session, error) { retur
 func lagPop(t *testing.T, start time.Time, slow float64) (*Population, *metrics.Set) {
 	t.Helper()
 	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
-	p, err := New(Options{
-		Driver: nopDriver{}, Set: set, Run: "r1", Prefix: "p", Users: 2, GroupSize: 2, Rate: 1,
-		Heartbeat: time.Second, Deadline: 2 * time.Second, LostAfter: 4 * time.Second,
-		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond,
+	p, err := NewPopulation(Options{
+		Connection: Connection{
+			Driver:     nopDriver{},
+			Run:        "r1",
+			Heartbeat:  time.Second,
+			BackoffMin: time.Millisecond,
+			BackoffMax: time.Millisecond,
+		},
+		Set:         set,
+		Prefix:      "p",
+		Users:       2,
+		GroupSize:   2,
+		Rate:        1,
+		Deadline:    2 * time.Second,
+		LostAfter:   4 * time.Second,
 		SlowReaders: SlowReaders{Fraction: slow, ReadDelay: time.Millisecond},
 	})
 	if err != nil {
@@ -213,10 +224,10 @@ func TestSlowReaderCohort(t *testing.T) {
 	u := p.users[normal]
 	u.inflight = append(u.inflight, flight{ref: 7, st: u.group, seq: 1, sentAt: t0.UnixNano()})
 	u.OnAck(7, Ack{})
-	if got := testutil.ToFloat64(set.Kind[1].Cohort[1].Expected); got != 1 {
+	if got := testutil.ToFloat64(set.Kind[metrics.Group].Cohort[metrics.SlowReader].Expected); got != 1 {
 		t.Errorf("slow cohort expected %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(set.Kind[1].Cohort[0].Expected); got != 0 {
+	if got := testutil.ToFloat64(set.Kind[metrics.Group].Cohort[metrics.Normal].Expected); got != 0 {
 		t.Errorf("normal cohort expected %v, want 0", got)
 	}
 }

@@ -71,6 +71,23 @@ func NewLedger(set *metrics.Set, run string, start time.Time, deadline, lostAfte
 	}
 }
 
+// Owe counts the deliveries the server owes for one message it accepted:
+// normal and slow of its recipients, by cohort, of kind kind.
+// Unlike every other count of the ledger, it is counted on the sender's
+// side, at the ack: a delivery becomes owed when the server accepts the
+// message, which only the sender sees, and its recipients may be users of
+// another process (a shard) that never hears of the send. Summed over the
+// processes, owed and received meet.
+func (l *Ledger) Owe(kind metrics.Kind, normal, slow int) {
+	ks := &l.set.Kind[kind]
+	if normal > 0 {
+		ks.Cohort[metrics.Normal].Expected.Add(float64(normal))
+	}
+	if slow > 0 {
+		ks.Cohort[metrics.SlowReader].Expected.Add(float64(slow))
+	}
+}
+
 // Streams returns how many streams all inboxes of the ledger track.
 func (l *Ledger) Streams() int64 { return l.streams.Load() }
 
@@ -80,8 +97,8 @@ func (l *Ledger) Streams() int64 { return l.streams.Load() }
 type Inbox struct {
 	l    *Ledger
 	user int // the receiving user's index, for the observer
-	// cohort is metrics.CohortIndex of the receiving user.
-	cohort int
+	// cohort is the receiving user's.
+	cohort metrics.Cohort
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.
 	mu      sync.Mutex
@@ -105,7 +122,7 @@ type span struct{ lo, hi uint64 }
 // received seqs above base, ascending; hist remembers which of the last
 // histBits resolved seqs were received.
 type stream struct {
-	kind    int
+	kind    metrics.Kind
 	own     bool // of this process's run: starts at 1, never evicted
 	base    uint64
 	maxSeen uint64
@@ -149,7 +166,7 @@ func (in *Inbox) Receive(body []byte, now int64) {
 			in.observe(&h, now, Ignored)
 			return
 		}
-		st = &stream{kind: metrics.KindIndex(h.Stream[0] == 'g'), base: h.Seq}
+		st = &stream{kind: metrics.KindOf(h.Stream[0] == 'g'), base: h.Seq}
 		if bytes.Equal(h.Run, l.run) {
 			st.base, st.own = 1, true
 		}

@@ -23,7 +23,7 @@ type counts struct {
 }
 
 func readCounts(set *metrics.Set, kind int) counts {
-	k := set.Kind[kind].Cohort[0]
+	k := set.Kind[kind].Cohort[metrics.Normal]
 	c := counts{
 		delivered: testutil.ToFloat64(k.Delivered),
 		late:      testutil.ToFloat64(k.Late),

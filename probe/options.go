@@ -9,25 +9,50 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Options configures a Population.
-type Options struct {
+// Connection is what every population of one prober shares: the target's
+// driver and how the users reach it. The daemon makes one and hands it to
+// the background population, the canary and soak runs alike.
+type Connection struct {
 	Driver Driver
-	Set    *metrics.Set
-	Logger *slog.Logger
 	// Run identifies this process in every message body.
 	Run string
+	// Heartbeat is each session's keepalive interval.
+	Heartbeat time.Duration
+	// BackoffMin and BackoffMax cap the first and every reconnect delay
+	// (exponential with full jitter).
+	BackoffMin, BackoffMax time.Duration
+	// SourceAddrs, if set, are the local addresses sessions connect from,
+	// user i from SourceAddrs[i%len]: always the same one, so that a user
+	// keeps its address across reconnects. Empty lets the kernel pick.
+	SourceAddrs []netip.Addr
+	// MaxConnectRate caps connect attempts per second across the whole
+	// population, first logins and reconnects alike, so that a server
+	// that dropped everyone is not stormed by them coming back at once
+	// (the jittered backoff spreads them further). 0 is no limit.
+	MaxConnectRate float64
+	// Health, if set, records the prober's own send and receive lags and
+	// says when it is saturated.
+	Health Health
+	// Reach, if set, hears the outcome of every connect, login and
+	// provisioning attempt: whether the target takes logins right now.
+	// Populations of one prober share it.
+	Reach *Reach
+}
+
+// Options configures a Population.
+type Options struct {
+	Connection
+	Set    *metrics.Set
+	Logger *slog.Logger
 	// Prefix starts every user and group name.
 	Prefix      string
 	Users       int
 	Ramp        time.Duration
 	GroupSize   int
 	Rate        float64 // messages per second per user
-	Heartbeat   time.Duration
 	Deadline    time.Duration
 	LostAfter   time.Duration
 	MessageSize int
-	BackoffMin  time.Duration
-	BackoffMax  time.Duration
 	// Observer, if set, sees individual events (canary, soak).
 	Observer Observer
 	// StartPaused starts the population with sending paused: a soak run
@@ -47,22 +72,6 @@ type Options struct {
 	// half the Deadline, so that a stalled session is flagged within one
 	// deadline.
 	LagThreshold time.Duration
-	// Health, if set, records the prober's own send and receive lags and
-	// says when it is saturated.
-	Health Health
-	// Reach, if set, hears the outcome of every connect, login and
-	// provisioning attempt: whether the target takes logins right now.
-	// Populations of one prober share it.
-	Reach *Reach
-	// SourceAddrs, if set, are the local addresses sessions connect from,
-	// user i from SourceAddrs[i%len]: always the same one, so that a user
-	// keeps its address across reconnects. Empty lets the kernel pick.
-	SourceAddrs []netip.Addr
-	// MaxConnectRate caps connect attempts per second across the whole
-	// population, first logins and reconnects alike, so that a server
-	// that dropped everyone is not stormed by them coming back at once
-	// (the jittered backoff spreads them further). 0 is no limit.
-	MaxConnectRate float64
 	// SessionLifetime, if positive, is the mean of the exponentially
 	// distributed time a session stays logged in before its user logs out
 	// and back in (churn; disconnect reason "churn").

@@ -69,8 +69,8 @@ type Population struct {
 // the others from being measured.
 const readyGrace = 30 * time.Second
 
-// New builds a population; nothing runs until Run.
-func New(o Options) (*Population, error) {
+// NewPopulation builds a population; nothing runs until Run.
+func NewPopulation(o Options) (*Population, error) {
 	switch {
 	case o.Driver == nil:
 		return nil, errors.New("population: no driver")
@@ -136,7 +136,7 @@ func (p *Population) layout() {
 		// Offset by half a user, so that a run with both late users and
 		// slow readers does not pick the same users for both.
 		p.users[i].slow = spread(i+len(p.users)/2, o.SlowReaders.Fraction)
-		p.users[i].inbox.cohort = metrics.CohortIndex(p.users[i].slow)
+		p.users[i].inbox.cohort = metrics.CohortOf(p.users[i].slow)
 	}
 	n := o.Users
 	for i, u := range p.users {
@@ -146,7 +146,7 @@ func (p *Population) layout() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: 0, fanout: 1, recipients: []int{peer}}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: metrics.Direct, fanout: 1, recipients: []int{peer}}
 		}
 	}
 	// Groups of GroupSize in order; a last group of one joins the one
@@ -170,7 +170,7 @@ func (p *Population) layout() {
 					others = append(others, j)
 				}
 			}
-			u.group = &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: 1,
+			u.group = &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: metrics.Group,
 				fanout: len(grp.Members) - 1, recipients: others}
 		}
 		p.groups = append(p.groups, grp)

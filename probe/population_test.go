@@ -66,7 +66,7 @@ func TestTakeVoidTakesTurns(t *testing.T) {
 
 func TestBackoffBounded(t *testing.T) {
 	for _, min := range []time.Duration{time.Millisecond, 20 * time.Second, time.Minute} {
-		p := &Population{opts: Options{BackoffMin: min, BackoffMax: 2 * time.Minute}}
+		p := &Population{opts: Options{Connection: Connection{BackoffMin: min, BackoffMax: 2 * time.Minute}}}
 		for attempt := range 100 {
 			if d := p.backoff(attempt); d <= 0 || d > p.opts.BackoffMax {
 				t.Fatalf("backoff(%d) with initial %v = %v, want in (0, %v]", attempt, min, d, p.opts.BackoffMax)

@@ -24,16 +24,10 @@ func (u *user) OnAck(ref uint64, _ Ack) {
 		// Already written off after an ack timeout.
 		return
 	}
-	ks := &u.p.opts.Set.Kind[f.st.kind]
-	ks.AckLatency.Observe(float64(now-f.sentAt) / 1e9)
-	if n := f.st.fanout - f.st.slowFanout; n > 0 {
-		ks.Cohort[0].Expected.Add(float64(n))
-	}
-	if f.st.slowFanout > 0 {
-		ks.Cohort[1].Expected.Add(float64(f.st.slowFanout))
-	}
+	u.p.opts.Set.Kind[f.st.kind].AckLatency.Observe(float64(now-f.sentAt) / 1e9)
+	u.p.ledger.Owe(f.st.kind, f.st.fanout-f.st.slowFanout, f.st.slowFanout)
 	if obs := u.p.opts.Observer; obs != nil {
-		obs.Ack(ref, f.st.kind == 1, time.Duration(now-f.sentAt))
+		obs.Ack(ref, f.st.kind == metrics.Group, time.Duration(now-f.sentAt))
 	}
 }
 

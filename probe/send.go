@@ -148,7 +148,7 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 	u.inflight = append(u.inflight, flight{ref: ref, st: st, seq: st.seq, sentAt: time.Now().UnixNano()})
 	u.mu.Unlock()
 
-	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == 1, Fanout: st.fanout, Recipients: st.recipients}
+	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == metrics.Group, Fanout: st.fanout, Recipients: st.recipients}
 	buf = AppendBody(buf[:0], &h, p.opts.MessageSize)
 	m := Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
 	if err := sess.Send(&m); err != nil {

@@ -3,6 +3,8 @@ package probe
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/imcanary/imcanary/metrics"
 )
 
 // A user's send streams: what each has sent, what the server acknowledged,
@@ -54,7 +56,7 @@ type sendStream struct {
 	nameS  string // name, for Sent without an allocation per send
 	to     string
 	group  string
-	kind   int
+	kind   metrics.Kind
 	fanout int
 	// slowFanout is how many of the recipients are slow readers: their
 	// expected deliveries are counted in the slow_reader cohort.

@@ -79,10 +79,19 @@ func (d splitDriver) Connect(ctx context.Context, user string, link probe.Link) 
 func slowUsers(t *testing.T, p config.Profile) map[string]bool {
 	t.Helper()
 	set := metrics.New(prometheus.NewRegistry()).For("layout", metrics.SourceSoak)
-	pop, err := probe.New(probe.Options{
-		Driver: splitDriver{}, Set: set, Prefix: "s-" + p.Name, Users: p.Users, GroupSize: p.GroupSize,
-		Deadline: p.Deadline, LostAfter: p.LostAfter, Heartbeat: time.Second,
-		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond,
+	pop, err := probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver:     splitDriver{},
+			Heartbeat:  time.Second,
+			BackoffMin: time.Millisecond,
+			BackoffMax: time.Millisecond,
+		},
+		Set:         set,
+		Prefix:      "s-" + p.Name,
+		Users:       p.Users,
+		GroupSize:   p.GroupSize,
+		Deadline:    p.Deadline,
+		LostAfter:   p.LostAfter,
 		SlowReaders: probe.SlowReaders{Fraction: p.SlowReaders.Fraction},
 	})
 	if err != nil {

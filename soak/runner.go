@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -27,23 +26,20 @@ import (
 
 // RunnerOptions configures a Runner.
 type RunnerOptions struct {
-	Driver  probe.Driver
+	// Connection is the prober's, shared with its other populations. Its
+	// Health, if set, is the prober's self-monitor: the population
+	// records its own lags in it, and, as a SaturationSource, it says
+	// when a run that fails was saturated, which makes the run
+	// inconclusive rather than failed.
+	probe.Connection
 	Metrics *metrics.Metrics
 	Target  string
-	// Run is the process's run id, carried in every message body.
-	Run string
 	// Prefix names this runner's cohorts: a profile's users are
 	// PREFIX-PROFILE-uN, apart from the background population, the canary
 	// and any other runner.
 	Prefix      string
-	Heartbeat   time.Duration
-	BackoffMin  time.Duration
-	BackoffMax  time.Duration
 	MessageSize int
 	Logger      *slog.Logger
-	// SourceAddrs and MaxConnectRate are as in probe.Options.
-	SourceAddrs    []netip.Addr
-	MaxConnectRate float64
 	// SampleEvery overrides the sample interval; by default a run takes
 	// about 200 samples, one every 1 to 10 seconds.
 	SampleEvery time.Duration
@@ -52,13 +48,6 @@ type RunnerOptions struct {
 	// progress in its history, so that a run the process dies in is not
 	// lost (history.Store.BeginSoak).
 	OnStart func(*report.Soak)
-	// Health, if set, is the prober's self-monitor: the population records
-	// its own lags in it, and a run that fails while it says saturated is
-	// inconclusive rather than failed.
-	Health SaturationSource
-	// Reach, if set, is the prober's view of whether the target takes
-	// logins, shared with its other populations (see probe.Reach).
-	Reach *probe.Reach
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
@@ -143,26 +132,25 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	o := r.o
 	set := o.Metrics.For(o.Target, metrics.SourceSoak)
 	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
-	// A nil SaturationSource must reach the population as a nil Health,
-	// not as an interface holding nil.
-	var health probe.Health
-	if o.Health != nil {
-		health = o.Health
-	}
-	obs := newObserver(health)
+	obs := newObserver(o.Health)
 	sr := p.SlowReaders
-	pop, err := probe.New(probe.Options{
-		Driver: o.Driver, Set: set, Logger: o.Logger.With("profile", p.Name), Run: o.Run,
-		Prefix: o.Prefix + "-" + p.Name,
-		Users:  p.Users, Ramp: p.Ramp, GroupSize: p.GroupSize, Rate: p.Rate,
-		Heartbeat: o.Heartbeat, Deadline: p.Deadline, LostAfter: p.LostAfter,
-		MessageSize: o.MessageSize, BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
-		Observer: obs, StartPaused: true,
-		LateFraction: p.LateLogins, LateAfter: p.LateAfter,
-		SlowReaders: probe.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
-		Health:      health,
-		Reach:       o.Reach,
-		SourceAddrs: o.SourceAddrs, MaxConnectRate: o.MaxConnectRate,
+	pop, err := probe.NewPopulation(probe.Options{
+		Connection:   o.Connection,
+		Set:          set,
+		Logger:       o.Logger.With("profile", p.Name),
+		Prefix:       o.Prefix + "-" + p.Name,
+		Users:        p.Users,
+		Ramp:         p.Ramp,
+		GroupSize:    p.GroupSize,
+		Rate:         p.Rate,
+		Deadline:     p.Deadline,
+		LostAfter:    p.LostAfter,
+		MessageSize:  o.MessageSize,
+		Observer:     obs,
+		StartPaused:  true,
+		LateFraction: p.LateLogins,
+		LateAfter:    p.LateAfter,
+		SlowReaders:  probe.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
 	})
 	if err != nil {
 		return nil, err
@@ -455,8 +443,8 @@ func addTo(d *report.Deliveries, o report.Deliveries) {
 type counts struct {
 	// kind is the normal cohort's deliveries and the messages sent;
 	// slow is the slow readers' deliveries, by kind.
-	kind        [2]kindCounts
-	slow        [2]report.Deliveries
+	kind        [len(metrics.Kinds)]kindCounts
+	slow        [len(metrics.Kinds)]report.Deliveries
 	sendErr     map[string]int64
 	connectFail int64
 }
@@ -469,8 +457,8 @@ type kindCounts struct {
 func snapshot(set *metrics.Set) counts {
 	c := counts{sendErr: map[string]int64{}}
 	for i, ks := range set.Kind {
-		c.kind[i].Deliveries = cohortCounts(ks.Cohort[metrics.CohortIndex(false)])
-		c.slow[i] = cohortCounts(ks.Cohort[metrics.CohortIndex(true)])
+		c.kind[i].Deliveries = cohortCounts(ks.Cohort[metrics.Normal])
+		c.slow[i] = cohortCounts(ks.Cohort[metrics.SlowReader])
 		c.kind[i].sent = int64(metrics.Value(ks.Sent))
 	}
 	for r, m := range set.SendErrors {
@@ -626,8 +614,12 @@ func (s *sampler) sample(now time.Time) {
 	var saturated bool
 	var causes []string
 	if h := s.r.o.Health; h != nil && h.Saturated() {
-		// A copy: the sample keeps it, and the monitor may reuse its own.
-		saturated, causes = true, slices.Clone(h.Causes())
+		saturated = true
+		// Why, when the monitor says: a copy, as the sample keeps it
+		// and the monitor may reuse its own.
+		if src, ok := h.(SaturationSource); ok {
+			causes = slices.Clone(src.Causes())
+		}
 	}
 	slowLag := s.pop.SlowReaderLag()
 
@@ -717,7 +709,7 @@ type observer struct {
 	// for the run, and both kinds for the sample interval.
 	login    *hdrhistogram.Histogram
 	ack      *hdrhistogram.Histogram
-	deliv    [2]*hdrhistogram.Histogram
+	deliv    [len(metrics.Kinds)]*hdrhistogram.Histogram
 	interval *hdrhistogram.Histogram
 	acked    int64
 	rejected map[string]int64
@@ -727,15 +719,14 @@ type observer struct {
 	// runs and only read after, so it needs no lock.
 	slow []bool
 	// on says whose session is online as the logins and disconnects
-	// tell, loginAt when it logged in, and online counts them by cohort
-	// (metrics.CohortIndex).
+	// tell, loginAt when it logged in, and online counts them by cohort.
 	on        []bool
 	loginAt   []time.Time
-	online    [2]int
+	online    [len(metrics.Cohorts)]int
 	sendStart time.Time
 	// disc counts disconnects by cohort and reason, our own shutdown
 	// excluded.
-	disc [2]map[string]int64
+	disc [len(metrics.Cohorts)]map[string]int64
 	// The drill's own numbers: the slow readers' disconnects by reason
 	// and close code, which of them were ever disconnected, their
 	// delivery latency and their time to disconnect.
@@ -765,9 +756,9 @@ func newHist() *hdrhistogram.Histogram {
 
 func newObserver(health probe.Health) *observer {
 	return &observer{
-		login: newHist(), ack: newHist(), deliv: [2]*hdrhistogram.Histogram{newHist(), newHist()},
+		login: newHist(), ack: newHist(), deliv: [len(metrics.Kinds)]*hdrhistogram.Histogram{newHist(), newHist()},
 		interval: newHist(), rejected: map[string]int64{}, errors: map[string]int64{},
-		disc:     [2]map[string]int64{{}, {}},
+		disc:     [len(metrics.Cohorts)]map[string]int64{{}, {}},
 		slowEnds: map[slowEnd]int64{}, slowDeliv: newHist(), toDisc: newHist(),
 		health: health,
 	}
@@ -792,9 +783,9 @@ func (o *observer) setSendStart(t time.Time) {
 	o.mu.Unlock()
 }
 
-// cohort returns user's index in the cohort arrays.
-func (o *observer) cohort(user int) int {
-	return metrics.CohortIndex(user >= 0 && user < len(o.slow) && o.slow[user])
+// cohort returns user's cohort, the index of the cohort arrays.
+func (o *observer) cohort(user int) metrics.Cohort {
+	return metrics.CohortOf(user >= 0 && user < len(o.slow) && o.slow[user])
 }
 
 // maxErrors bounds the distinct error messages kept; the rest are counted
@@ -844,7 +835,7 @@ func (o *observer) Disconnect(user int, reason string, err error) {
 		return
 	}
 	o.disc[c][reason]++
-	if c == metrics.CohortIndex(true) {
+	if c == metrics.SlowReader {
 		// The drill's result, not an error: counted by reason and code.
 		var d *probe.Disconnect
 		code := 0
@@ -898,9 +889,9 @@ func (o *observer) Received(user int, h *probe.Header, latency time.Duration, ou
 	if o.health != nil && o.health.Saturated() {
 		o.satDeliv.Add(1)
 	}
-	k := metrics.KindIndex(len(h.Stream) > 0 && h.Stream[0] == 'g')
+	k := metrics.KindOf(len(h.Stream) > 0 && h.Stream[0] == 'g')
 	o.mu.Lock()
-	if o.cohort(user) == metrics.CohortIndex(true) {
+	if o.cohort(user) == metrics.SlowReader {
 		record(o.slowDeliv, latency)
 	} else {
 		record(o.deliv[k], latency)

@@ -99,8 +99,16 @@ func newTestRunnerWith(t *testing.T, drv probe.Driver) (*Runner, *metrics.Metric
 	t.Helper()
 	m := metrics.New(prometheus.NewPedanticRegistry())
 	return NewRunner(RunnerOptions{
-		Driver: drv, Metrics: m, Target: "t", Run: "r1", Prefix: "s",
-		Heartbeat: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		Connection: probe.Connection{
+			Driver:     drv,
+			Run:        "r1",
+			Heartbeat:  time.Second,
+			BackoffMin: 20 * time.Millisecond,
+			BackoffMax: 300 * time.Millisecond,
+		},
+		Metrics:     m,
+		Target:      "t",
+		Prefix:      "s",
 		SampleEvery: 200 * time.Millisecond,
 	}), m
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/saturation"
 )
@@ -38,9 +39,18 @@ func TestStarvedProberIsInconclusive(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := NewRunner(RunnerOptions{
-				Driver: newTestDriver(t, url), Metrics: m, Target: "t", Run: "r1", Prefix: "s",
-				Heartbeat: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
-				SampleEvery: 100 * time.Millisecond, Health: mon,
+				Connection: probe.Connection{
+					Driver:     newTestDriver(t, url),
+					Run:        "r1",
+					Heartbeat:  time.Second,
+					BackoffMin: 20 * time.Millisecond,
+					BackoffMax: 300 * time.Millisecond,
+					Health:     mon,
+				},
+				Metrics:     m,
+				Target:      "t",
+				Prefix:      "s",
+				SampleEvery: 100 * time.Millisecond,
 			})
 			p := testProfile()
 			p.Duration, p.Drain = 5*time.Second, 3*time.Second

@@ -120,13 +120,26 @@ func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 	}
 	fx := &fixture{t: t, drv: &killable{Driver: d, live: map[string]*session{}, blocked: map[string]time.Time{}}}
 	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
-	fx.pop, err = probe.New(probe.Options{
-		Driver: fx.drv, Set: fx.set, Run: uniquePrefix("run"), Prefix: uniquePrefix(name),
-		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: time.Second,
-		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
-		StartPaused: true, MessageSize: pc.messageSize, SlowReaders: pc.slow,
-		Observer: pc.observer,
+	fx.pop, err = probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver:     fx.drv,
+			Run:        uniquePrefix("run"),
+			Heartbeat:  time.Second,
+			BackoffMin: 20 * time.Millisecond,
+			BackoffMax: 300 * time.Millisecond,
+		},
+		Set:         fx.set,
+		Prefix:      uniquePrefix(name),
+		Users:       pc.users,
+		GroupSize:   pc.groupSize,
+		Rate:        pc.rate,
+		Ramp:        time.Second,
+		Deadline:    pc.deadline,
+		LostAfter:   pc.lostAfter,
+		StartPaused: true,
+		MessageSize: pc.messageSize,
+		SlowReaders: pc.slow,
+		Observer:    pc.observer,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -171,12 +184,12 @@ func (fx *fixture) counts() totals {
 	var c totals
 	for _, k := range fx.set.Kind {
 		c.sent += metrics.Value(k.Sent)
-		c.expected += metrics.Value(k.Cohort[0].Expected)
-		c.delivered += metrics.Value(k.Cohort[0].Delivered)
-		c.lost += metrics.Value(k.Cohort[0].Lost)
-		c.late += metrics.Value(k.Cohort[0].Late)
-		c.dup += metrics.Value(k.Cohort[0].Duplicate)
-		c.reordered += metrics.Value(k.Cohort[0].Reordered)
+		c.expected += metrics.Value(k.Cohort[metrics.Normal].Expected)
+		c.delivered += metrics.Value(k.Cohort[metrics.Normal].Delivered)
+		c.lost += metrics.Value(k.Cohort[metrics.Normal].Lost)
+		c.late += metrics.Value(k.Cohort[metrics.Normal].Late)
+		c.dup += metrics.Value(k.Cohort[metrics.Normal].Duplicate)
+		c.reordered += metrics.Value(k.Cohort[metrics.Normal].Reordered)
 	}
 	for _, ig := range fx.set.Ignored {
 		c.ignored += metrics.Value(ig)
@@ -192,7 +205,7 @@ func (fx *fixture) latency(qs ...float64) (uint64, []float64) {
 	var bounds []float64
 	for _, k := range fx.set.Kind {
 		var m dto.Metric
-		_ = k.Cohort[0].DeliveryLatency.(prometheus.Metric).Write(&m)
+		_ = k.Cohort[metrics.Normal].DeliveryLatency.(prometheus.Metric).Write(&m)
 		count += m.Histogram.GetSampleCount()
 		for _, b := range m.Histogram.Bucket {
 			if _, ok := below[b.GetUpperBound()]; !ok {
@@ -392,9 +405,9 @@ func TestRealSlowReaderDrill(t *testing.T) {
 	c := fx.counts()
 	var sr totals
 	for _, k := range fx.set.Kind {
-		sr.expected += metrics.Value(k.Cohort[1].Expected)
-		sr.delivered += metrics.Value(k.Cohort[1].Delivered)
-		sr.lost += metrics.Value(k.Cohort[1].Lost)
+		sr.expected += metrics.Value(k.Cohort[metrics.SlowReader].Expected)
+		sr.delivered += metrics.Value(k.Cohort[metrics.SlowReader].Delivered)
+		sr.lost += metrics.Value(k.Cohort[metrics.SlowReader].Lost)
 	}
 	t.Logf("normal: %+v; slow readers: %+v; disconnects %v", c, sr, disc.all())
 	if sr.expected == 0 {

@@ -110,10 +110,20 @@ func measureSessions(b *testing.B, addr string, n int) (heapPer, stackPer, rssPe
 		b.Fatal(err)
 	}
 	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
-	pop, err := probe.New(probe.Options{
-		Driver: drv, Set: set, Run: "bench", Prefix: "m", Users: n, GroupSize: 5,
-		Heartbeat: time.Hour, Deadline: time.Second, LostAfter: 2 * time.Second,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second,
+	pop, err := probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver:     drv,
+			Run:        "bench",
+			Heartbeat:  time.Hour,
+			BackoffMin: 50 * time.Millisecond,
+			BackoffMax: time.Second,
+		},
+		Set:       set,
+		Prefix:    "m",
+		Users:     n,
+		GroupSize: 5,
+		Deadline:  time.Second,
+		LostAfter: 2 * time.Second,
 	})
 	if err != nil {
 		b.Fatal(err)

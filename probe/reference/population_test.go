@@ -118,13 +118,27 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.pop, err = probe.New(probe.Options{
-		Driver: pdrv, Set: fx.set, Run: "testrun", Prefix: "t",
-		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: 100 * time.Millisecond,
-		Heartbeat: time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
-		MessageSize: pc.messageSize, SlowReaders: pc.slow, Health: fx.health,
-		MaxConnectRate: pc.maxConnectRate, Observer: pc.observer,
+	fx.pop, err = probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver:         pdrv,
+			Run:            "testrun",
+			Heartbeat:      time.Second,
+			BackoffMin:     20 * time.Millisecond,
+			BackoffMax:     300 * time.Millisecond,
+			Health:         fx.health,
+			MaxConnectRate: pc.maxConnectRate,
+		},
+		Set:         fx.set,
+		Prefix:      "t",
+		Users:       pc.users,
+		GroupSize:   pc.groupSize,
+		Rate:        pc.rate,
+		Ramp:        100 * time.Millisecond,
+		Deadline:    pc.deadline,
+		LostAfter:   pc.lostAfter,
+		MessageSize: pc.messageSize,
+		SlowReaders: pc.slow,
+		Observer:    pc.observer,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +211,7 @@ func (fx *fixture) latencies() (count uint64, below map[float64]uint64) {
 	below = map[float64]uint64{}
 	for _, k := range fx.set.Kind {
 		var m dto.Metric
-		_ = k.Cohort[0].DeliveryLatency.(prometheus.Metric).Write(&m)
+		_ = k.Cohort[metrics.Normal].DeliveryLatency.(prometheus.Metric).Write(&m)
 		count += m.Histogram.GetSampleCount()
 		for _, b := range m.Histogram.Bucket {
 			below[b.GetUpperBound()] += b.GetCumulativeCount()

@@ -175,12 +175,25 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *population {
 	p := &population{t: t, obs: &observer{}}
 	p.set = metrics.New(prometheus.NewPedanticRegistry()).For("prosody", metrics.SourceBackground)
 	var err error
-	p.pop, err = probe.New(probe.Options{
-		Driver: drv, Set: p.set, Run: "xmpptest" + time.Now().Format("150405.000"), Prefix: pc.prefix,
-		Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Ramp: pc.ramp,
-		Heartbeat: 5 * time.Second, Deadline: pc.deadline, LostAfter: pc.lostAfter,
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
-		MessageSize: 200, Observer: p.obs, StartPaused: pc.paused,
+	p.pop, err = probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver:     drv,
+			Run:        "xmpptest" + time.Now().Format("150405.000"),
+			Heartbeat:  5 * time.Second,
+			BackoffMin: 20 * time.Millisecond,
+			BackoffMax: 300 * time.Millisecond,
+		},
+		Set:         p.set,
+		Prefix:      pc.prefix,
+		Users:       pc.users,
+		GroupSize:   pc.groupSize,
+		Rate:        pc.rate,
+		Ramp:        pc.ramp,
+		Deadline:    pc.deadline,
+		LostAfter:   pc.lostAfter,
+		MessageSize: 200,
+		Observer:    p.obs,
+		StartPaused: pc.paused,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -227,12 +240,12 @@ func (p *population) counts(k int) totals {
 			continue
 		}
 		c.sent += metrics.Value(ks.Sent)
-		c.expected += metrics.Value(ks.Cohort[0].Expected)
-		c.delivered += metrics.Value(ks.Cohort[0].Delivered)
-		c.lost += metrics.Value(ks.Cohort[0].Lost)
-		c.late += metrics.Value(ks.Cohort[0].Late)
-		c.dup += metrics.Value(ks.Cohort[0].Duplicate)
-		c.reordered += metrics.Value(ks.Cohort[0].Reordered)
+		c.expected += metrics.Value(ks.Cohort[metrics.Normal].Expected)
+		c.delivered += metrics.Value(ks.Cohort[metrics.Normal].Delivered)
+		c.lost += metrics.Value(ks.Cohort[metrics.Normal].Lost)
+		c.late += metrics.Value(ks.Cohort[metrics.Normal].Late)
+		c.dup += metrics.Value(ks.Cohort[metrics.Normal].Duplicate)
+		c.reordered += metrics.Value(ks.Cohort[metrics.Normal].Reordered)
 	}
 	return c
 }
@@ -318,9 +331,9 @@ func TestProsodyPopulation(t *testing.T) {
 		t.Errorf("send errors %v, want none", e)
 	}
 	for i, k := range talk.set.Kind {
-		acks, dels := histCount(k.AckLatency), histCount(k.Cohort[0].DeliveryLatency)
-		if float64(dels) != metrics.Value(k.Cohort[0].Delivered) || acks == 0 {
-			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, metrics.Value(k.Cohort[0].Delivered))
+		acks, dels := histCount(k.AckLatency), histCount(k.Cohort[metrics.Normal].DeliveryLatency)
+		if float64(dels) != metrics.Value(k.Cohort[metrics.Normal].Delivered) || acks == 0 {
+			t.Errorf("kind %d: %d ack and %d delivery latencies recorded, want acks and one per delivery (%v)", i, acks, dels, metrics.Value(k.Cohort[metrics.Normal].Delivered))
 		}
 	}
 	talk.obs.mu.Lock()
