@@ -60,7 +60,7 @@ type Canary struct {
 // New builds a canary; its users come online when Run runs.
 func New(o Options) (*Canary, error) {
 	if o.Users < 2 {
-		return nil, fmt.Errorf("canary: users %d: need at least 2", o.Users)
+		return nil, fmt.Errorf("canary.New: Users %d, want at least 2 (a canary messages from one user to another)", o.Users)
 	}
 	if o.Messages < 1 {
 		o.Messages = 1
@@ -109,6 +109,9 @@ func (c *Canary) Run(ctx context.Context) error { return c.pop.Run(ctx) }
 
 // Ready reports whether every canary user has been online at once.
 func (c *Canary) Ready() bool { return c.pop.Ready() }
+
+// WaitReady waits until Ready or ctx ends, and reports Ready.
+func (c *Canary) WaitReady(ctx context.Context) bool { return c.pop.WaitReady(ctx) }
 
 // Online returns how many canary users are online.
 func (c *Canary) Online() int { return c.pop.Online() }

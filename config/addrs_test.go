@@ -84,21 +84,21 @@ func TestParseSourceAddrs(t *testing.T) {
 // value in the environment and on the command line, as in the file.
 func TestSourceAddrsFromEnvAndFlags(t *testing.T) {
 	const list = "127.0.0.2,127.0.0.5-127.0.0.9"
-	c, err := Load("", []string{"IMCANARY_POPULATION_SOURCE_ADDRS=" + list, "IMCANARY_POPULATION_MAX_CONNECT_RATE=250"}, nil)
+	c, err := testLoader.Load("", []string{"IMCANARY_POPULATION_SOURCE_ADDRS=" + list, "IMCANARY_POPULATION_MAX_CONNECT_RATE=250"}, nil)
 	if err != nil {
 		t.Fatalf("Load with environment = %v, want nil error", err)
 	}
 	if c.Population.SourceAddrs != list || c.Population.MaxConnectRate != 250 {
 		t.Errorf("Load with environment: source_addrs %q, max_connect_rate %v, want %q, 250", c.Population.SourceAddrs, c.Population.MaxConnectRate, list)
 	}
-	c, err = Load("", nil, parseFlags(t, "--population.source_addrs="+list, "--population.max_connect_rate=0.5"))
+	c, err = testLoader.Load("", nil, parseFlags(t, "--population.source_addrs="+list, "--population.max_connect_rate=0.5"))
 	if err != nil {
 		t.Fatalf("Load with flags = %v, want nil error", err)
 	}
 	if c.Population.SourceAddrs != list || c.Population.MaxConnectRate != 0.5 {
 		t.Errorf("Load with flags: source_addrs %q, max_connect_rate %v, want %q, 0.5", c.Population.SourceAddrs, c.Population.MaxConnectRate, list)
 	}
-	_, err = Load("", []string{"IMCANARY_POPULATION_SOURCE_ADDRS=127.0.0.1-127.0.2.0"}, nil)
+	_, err = testLoader.Load("", []string{"IMCANARY_POPULATION_SOURCE_ADDRS=127.0.0.1-127.0.2.0"}, nil)
 	want := `environment variable IMCANARY_POPULATION_SOURCE_ADDRS: population.source_addrs: "127.0.0.1-127.0.2.0": entry "127.0.0.1-127.0.2.0" spans 512 addresses; a range may span at most 256`
 	if err == nil || err.Error() != want {
 		t.Errorf("Load with a long range = %v, want %v", err, want)

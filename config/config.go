@@ -30,6 +30,9 @@ type Config struct {
 	// (one daemon), "I/N", or "auto/N" for the ordinal that ends the host
 	// name, as a StatefulSet's pods have.
 	Shard string `koanf:"shard"`
+	// Deprecated says what the configuration used that is deprecated, in
+	// words, for the caller to log: the Loader fills it in.
+	Deprecated []string `koanf:"-"`
 }
 
 // HTTP configures the daemon's own HTTP server (/metrics, /healthz, /readyz).
@@ -40,22 +43,25 @@ type HTTP struct {
 
 // Target names the IM server under test and how to reach it.
 type Target struct {
-	// Name is the value of the target label on every series.
+	// Name is the value of the target label on every series; by default
+	// the default protocol's name.
 	Name string `koanf:"name"`
-	// Protocol selects the driver: "embedded" (the reference server's own
-	// protocol), "xmpp" (XMPP over WebSocket, RFC 7395) or "centrifugo".
+	// Protocol names the protocol of the target: one the Loader was made
+	// with, by default its first.
 	Protocol string `koanf:"protocol"`
-	// URL is the WebSocket URL. Empty with protocol "embedded" means: start
-	// a reference server in this process on a free loopback port.
+	// URL is the WebSocket URL. Empty with a protocol that can run
+	// in-process (Protocol.InProcess) means: start a reference server in
+	// this process on a free loopback port.
 	URL string `koanf:"url"`
 	// SecretFile holds the secret that signs login tokens. The environment
 	// variable IMCANARY_TARGET_SECRET is used when it is empty. The secret
 	// itself never appears in the configuration tree, logs or metrics.
 	SecretFile string `koanf:"secret_file"`
-	// XMPP holds what only the xmpp protocol uses.
-	XMPP XMPP `koanf:"xmpp"`
-	// Centrifugo holds what only the centrifugo protocol uses.
-	Centrifugo Centrifugo `koanf:"centrifugo"`
+	// Sections holds each protocol's own section, target.NAME, by the
+	// protocol's name, as its adapter defines it (Protocol.Section): the
+	// Loader fills it in. A Config built in code may leave it empty, and
+	// the adapters then take their defaults (see Section).
+	Sections map[string]any `koanf:"-"`
 	// Headers are extra HTTP request headers for every request to the
 	// target, the WebSocket upgrade included: an auth proxy in front of a
 	// staging server wants its own. Only the file can set the list.
@@ -94,37 +100,6 @@ func (h Header) Read() (string, error) {
 		return "", fmt.Errorf("%s holds a line break or a control character, which a header value cannot", h.ValueFile)
 	}
 	return v, nil
-}
-
-// XMPP configures the XMPP driver. Each probe user's password is derived
-// from the target secret (HMAC of the user name), so one secret, from a
-// file or the environment, provisions and logs in every user and no
-// password is ever written down.
-type XMPP struct {
-	// Domain is the XMPP domain of the probe users (user@Domain).
-	Domain string `koanf:"domain"`
-	// MUCService hosts the group rooms; empty means conference.Domain.
-	MUCService string `koanf:"muc_service"`
-	// Register creates the users by in-band registration (XEP-0077); off,
-	// they must exist already with their derived passwords.
-	Register bool `koanf:"register"`
-	// Resume turns on stream-management resumption. Off by default: a
-	// server that hibernates a dropped session queues its messages for
-	// minutes, and loss then shows up minutes late.
-	Resume bool `koanf:"resume"`
-}
-
-// Centrifugo configures the Centrifugo driver.
-type Centrifugo struct {
-	// GroupNamespace is the channel namespace of group chats.
-	GroupNamespace string `koanf:"group_namespace"`
-	// DirectNamespace is the namespace of the user-limited direct channels.
-	DirectNamespace string `koanf:"direct_namespace"`
-	// TokenTTL is the lifetime of the connection JWTs imcanary signs.
-	TokenTTL time.Duration `koanf:"token_ttl"`
-	// Recover asks the server, on resubscribe, for what was published while
-	// a session was away; recovered messages count as late, not lost.
-	Recover bool `koanf:"recover"`
 }
 
 // Population is the background population of simulated users.
@@ -246,7 +221,8 @@ type Backoff struct {
 type History struct {
 	// MaxRuns is how many soak run reports are kept.
 	MaxRuns int `koanf:"max_runs"`
-	// MaxAge is how long a soak report or canary round is kept.
+	// MaxAge is how long a soak report is kept; canary rounds are kept
+	// by count (MaxCanaryRounds).
 	MaxAge time.Duration `koanf:"max_age"`
 	// MaxCanaryRounds is how many canary rounds are kept. Rounds are small
 	// and frequent (one every 30s by default is 2,880 a day), hence a
@@ -382,18 +358,12 @@ var profileDefaults = Profile{
 	},
 }
 
-// Default returns the configuration used for every key a source leaves unset.
-func Default() Config {
+// defaults returns the configuration used for every key a source leaves
+// unset, but for what depends on the protocols: Loader.Default fills in
+// the default protocol, the target's name and the protocols' sections.
+func defaults() Config {
 	return Config{
 		HTTP: HTTP{Listen: "127.0.0.1:9464"},
-		Target: Target{
-			Name:     "embedded",
-			Protocol: "embedded",
-			XMPP:     XMPP{Domain: "localhost", Register: true},
-			Centrifugo: Centrifugo{
-				GroupNamespace: "chat", DirectNamespace: "dm", TokenTTL: 24 * time.Hour,
-			},
-		},
 		Population: Population{
 			Users:       100,
 			Ramp:        10 * time.Second,

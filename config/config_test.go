@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/file"
-	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 )
 
@@ -37,9 +34,9 @@ func TestLoadInvalid(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			golden := strings.TrimSuffix(path, ".yaml") + ".err"
-			_, err := Load(path, nil, nil)
+			_, err := testLoader.Load(path, nil, nil)
 			if err == nil {
-				t.Fatalf("Load(%q) = nil, want an error", path)
+				t.Fatalf("testLoader.Load(%q) = nil, want an error", path)
 			}
 			if *update {
 				if err := os.WriteFile(golden, []byte(err.Error()+"\n"), 0o644); err != nil {
@@ -51,68 +48,44 @@ func TestLoadInvalid(t *testing.T) {
 				t.Fatalf("%v (run go test -update to create it)", rerr)
 			}
 			if want := strings.TrimSuffix(string(b), "\n"); err.Error() != want {
-				t.Errorf("Load(%q) = %v, want %v", path, err, want)
+				t.Errorf("testLoader.Load(%q) = %v, want %v", path, err, want)
 			}
 		})
 	}
 }
 
-// TestExampleIsDefault keeps configs/imcanary.yaml honest: it must hold every
-// key, and loading it must give exactly Default().
-func TestExampleIsDefault(t *testing.T) {
-	got, err := Load(example, nil, nil)
-	if err != nil {
-		t.Fatalf("Load(%q) = %v, want nil error", example, err)
-	}
-	if want := Default(); !reflect.DeepEqual(got, want) {
-		t.Errorf("Load(%q) = %+v, want %+v", example, got, want)
-	}
-
-	// Loaded over the defaults, a missing key would go unnoticed; read the
-	// file on its own to see that each one is written out.
-	k := koanf.New(".")
-	if err := k.Load(file.Provider(example), yaml.Parser()); err != nil {
-		t.Fatal(err)
-	}
-	// The lists are in the file but, being file-only, not in Keys().
-	want := slices.Sorted(slices.Values(append(Keys(), "soak.profiles", "target.headers")))
-	if got := k.Keys(); !slices.Equal(got, want) {
-		t.Errorf("keys of %s = %v, want %v", example, got, want)
-	}
-}
-
 func TestDefaultIsValid(t *testing.T) {
-	if err := Default().Validate(); err != nil {
-		t.Errorf("Default().Validate() = %v, want nil", err)
+	if err := testLoader.Validate(testLoader.Default()); err != nil {
+		t.Errorf("testLoader.Validate(testLoader.Default()) = %v, want nil", err)
 	}
 }
 
 func TestLoadPartial(t *testing.T) {
 	const path = "testdata/valid-partial.yaml"
-	got, err := Load(path, nil, nil)
+	got, err := testLoader.Load(path, nil, nil)
 	if err != nil {
-		t.Fatalf("Load(%q) = %v, want nil error", path, err)
+		t.Fatalf("testLoader.Load(%q) = %v, want nil error", path, err)
 	}
-	want := Default()
+	want := testLoader.Default()
 	want.Target.Name = "staging"
 	want.Population.Users = 7
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Load(%q) = %+v, want %+v", path, got, want)
+		t.Errorf("testLoader.Load(%q) = %+v, want %+v", path, got, want)
 	}
 }
 
 func TestLoadNoSources(t *testing.T) {
-	got, err := Load("", nil, nil)
-	if err != nil || !reflect.DeepEqual(got, Default()) {
-		t.Errorf("Load(%q) = %+v, %v, want %+v, nil", "", got, err, Default())
+	got, err := testLoader.Load("", nil, nil)
+	if err != nil || !reflect.DeepEqual(got, testLoader.Default()) {
+		t.Errorf("testLoader.Load(%q) = %+v, %v, want %+v, nil", "", got, err, testLoader.Default())
 	}
 }
 
 func TestLoadMissingFile(t *testing.T) {
 	const path = "testdata/does-not-exist.yaml"
-	_, err := Load(path, nil, nil)
+	_, err := testLoader.Load(path, nil, nil)
 	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), path) {
-		t.Errorf("Load(%q) = %v, want an error naming the file that wraps os.ErrNotExist", path, err)
+		t.Errorf("testLoader.Load(%q) = %v, want an error naming the file that wraps os.ErrNotExist", path, err)
 	}
 }
 
@@ -130,7 +103,7 @@ func parseFlags(t *testing.T, args ...string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("imcanary", pflag.ContinueOnError)
 	// main's own flags share the set and must be ignored by Load.
 	fs.String("config.file", "", "path of the configuration file")
-	RegisterFlags(fs)
+	testLoader.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +130,7 @@ population:
 		{
 			name: "file over defaults",
 			check: func(c Config) error {
-				return want(c.Population.Users, 1, c.Population.Rate, Default().Population.Rate)
+				return want(c.Population.Users, 1, c.Population.Rate, testLoader.Default().Population.Rate)
 			},
 		},
 		{
@@ -213,12 +186,12 @@ population:
 			if tt.args != nil {
 				fs = parseFlags(t, tt.args...)
 			}
-			got, err := Load(path, tt.env, fs)
+			got, err := testLoader.Load(path, tt.env, fs)
 			if err != nil {
-				t.Fatalf("Load(%q) = %v, want nil error", path, err)
+				t.Fatalf("testLoader.Load(%q) = %v, want nil error", path, err)
 			}
 			if err := tt.check(got); err != nil {
-				t.Errorf("Load(%q) with env %q, flags %q: %v", path, tt.env, tt.args, err)
+				t.Errorf("testLoader.Load(%q) with env %q, flags %q: %v", path, tt.env, tt.args, err)
 			}
 		})
 	}
@@ -260,13 +233,13 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{
 			name: "bad boolean in environment",
-			env:  []string{"IMCANARY_TARGET_XMPP_REGISTER=maybe"},
-			want: `environment variable IMCANARY_TARGET_XMPP_REGISTER: target.xmpp.register: "maybe": must be true or false`,
+			env:  []string{"IMCANARY_TARGET_CHAT_REGISTER=maybe"},
+			want: `environment variable IMCANARY_TARGET_CHAT_REGISTER: target.chat.register: "maybe": must be true or false`,
 		},
 		{
 			name: "bad boolean flag",
-			args: []string{"--target.centrifugo.recover=yes"},
-			want: `flag --target.centrifugo.recover: target.centrifugo.recover: "yes": must be true or false`,
+			args: []string{"--target.chat.resume=yes"},
+			want: `flag --target.chat.resume: target.chat.resume: "yes": must be true or false`,
 		},
 		{
 			name: "every source's problems",
@@ -342,9 +315,9 @@ func TestLoadErrors(t *testing.T) {
 			if tt.args != nil {
 				fs = parseFlags(t, tt.args...)
 			}
-			_, err := Load("", tt.env, fs)
+			_, err := testLoader.Load("", tt.env, fs)
 			if err == nil || err.Error() != tt.want {
-				t.Errorf("Load(%q) with env %q, flags %q = %v, want %v", "", tt.env, tt.args, err, tt.want)
+				t.Errorf("testLoader.Load(%q) with env %q, flags %q = %v, want %v", "", tt.env, tt.args, err, tt.want)
 			}
 		})
 	}
@@ -354,10 +327,10 @@ func TestLoadErrors(t *testing.T) {
 // error through the source prefix.
 func TestLoadValidationErrorType(t *testing.T) {
 	const path = "testdata/invalid-users-zero.yaml"
-	_, err := Load(path, nil, nil)
+	_, err := testLoader.Load(path, nil, nil)
 	ve, ok := errors.AsType[*ValidationError](err)
 	if !ok || ve.Key != "population.users" || ve.Value != 0 {
-		t.Errorf("Load(%q) = %#v, want a *ValidationError for population.users = 0", path, err)
+		t.Errorf("testLoader.Load(%q) = %#v, want a *ValidationError for population.users = 0", path, err)
 	}
 }
 
@@ -377,7 +350,7 @@ func TestSecretIgnored(t *testing.T) {
 		if !strings.HasPrefix(v.Name, EnvPrefix) || len(v.UsedBy) == 0 || v.Usage == "" {
 			t.Errorf("OtherEnv has %+v; want an IMCANARY_ name, what uses it and what it holds", v)
 		}
-		if _, ok := byEnv[v.Name]; ok {
+		if _, ok := testLoader.byEnv[v.Name]; ok {
 			t.Errorf("OtherEnv has %s, which is a key's variable", v.Name)
 		}
 		tests := []struct {
@@ -392,12 +365,12 @@ func TestSecretIgnored(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(v.Name+"/"+tt.name, func(t *testing.T) {
-				c, err := Load("", tt.env, nil)
+				c, err := testLoader.Load("", tt.env, nil)
 				if (err != nil) != tt.wantErr {
-					t.Fatalf("Load(%q) with env %q = %v, want error %v", "", tt.env, err, tt.wantErr)
+					t.Fatalf("testLoader.Load(%q) with env %q = %v, want error %v", "", tt.env, err, tt.wantErr)
 				}
 				if s := fmt.Sprintf("%+v %v", c, err); strings.Contains(s, secret) {
-					t.Errorf("Load(%q) with env %q = %s, want no trace of the secret", "", tt.env, s)
+					t.Errorf("testLoader.Load(%q) with env %q = %s, want no trace of the secret", "", tt.env, s)
 				}
 			})
 		}
@@ -406,8 +379,8 @@ func TestSecretIgnored(t *testing.T) {
 		!slices.ContainsFunc(OtherEnv, func(v EnvVar) bool { return v.Name == HealthPasswordEnv }) {
 		t.Errorf("OtherEnv = %v, want %s and %s in it", OtherEnv, SecretEnv, HealthPasswordEnv)
 	}
-	if slices.Contains(Keys(), "target.secret") {
-		t.Errorf("Keys() contains target.secret; the secret must never be a configuration key")
+	if slices.Contains(testLoader.Keys(), "target.secret") {
+		t.Errorf("testLoader.Keys() contains target.secret; the secret must never be a configuration key")
 	}
 }
 
@@ -453,28 +426,25 @@ func TestKeys(t *testing.T) {
 		"saturation.window",
 		"shard",
 		"slo.objective",
-		"target.centrifugo.direct_namespace",
-		"target.centrifugo.group_namespace",
-		"target.centrifugo.recover",
-		"target.centrifugo.token_ttl",
+		"target.chat.domain",
+		"target.chat.register",
+		"target.chat.resume",
+		"target.chat.token_ttl",
 		"target.name",
 		"target.protocol",
 		"target.secret_file",
 		"target.url",
-		"target.xmpp.domain",
-		"target.xmpp.muc_service",
-		"target.xmpp.register",
-		"target.xmpp.resume",
 	}
-	if got := Keys(); !slices.Equal(got, want) {
-		t.Errorf("Keys() = %v, want %v", got, want)
+	if got := testLoader.Keys(); !slices.Equal(got, want) {
+		t.Errorf("testLoader.Keys() = %v, want %v", got, want)
 	}
 	for _, k := range want {
-		if d := keyDocs[k]; d.usage == "" || d.uses&CommandRun == 0 {
-			t.Errorf("keyDocs[%q] = %+v; every key needs a flag description, and the daemon reads every key", k, d)
+		if d := testLoader.doc(k); d.usage == "" || d.uses&CommandRun == 0 {
+			t.Errorf("doc(%q) = %+v; every key needs a flag description, and the daemon reads every key", k, d)
 		}
 	}
-	if len(keyDocs) != len(want) {
+	// The protocols' keys are described by their Help.
+	if len(keyDocs) != len(want)-len(chatProtocol.Help) {
 		t.Errorf("len(keyDocs) = %d, want %d (a description for a key that does not exist)", len(keyDocs), len(want))
 	}
 }
@@ -494,25 +464,25 @@ func TestEnvName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
-			if got := EnvName(tt.key); got != tt.want {
-				t.Errorf("EnvName(%q) = %q, want %q", tt.key, got, tt.want)
+			if got := testLoader.EnvName(tt.key); got != tt.want {
+				t.Errorf("testLoader.EnvName(%q) = %q, want %q", tt.key, got, tt.want)
 			}
 		})
 	}
 	// Two keys that differ only in "." versus "_" would share a variable.
-	if len(byEnv) != len(leaves) {
-		t.Errorf("%d keys map to %d environment variables, want one each", len(leaves), len(byEnv))
+	if len(testLoader.byEnv) != len(testLoader.s.leaves) {
+		t.Errorf("%d keys map to %d environment variables, want one each", len(testLoader.s.leaves), len(testLoader.byEnv))
 	}
 }
 
 func TestRegisterFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("imcanary", pflag.ContinueOnError)
-	RegisterFlags(fs)
+	testLoader.RegisterFlags(fs)
 	tests := []struct{ name, typ, def, usage string }{
 		{"http.listen", "string", "127.0.0.1:9464", `--http.listen string   address (host:port) of the HTTP server for /metrics, /healthz and /readyz (default "127.0.0.1:9464")`},
 		{"target.url", "string", "", "--target.url string   WebSocket URL"},
-		{"target.xmpp.register", "bool", "true", "--target.xmpp.register   xmpp: create users by in-band registration (XEP-0077) (default true)"},
-		{"target.xmpp.resume", "bool", "false", "--target.xmpp.resume   xmpp: stream-management resumption (hides loss for minutes; off by default)\n"},
+		{"target.chat.register", "bool", "true", "--target.chat.register   chat: create users by registration (default true)"},
+		{"target.chat.resume", "bool", "false", "--target.chat.resume   chat: resume sessions (off by default)\n"},
 		{"population.users", "int", "100", "--population.users int   number of simulated users kept online (default 100)"},
 		{"population.ramp", "duration", "10s", "--population.ramp duration   duration over which the users' first logins are spread (default 10s)"},
 		{"population.rate", "float64", "0.5", "--population.rate float   messages per second per user, alternating direct and group (default 0.5)"},
@@ -522,7 +492,7 @@ func TestRegisterFlags(t *testing.T) {
 		{"history.max_runs", "int", "200", "(default 200)"},
 		{"canary.schedule", "string", "@every 30s", `(default "@every 30s")`},
 		{"canary.users", "int", "4", "(default 4)"},
-		{"target.protocol", "string", "embedded", "protocol driver of the target: embedded, xmpp, centrifugo"},
+		{"target.protocol", "string", "reference", "protocol driver of the target: reference, chat"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -543,16 +513,16 @@ func TestRegisterFlags(t *testing.T) {
 	}
 	var n int
 	fs.VisitAll(func(*pflag.Flag) { n++ })
-	if n != len(Keys()) {
-		t.Errorf("RegisterFlags defined %d flags, want %d", n, len(Keys()))
+	if n != len(testLoader.Keys()) {
+		t.Errorf("RegisterFlags defined %d flags, want %d", n, len(testLoader.Keys()))
 	}
 
-	// The defaults shown in help must load back to Default().
+	// The defaults shown in help must load back to testLoader.Default().
 	var args []string
 	fs.VisitAll(func(f *pflag.Flag) { args = append(args, "--"+f.Name+"="+f.DefValue) })
-	c, err := Load("", nil, parseFlags(t, args...))
-	if err != nil || !reflect.DeepEqual(c, Default()) {
-		t.Errorf("Load with every flag at its shown default = %+v, %v, want %+v, nil", c, err, Default())
+	c, err := testLoader.Load("", nil, parseFlags(t, args...))
+	if err != nil || !reflect.DeepEqual(c, testLoader.Default()) {
+		t.Errorf("Load with every flag at its shown default = %+v, %v, want %+v, nil", c, err, testLoader.Default())
 	}
 }
 
@@ -564,15 +534,15 @@ func TestBoolFlags(t *testing.T) {
 		register, resume bool
 	}{
 		{nil, true, false},
-		{[]string{"--target.xmpp.resume"}, true, true},
-		{[]string{"--target.xmpp.register=false", "--target.xmpp.resume=true"}, false, true},
-		{[]string{"--target.xmpp.register=0"}, false, false},
+		{[]string{"--target.chat.resume"}, true, true},
+		{[]string{"--target.chat.register=false", "--target.chat.resume=true"}, false, true},
+		{[]string{"--target.chat.register=0"}, false, false},
 	}
 	for _, tt := range tests {
-		c, err := Load("", nil, parseFlags(t, tt.args...))
-		if err != nil || c.Target.XMPP.Register != tt.register || c.Target.XMPP.Resume != tt.resume {
+		c, err := testLoader.Load("", nil, parseFlags(t, tt.args...))
+		if err != nil || Section(c, "chat", chatSection{}).Register != tt.register || Section(c, "chat", chatSection{}).Resume != tt.resume {
 			t.Errorf("Load with flags %q = register %v, resume %v, %v; want %v, %v, nil", tt.args,
-				c.Target.XMPP.Register, c.Target.XMPP.Resume, err, tt.register, tt.resume)
+				Section(c, "chat", chatSection{}).Register, Section(c, "chat", chatSection{}).Resume, err, tt.register, tt.resume)
 		}
 	}
 }
@@ -581,8 +551,8 @@ func TestBoolFlags(t *testing.T) {
 // what they use, which some keys decide on purpose (the test in
 // cmd/imcanary follows the commands' code for the rest).
 func TestKeysFor(t *testing.T) {
-	if got := KeysFor(CommandRun); !slices.Equal(got, Keys()) {
-		t.Errorf("KeysFor(CommandRun) = %v, want every key", got)
+	if got := testLoader.KeysFor(CommandRun); !slices.Equal(got, testLoader.Keys()) {
+		t.Errorf("testLoader.KeysFor(CommandRun) = %v, want every key", got)
 	}
 	tests := []struct {
 		cmd        Command
@@ -596,23 +566,23 @@ func TestKeysFor(t *testing.T) {
 			[]string{"http.listen", "canary.schedule", "canary.users", "population.users", "population.slow_readers.fraction", "shard"}},
 	}
 	for _, tt := range tests {
-		got := KeysFor(tt.cmd)
+		got := testLoader.KeysFor(tt.cmd)
 		for _, k := range tt.has {
 			if !slices.Contains(got, k) {
-				t.Errorf("KeysFor(%d) lacks %s", tt.cmd, k)
+				t.Errorf("testLoader.KeysFor(%d) lacks %s", tt.cmd, k)
 			}
 		}
 		for _, k := range tt.lacks {
 			if slices.Contains(got, k) {
-				t.Errorf("KeysFor(%d) has %s, which that command does not use", tt.cmd, k)
+				t.Errorf("testLoader.KeysFor(%d) has %s, which that command does not use", tt.cmd, k)
 			}
 		}
 		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-		RegisterCommandFlags(fs, tt.cmd)
+		testLoader.RegisterCommandFlags(fs, tt.cmd)
 		var names []string
 		fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
 		if !slices.Equal(names, got) {
-			t.Errorf("RegisterCommandFlags(%d) defined %v, want %v", tt.cmd, names, got)
+			t.Errorf("testLoader.RegisterCommandFlags(%d) defined %v, want %v", tt.cmd, names, got)
 		}
 	}
 }
@@ -639,25 +609,12 @@ func FuzzLoad(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := Load(path, nil, nil)
+		c, err := testLoader.Load(path, nil, nil)
 		if err != nil {
 			return
 		}
-		if err := c.Validate(); err != nil {
-			t.Errorf("Load(%q) = %+v, nil, but Validate() = %v", b, c, err)
+		if err := testLoader.Validate(c); err != nil {
+			t.Errorf("testLoader.Load(%q) = %+v, nil, but Validate() = %v", b, c, err)
 		}
 	})
-}
-
-// TestExampleConfigsLoad keeps every shipped example configuration valid.
-func TestExampleConfigsLoad(t *testing.T) {
-	files, err := filepath.Glob("../configs/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no example configs found: %v", err)
-	}
-	for _, f := range files {
-		if _, err := Load(f, nil, nil); err != nil {
-			t.Errorf("Load(%q) = %v, want nil", f, err)
-		}
-	}
 }

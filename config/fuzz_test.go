@@ -66,14 +66,14 @@ func TestLoadHostile(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			_, err := Load(path, nil, nil)
+			_, err := testLoader.Load(path, nil, nil)
 			took := time.Since(start)
 			if err == nil {
-				t.Fatalf("Load(%.60q…) = nil, want an error", body)
+				t.Fatalf("testLoader.Load(%.60q…) = nil, want an error", body)
 			}
 			checkLoadError(t, body, path, err)
 			if took > 5*time.Second {
-				t.Errorf("Load(%.60q…) took %v", body, took)
+				t.Errorf("testLoader.Load(%.60q…) took %v", body, took)
 			}
 		})
 	}
@@ -87,7 +87,7 @@ func checkLoadError(t *testing.T, body, path string, err error) {
 	t.Helper()
 	msg := err.Error()
 	if msg == "" || !utf8.ValidString(msg) {
-		t.Fatalf("Load(%.200q) = error %q, want a UTF-8 message", body, msg)
+		t.Fatalf("testLoader.Load(%.200q) = error %q, want a UTF-8 message", body, msg)
 	}
 	problems := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -96,20 +96,20 @@ func checkLoadError(t *testing.T, body, path string, err error) {
 	for _, p := range problems {
 		pm := p.Error()
 		if !strings.Contains(pm, path) {
-			t.Errorf("Load(%.200q): problem %q does not name the file %s", body, pm, path)
+			t.Errorf("testLoader.Load(%.200q): problem %q does not name the file %s", body, pm, path)
 		}
 		ve, ok := errors.AsType[*ValidationError](p)
 		if !ok {
 			continue
 		}
 		if ve.Key == "" || !strings.Contains(pm, ve.Key) {
-			t.Errorf("Load(%.200q): problem %q does not name its key %q", body, pm, ve.Key)
+			t.Errorf("testLoader.Load(%.200q): problem %q does not name its key %q", body, pm, ve.Key)
 		}
 		if ve.Err == nil || ve.Err.Error() == "" {
-			t.Errorf("Load(%.200q): problem %q has no reason", body, pm)
+			t.Errorf("testLoader.Load(%.200q): problem %q has no reason", body, pm)
 		}
 		if ve.Value == nil {
-			t.Errorf("Load(%.200q): problem %q does not show the value given", body, pm)
+			t.Errorf("testLoader.Load(%.200q): problem %q does not show the value given", body, pm)
 		}
 	}
 }
@@ -140,7 +140,7 @@ func FuzzLoadErrors(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Load(path, nil, nil); err != nil {
+		if _, err := testLoader.Load(path, nil, nil); err != nil {
 			checkLoadError(t, string(b), path, err)
 		}
 	})
@@ -151,8 +151,8 @@ func FuzzLoadErrors(f *testing.F) {
 // is wrong, the key and the value. The secret's variable is never read,
 // so its value can appear in no error.
 func FuzzLoadEnv(f *testing.F) {
-	for _, k := range Keys() {
-		f.Add(byKey[k].env, "x")
+	for _, k := range testLoader.Keys() {
+		f.Add(testLoader.s.byKey[k].env, "x")
 	}
 	f.Add("IMCANARY_POPULATION_USERS", "1e3")
 	f.Add("IMCANARY_POPULATION_RAMP", "10")
@@ -164,16 +164,16 @@ func FuzzLoadEnv(f *testing.F) {
 		if !strings.HasPrefix(name, EnvPrefix) || strings.Contains(name, "=") {
 			return
 		}
-		_, err := Load("", []string{name + "=" + value}, nil)
+		_, err := testLoader.Load("", []string{name + "=" + value}, nil)
 		if err == nil {
 			return
 		}
 		msg := err.Error()
 		if msg == "" {
-			t.Fatalf("Load(%s=%q) = error without a message", name, value)
+			t.Fatalf("testLoader.Load(%s=%q) = error without a message", name, value)
 		}
 		if name == SecretEnv {
-			t.Fatalf("Load(%s=%q) = %v, want the secret's variable ignored", name, value, err)
+			t.Fatalf("testLoader.Load(%s=%q) = %v, want the secret's variable ignored", name, value, err)
 		}
 		problems := []error{err}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -184,14 +184,14 @@ func FuzzLoadEnv(f *testing.F) {
 			switch {
 			case !ok:
 				if !namesVar(p.Error(), name) {
-					t.Errorf("Load(%s=%q): problem %q does not name the variable", name, value, p)
+					t.Errorf("testLoader.Load(%s=%q): problem %q does not name the variable", name, value, p)
 				}
 			case ve.Key == "" || !strings.Contains(p.Error(), ve.Key):
-				t.Errorf("Load(%s=%q): problem %q does not name its key %q", name, value, p, ve.Key)
-			case ve.Key == byEnv[name].key && !namesVar(p.Error(), name):
+				t.Errorf("testLoader.Load(%s=%q): problem %q does not name its key %q", name, value, p, ve.Key)
+			case ve.Key == testLoader.byEnv[name].key && !namesVar(p.Error(), name):
 				// A rule between keys may blame a key the variable did
 				// not set; one about the variable's own key names it.
-				t.Errorf("Load(%s=%q): problem %q does not name the variable", name, value, p)
+				t.Errorf("testLoader.Load(%s=%q): problem %q does not name the variable", name, value, p)
 			}
 		}
 	})

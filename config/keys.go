@@ -51,12 +51,15 @@ func otherEnv(name string) bool {
 	return slices.ContainsFunc(OtherEnv, func(v EnvVar) bool { return v.Name == name })
 }
 
-// leaf is one configuration key: a field of Config that holds a value rather
-// than a nested section.
+// leaf is one configuration key: a field of Config, or of a protocol's
+// section, that holds a value rather than a nested section.
 type leaf struct {
 	key   string // dotted koanf path, e.g. "population.backoff.max"
 	env   string // e.g. "IMCANARY_POPULATION_BACKOFF_MAX"
 	index []int  // field index path for reflect.Value.FieldByIndex
+	// protocol is the name of the protocol whose section holds the key,
+	// "" for a key of Config; index is then into the section's struct.
+	protocol string
 }
 
 // schema is the key set of one struct type: Config itself, or the element of
@@ -69,28 +72,29 @@ type schema struct {
 	// element. Lists are file-only: an environment variable or a flag
 	// holds one scalar, so they have no env name and no flag.
 	lists map[string]*schema
+	// listLeaves locate the lists, which a diff compares whole.
+	listLeaves []leaf
 	// names are every key, section and list, sorted: what an unknown key
 	// may have been meant to be.
 	names []string
 }
 
-// The key set is derived from Config's koanf tags so that flags, environment
-// names and the unknown-key check can never drift from the struct.
-var (
-	root     = newSchema(reflect.TypeFor[Config]())
-	leaves   = root.leaves
-	byKey    = root.byKey
-	byEnv    = indexLeaves(func(l leaf) string { return l.env })
-	sections = root.sections
-)
-
-func newSchema(t reflect.Type) *schema {
+// newSchema derives the key set of t from its koanf tags, and of each
+// protocol's section under target.NAME from the section's, so that flags,
+// environment names and the unknown-key check can never drift from the
+// structs.
+func newSchema(t reflect.Type, protocols ...Protocol) *schema {
 	s := &schema{
 		byKey:    make(map[string]leaf),
 		sections: make(map[string]bool),
 		lists:    make(map[string]*schema),
 	}
-	s.collect(t, nil, nil)
+	s.collect(t, nil, nil, "")
+	for _, p := range protocols {
+		if p.Section != nil {
+			s.collect(reflect.TypeOf(p.Section), []string{"target", p.Name}, nil, p.Name)
+		}
+	}
 	for _, l := range s.leaves {
 		s.byKey[l.key] = l
 	}
@@ -107,14 +111,19 @@ func newSchema(t reflect.Type) *schema {
 	return s
 }
 
-// collect walks t depth-first in field order. A field without a koanf tag
-// is a programming error in this package, so it panics at init rather than
-// silently becoming a key nobody can spell.
-func (s *schema) collect(t reflect.Type, path []string, index []int) {
+// collect walks t depth-first in field order; protocol is the protocol
+// whose section t is, "" for Config. A field without a koanf tag is a
+// programming error, so it panics when the schema is made rather than
+// silently becoming a key nobody can spell; "-" marks a field the loader
+// fills in itself.
+func (s *schema) collect(t reflect.Type, path []string, index []int, protocol string) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, _, _ := strings.Cut(f.Tag.Get("koanf"), ",")
-		if tag == "" || tag == "-" {
+		if tag == "-" {
+			continue
+		}
+		if tag == "" {
 			panic(fmt.Sprintf("config: field %s.%s has no koanf tag", t.Name(), f.Name))
 		}
 		p := append(slices.Clip(path), tag)
@@ -122,14 +131,16 @@ func (s *schema) collect(t reflect.Type, path []string, index []int) {
 		key := strings.Join(p, ".")
 		switch {
 		case isSection(f.Type):
-			s.collect(f.Type, p, idx)
+			s.collect(f.Type, p, idx, protocol)
 		case f.Type.Kind() == reflect.Slice && isSection(f.Type.Elem()):
 			s.lists[key] = newSchema(f.Type.Elem())
+			s.listLeaves = append(s.listLeaves, leaf{key: key, index: idx, protocol: protocol})
 		default:
 			s.leaves = append(s.leaves, leaf{
-				key:   key,
-				env:   EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
-				index: idx,
+				key:      key,
+				env:      EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
+				index:    idx,
+				protocol: protocol,
 			})
 		}
 	}
@@ -140,20 +151,13 @@ func isSection(t reflect.Type) bool {
 	return t.Kind() == reflect.Struct && t != reflect.TypeFor[time.Duration]()
 }
 
-func indexLeaves(name func(leaf) string) map[string]leaf {
-	m := make(map[string]leaf, len(leaves))
-	for _, l := range leaves {
-		m[name(l)] = l
-	}
-	return m
-}
-
 // Keys returns every configuration key that holds a single value, sorted, in
 // the dotted form used by flags and error messages ("population.group_size").
-// The list soak.profiles is not among them: only the file can set it.
-func Keys() []string {
-	keys := make([]string, 0, len(leaves))
-	for _, l := range leaves {
+// The lists (soak.profiles, target.headers) are not among them: only the
+// file can set them.
+func (ld *Loader) Keys() []string {
+	keys := make([]string, 0, len(ld.s.leaves))
+	for _, l := range ld.s.leaves {
 		keys = append(keys, l.key)
 	}
 	slices.Sort(keys)
@@ -163,17 +167,49 @@ func Keys() []string {
 // EnvName returns the environment variable that sets key, such as
 // IMCANARY_POPULATION_GROUP_SIZE for population.group_size, or "" if key is
 // not a configuration key.
-func EnvName(key string) string {
-	return byKey[key].env
+func (ld *Loader) EnvName(key string) string {
+	return ld.s.byKey[key].env
 }
 
-// flatDefaults returns Default() as a flat key → value map with the fields'
-// own types, the input of the confmap provider.
-func flatDefaults() map[string]any {
-	d := reflect.ValueOf(Default())
-	m := make(map[string]any, len(leaves))
-	for _, l := range leaves {
-		m[l.key] = d.FieldByIndex(l.index).Interface()
+// defaultOf returns the default value of the key l, from Default or its
+// protocol's section.
+func (ld *Loader) defaultOf(l leaf) reflect.Value {
+	if l.protocol == "" {
+		return reflect.ValueOf(ld.def).FieldByIndex(l.index)
+	}
+	p, _ := ld.protocol(l.protocol)
+	return reflect.ValueOf(p.Section).FieldByIndex(l.index)
+}
+
+// valueOf returns the value of the key l in c.
+func (ld *Loader) valueOf(c Config, l leaf) any {
+	if l.protocol == "" {
+		return reflect.ValueOf(c).FieldByIndex(l.index).Interface()
+	}
+	p, _ := ld.protocol(l.protocol)
+	return reflect.ValueOf(Section(c, p.Name, p.Section)).FieldByIndex(l.index).Interface()
+}
+
+// Changed returns the keys whose values differ between a and b, in the
+// order of the structs: every key that holds one value, and each list
+// (soak.profiles) as a whole. A reload asks it what a new configuration
+// changes.
+func (ld *Loader) Changed(a, b Config) []string {
+	var keys []string
+	for _, l := range slices.Concat(ld.s.leaves, ld.s.listLeaves) {
+		if !reflect.DeepEqual(ld.valueOf(a, l), ld.valueOf(b, l)) {
+			keys = append(keys, l.key)
+		}
+	}
+	return keys
+}
+
+// flatDefaults returns the defaults as a flat key → value map with the
+// fields' own types, the input of the confmap provider.
+func (ld *Loader) flatDefaults() map[string]any {
+	m := make(map[string]any, len(ld.s.leaves))
+	for _, l := range ld.s.leaves {
+		m[l.key] = ld.defaultOf(l).Interface()
 	}
 	return m
 }
@@ -185,24 +221,16 @@ func flatDefaults() map[string]any {
 // Another test checks that keyDocs covers exactly Keys(), so a new field
 // cannot ship without a description.
 var keyDocs = map[string]keyDoc{
-	"http.listen":                        {"address (host:port) of the HTTP server for /metrics, /healthz and /readyz", CommandRun},
-	"target.name":                        {"value of the target label on every series", everyone},
-	"target.protocol":                    {"protocol driver of the target", everyone},
-	"target.url":                         {"WebSocket URL (ws:// or wss://) of the target; empty with protocol embedded starts a reference server", everyone},
-	"target.xmpp.domain":                 {"xmpp: XMPP domain of the probe users", everyone},
-	"target.xmpp.muc_service":            {"xmpp: MUC service of the group rooms (default conference.DOMAIN)", everyone},
-	"target.xmpp.register":               {"xmpp: create users by in-band registration (XEP-0077)", everyone},
-	"target.xmpp.resume":                 {"xmpp: stream-management resumption (hides loss for minutes; off by default)", everyone},
-	"target.centrifugo.group_namespace":  {"centrifugo: channel namespace of group chats", everyone},
-	"target.centrifugo.direct_namespace": {"centrifugo: namespace of user-limited direct channels", everyone},
-	"target.centrifugo.token_ttl":        {"centrifugo: lifetime of the connection tokens imcanary signs", everyone},
-	"target.centrifugo.recover":          {"centrifugo: recover missed publications on resubscribe (counted late)", everyone},
-	"target.secret_file":                 {"file holding the login-token signing secret; empty reads " + SecretEnv, everyone},
-	"population.users":                   {"number of simulated users kept online", CommandRun},
-	"population.ramp":                    {"duration over which the users' first logins are spread", CommandRun},
-	"population.group_size":              {"number of users in each chat group", CommandRun},
-	"population.rate":                    {"messages per second per user, alternating direct and group", CommandRun},
-	"population.heartbeat":               {"interval between keepalive pings of each session", everyone},
+	"http.listen":           {"address (host:port) of the HTTP server for /metrics, /healthz and /readyz", CommandRun},
+	"target.name":           {"value of the target label on every series", everyone},
+	"target.protocol":       {"protocol driver of the target", everyone},
+	"target.url":            {"WebSocket URL (ws:// or wss://) of the target; empty, for a protocol that has one, starts a reference server in this process", everyone},
+	"target.secret_file":    {"file holding the login-token signing secret; empty reads " + SecretEnv, everyone},
+	"population.users":      {"number of simulated users kept online", CommandRun},
+	"population.ramp":       {"duration over which the users' first logins are spread", CommandRun},
+	"population.group_size": {"number of users in each chat group", CommandRun},
+	"population.rate":       {"messages per second per user, alternating direct and group", CommandRun},
+	"population.heartbeat":  {"interval between keepalive pings of each session", everyone},
 	// Soak: a profile that leaves its deadline out takes this one.
 	"population.deadline":                 {"delivery deadline from the intended send time, also the ack timeout", CommandRun | CommandSoak},
 	"population.lost_after":               {"time after the intended send time when a missing message is lost", CommandRun},
@@ -229,12 +257,12 @@ var keyDocs = map[string]keyDoc{
 	"saturation.max_fds":                  {"highest ratio of open files to the file limit before imcanary is saturated", everyone},
 	"saturation.max_ports":                {"highest ratio of used ephemeral ports of a local address before imcanary is saturated", everyone},
 	"slo.objective":                       {"objective of the completeness and latency SLIs that the status page judges them by, such as 0.999; keep it equal to imcanary:slo_objective:ratio in the alert rules", CommandRun},
-	// Canary: where xmpp keeps a secret of its own when none is
-	// configured. Soak: the history it saves its report to, and so
+	// Canary: where a protocol whose passwords derive from the secret
+	// keeps one of its own when none is configured. Soak: the history it saves its report to, and so
 	// history.* below.
 	"data_dir":                  {"directory of the run history (soak reports, canary rounds)", everyone},
 	"history.max_runs":          {"number of soak run reports kept", CommandRun | CommandSoak},
-	"history.max_age":           {"age after which soak reports and canary rounds are pruned", CommandRun | CommandSoak},
+	"history.max_age":           {"age after which soak reports are pruned (canary rounds are kept by count)", CommandRun | CommandSoak},
 	"history.max_canary_rounds": {"number of canary rounds kept", CommandRun | CommandSoak},
 	"canary.schedule":           {`cron spec of the canary rounds, such as "@every 30s" or "*/5 * * * *"; empty disables them`, CommandRun},
 	"canary.deadline":           {"time a canary round waits for each delivery", CommandRun | CommandCanary},
@@ -267,11 +295,24 @@ type keyDoc struct {
 	uses Command
 }
 
+// doc returns what is said of key: keyDocs for a key of Config, the
+// protocol's Help for one of its section, which every command that talks to
+// a target reads.
+func (ld *Loader) doc(key string) keyDoc {
+	l, ok := ld.s.byKey[key]
+	if !ok || l.protocol == "" {
+		return keyDocs[key]
+	}
+	p, _ := ld.protocol(l.protocol)
+	rel := strings.TrimPrefix(key, "target."+p.Name+".")
+	return keyDoc{usage: p.Name + ": " + p.Help[rel], uses: everyone}
+}
+
 // KeysFor returns the keys that cmd reads and so offers as flags, sorted.
-func KeysFor(cmd Command) []string {
+func (ld *Loader) KeysFor(cmd Command) []string {
 	var keys []string
-	for _, k := range Keys() {
-		if keyDocs[k].uses&cmd != 0 {
+	for _, k := range ld.Keys() {
+		if ld.doc(k).uses&cmd != 0 {
 			keys = append(keys, k)
 		}
 	}
@@ -280,7 +321,7 @@ func KeysFor(cmd Command) []string {
 
 // RegisterFlags defines a flag for every key on fs, as imcanary run and
 // config check take them: RegisterCommandFlags(fs, CommandRun).
-func RegisterFlags(fs *pflag.FlagSet) { RegisterCommandFlags(fs, CommandRun) }
+func (ld *Loader) RegisterFlags(fs *pflag.FlagSet) { ld.RegisterCommandFlags(fs, CommandRun) }
 
 // RegisterCommandFlags defines a flag for each key that cmd reads, named
 // exactly as the key (--population.users). Load overlays only the flags the
@@ -288,18 +329,16 @@ func RegisterFlags(fs *pflag.FlagSet) { RegisterCommandFlags(fs, CommandRun) }
 // environment. Each flag keeps the text it was given, which Load decodes by
 // the same rules as the file and the environment ("--population.ramp=5s"),
 // while its help shows the key's type and default as pflag shows its own
-// typed flags; a boolean key given alone (--target.xmpp.register) is true.
+// typed flags; a boolean key given alone (--target.NAME.resume) is true.
 // Like pflag itself, it panics if fs already defines one of the names.
-func RegisterCommandFlags(fs *pflag.FlagSet, cmd Command) {
-	d := reflect.ValueOf(Default())
-	for _, k := range KeysFor(cmd) {
-		usage := keyDocs[k].usage
+func (ld *Loader) RegisterCommandFlags(fs *pflag.FlagSet, cmd Command) {
+	for _, k := range ld.KeysFor(cmd) {
+		usage := ld.doc(k).usage
 		if k == "target.protocol" {
-			// Built here, not in keyDocs, because drivers are appended
-			// to Protocols after this package is initialised.
-			usage += ": " + strings.Join(Protocols, ", ")
+			// The loader's protocols, which keyDocs cannot know.
+			usage += ": " + strings.Join(ld.Protocols(), ", ")
 		}
-		def := d.FieldByIndex(byKey[k].index)
+		def := ld.defaultOf(ld.s.byKey[k])
 		v := &flagValue{kind: kindOf(def.Type())}
 		f := fs.VarPF(v, k, "", usage)
 		f.DefValue = fmt.Sprint(def.Interface())

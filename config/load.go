@@ -32,7 +32,7 @@ type layer struct {
 	origin func(key string) string
 }
 
-// Load builds the configuration from Default(), then the YAML file at path
+// Load builds the configuration from Default, then the YAML file at path
 // (skipped when path is ""), then the IMCANARY_* entries of env (in
 // os.Environ form), then the flags in flags that the user set explicitly
 // (flags may be nil; see RegisterFlags). Later sources win key by key.
@@ -47,9 +47,9 @@ type layer struct {
 // that its source got wrong is left out of the result that is validated, so
 // that the default standing in for it is not blamed as well, and neither is
 // a rule between it and another key. On error the Config is the zero value.
-func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
+func (ld *Loader) Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 	k := koanf.New(".")
-	if err := k.Load(confmap.Provider(flatDefaults(), "."), nil); err != nil {
+	if err := k.Load(confmap.Provider(ld.flatDefaults(), "."), nil); err != nil {
 		return Config{}, fmt.Errorf("load defaults: %w", err)
 	}
 
@@ -68,7 +68,7 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 			layers = append(layers, l)
 		}
 	}
-	l, envErrs := envLayer(env)
+	l, envErrs := ld.envLayer(env)
 	errs = append(errs, envErrs...)
 	if l != nil {
 		layers = append(layers, l)
@@ -76,7 +76,7 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 		unread = true
 	}
 	if flags != nil {
-		l, err := flagLayer(flags)
+		l, err := ld.flagLayer(flags)
 		if err != nil {
 			errs, unread = append(errs, err), true
 		} else {
@@ -88,7 +88,7 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 	// it before the merge.
 	rejected := make(map[string]bool)
 	for _, l := range layers {
-		lerrs, ok := l.check(rejected)
+		lerrs, ok := l.check(ld, rejected)
 		errs = append(errs, lerrs...)
 		unread = unread || !ok
 		if err := k.Merge(l.ko); err != nil {
@@ -100,9 +100,13 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 	}
 
 	var c Config
-	if err := unmarshal(k, &c); err != nil {
+	if err := ld.decode(k, &c); err != nil {
 		// Every layer decoded on its own, so this is a bug, not bad input.
 		return Config{}, fmt.Errorf("decode configuration: %w", err)
+	}
+	if p, ok := ld.protocol(c.Target.Protocol); ok && p.Name != c.Target.Protocol {
+		c.Deprecated = append(c.Deprecated, fmt.Sprintf("target.protocol %q is deprecated: it is now called %q", c.Target.Protocol, p.Name))
+		c.Target.Protocol = p.Name
 	}
 	for _, key := range c.deriveProfiles() {
 		// A deadline taken from population.deadline is as wrong as it.
@@ -114,7 +118,7 @@ func Load(path string, env []string, flags *pflag.FlagSet) (Config, error) {
 	// problem holds the keys found wrong, so that a header already wrong
 	// is not also read.
 	var problem []string
-	for _, p := range c.problems() {
+	for _, p := range ld.problems(c) {
 		if !blamesRejected(p, rejected) {
 			errs = append(errs, attribute(layers, p))
 			problem = append(problem, p.Key)
@@ -225,7 +229,7 @@ func fileLayer(path string) (*layer, error) {
 // envLayer returns the layer of the variables of environ that are keys, and
 // an error for each other IMCANARY_* variable but those of OtherEnv. The
 // layer is nil if the environment could not be read.
-func envLayer(environ []string) (*layer, []error) {
+func (ld *Loader) envLayer(environ []string) (*layer, []error) {
 	var (
 		mine    []string
 		unknown []error
@@ -237,15 +241,15 @@ func envLayer(environ []string) (*layer, []error) {
 			// secret's value cannot reach a map, an error or a log line.
 			continue
 		}
-		if key := listEnv[name]; key != "" {
+		if key := ld.listEnv[name]; key != "" {
 			unknown = append(unknown, fmt.Errorf("unknown environment variable %q: %s is a list, which only the configuration file can set", name, key))
 			continue
 		}
-		if _, ok := byEnv[name]; !ok {
+		if _, ok := ld.byEnv[name]; !ok {
 			// The value is left out: it may be something private that was
 			// merely misnamed.
 			err := fmt.Errorf("unknown environment variable %q", name)
-			if near := Closest(name, envNames); near != "" {
+			if near := Closest(name, ld.envNames); near != "" {
 				err = fmt.Errorf("%w: did you mean %q?", err, near)
 			}
 			unknown = append(unknown, err)
@@ -259,35 +263,23 @@ func envLayer(environ []string) (*layer, []error) {
 		Prefix:      EnvPrefix,
 		EnvironFunc: func() []string { return mine },
 		TransformFunc: func(name, value string) (string, any) {
-			return byEnv[name].key, value
+			return ld.byEnv[name].key, value
 		},
 	})
 	if err := ko.Load(p, nil); err != nil {
 		return nil, append(unknown, fmt.Errorf("read environment: %w", err))
 	}
 	return &layer{ko: ko, origin: func(key string) string {
-		return "environment variable " + byKey[key].env
+		return "environment variable " + ld.s.byKey[key].env
 	}}, unknown
 }
 
-// envNames are the variables imcanary reads, for suggestions.
-var envNames = func() []string {
-	var names []string
-	for _, l := range leaves {
-		names = append(names, l.env)
-	}
-	for _, v := range OtherEnv {
-		names = append(names, v.Name)
-	}
-	return names
-}()
-
-func flagLayer(flags *pflag.FlagSet) (*layer, error) {
+func (ld *Loader) flagLayer(flags *pflag.FlagSet) (*layer, error) {
 	ko := koanf.New(".")
 	// Only flags the user set, and only ours: main's flag set also holds
 	// flags such as the config file path that are not configuration keys.
 	p := posflag.ProviderWithFlag(flags, ".", nil, func(f *pflag.Flag) (string, any) {
-		if _, ok := byKey[f.Name]; !ok || !f.Changed {
+		if _, ok := ld.s.byKey[f.Name]; !ok || !f.Changed {
 			return "", nil
 		}
 		// The string form goes through the same decode hooks as the file.
@@ -308,8 +300,8 @@ func flagLayer(flags *pflag.FlagSet) (*layer, error) {
 // layer, so that the others can still be merged and validated; the keys
 // whose values were wrong are added to rejected. ok is false if the layer
 // could not be decoded even so, and must not be trusted.
-func (l *layer) check(rejected map[string]bool) (errs []error, ok bool) {
-	for _, ke := range unknownKeys(root, l.ko.Raw(), "", "", nil) {
+func (l *layer) check(ld *Loader, rejected map[string]bool) (errs []error, ok bool) {
+	for _, ke := range unknownKeys(ld.s, l.ko.Raw(), "", "", nil) {
 		errs = append(errs, fmt.Errorf("%s: %w", l.origin(ke.key), ke))
 		l.drop(ke.path)
 		if ke.closest != "" {
@@ -333,21 +325,21 @@ func (l *layer) check(rejected map[string]bool) (errs []error, ok bool) {
 	// that fails again could not be dropped, and the layer is given up.
 	dropped := make(map[string]bool)
 	for range 2 {
-		err := unmarshal(l.ko, &Config{})
+		err := ld.decode(l.ko, &Config{})
 		if err == nil {
 			return errs, true
 		}
 		des := decodeErrors(err)
-		if len(des) == 0 || slices.ContainsFunc(des, func(de *mapstructure.DecodeError) bool { return dropped[de.Name()] }) {
+		if len(des) == 0 || slices.ContainsFunc(des, func(de *fieldError) bool { return dropped[de.name] }) {
 			return append(errs, fmt.Errorf("%s: %w", l.origin(""), err)), false
 		}
 		for _, de := range des {
-			errs = append(errs, fmt.Errorf("%s: %w", l.origin(de.Name()),
-				&ValidationError{Key: de.Name(), Value: l.value(de.Name()), Err: de.Unwrap()}))
+			errs = append(errs, fmt.Errorf("%s: %w", l.origin(de.name),
+				&ValidationError{Key: de.name, Value: l.value(de.name), Err: de.err}))
 		}
 		for _, de := range des {
-			rejected[de.Name()], dropped[de.Name()] = true, true
-			l.drop(parsePath(de.Name()))
+			rejected[de.name], dropped[de.name] = true, true
+			l.drop(parsePath(de.name))
 		}
 		if err := l.defaultProfiles(); err != nil {
 			return append(errs, err), false
@@ -490,16 +482,6 @@ func join(prefix, name string) string {
 	return prefix + "." + name
 }
 
-// listEnv maps the environment variable that a list key would have to the
-// key, so that setting it gets a better error than "unknown".
-var listEnv = func() map[string]string {
-	m := make(map[string]string)
-	for key := range root.lists {
-		m[EnvPrefix+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
-	}
-	return m
-}()
-
 // defaultProfiles merges profileDefaults into every profile of the layer,
 // key by key, before anything is decoded: that way a key the file leaves out
 // (or leaves empty) gets its default while an explicit zero stays zero, which
@@ -601,17 +583,29 @@ func (l *layer) value(key string) any {
 	return v
 }
 
-// decodeErrors returns the innermost mapstructure errors in err, each naming
-// one key, in the decoder's order (struct field order, so deterministic).
-func decodeErrors(err error) []*mapstructure.DecodeError {
+// fieldError is a value that did not decode: the key, as errors name it,
+// and the reason.
+type fieldError struct {
+	name string
+	err  error
+}
+
+func (e *fieldError) Error() string { return e.name + ": " + e.err.Error() }
+
+// decodeErrors returns the innermost decoding errors in err, each naming
+// one key, in the decoder's order (struct field order, so deterministic),
+// with the keys of a protocol's section named in full.
+func decodeErrors(err error) []*fieldError {
 	switch e := err.(type) {
+	case *fieldError:
+		return []*fieldError{e}
 	case *mapstructure.DecodeError:
 		if inner := decodeErrors(e.Unwrap()); len(inner) > 0 {
 			return inner
 		}
-		return []*mapstructure.DecodeError{e}
+		return []*fieldError{{name: e.Name(), err: e.Unwrap()}}
 	case interface{ Unwrap() []error }:
-		var out []*mapstructure.DecodeError
+		var out []*fieldError
 		for _, sub := range e.Unwrap() {
 			out = append(out, decodeErrors(sub)...)
 		}
@@ -620,6 +614,60 @@ func decodeErrors(err error) []*mapstructure.DecodeError {
 		return decodeErrors(e.Unwrap())
 	}
 	return nil
+}
+
+// sectionErrors is what decoding a protocol's section at key found, its
+// keys named in full.
+type sectionErrors struct {
+	key string
+	err error
+}
+
+func (e *sectionErrors) Error() string { return e.key + ": " + e.err.Error() }
+
+func (e *sectionErrors) Unwrap() []error {
+	var out []error
+	for _, de := range decodeErrors(e.err) {
+		out = append(out, &fieldError{name: e.key + "." + de.name, err: de.err})
+	}
+	if len(out) == 0 {
+		out = append(out, &fieldError{name: e.key, err: e.err})
+	}
+	return out
+}
+
+// decode decodes the tree k into out: each protocol's section into its own
+// type, in out.Target.Sections, and the rest into Config. A protocol with
+// no keys in k gets its section's zero value: Load merges the defaults
+// into the tree first.
+func (ld *Loader) decode(k *koanf.Koanf, out *Config) error {
+	k = k.Copy()
+	var errs []error
+	for _, p := range ld.protocols {
+		if p.Section == nil {
+			continue
+		}
+		key := "target." + p.Name
+		v := reflect.New(reflect.TypeOf(p.Section))
+		if k.Exists(key) {
+			if _, ok := k.Get(key).(map[string]any); !ok {
+				errs = append(errs, &fieldError{name: key, err: errSection})
+			} else if err := unmarshal(k.Cut(key), v.Interface()); err != nil {
+				errs = append(errs, &sectionErrors{key: key, err: err})
+			}
+			k.Delete(key)
+		}
+		if out.Target.Sections == nil {
+			out.Target.Sections = map[string]any{}
+		}
+		out.Target.Sections[p.Name] = v.Elem().Interface()
+	}
+	sections := out.Target.Sections
+	if err := unmarshal(k, out); err != nil {
+		errs = append(errs, err)
+	}
+	out.Target.Sections = sections
+	return errors.Join(errs...)
 }
 
 // attribute prefixes a validation problem with the source that set its key:
@@ -636,7 +684,7 @@ func attribute(layers []*layer, p *ValidationError) error {
 	return p
 }
 
-func unmarshal(k *koanf.Koanf, out *Config) error {
+func unmarshal(k *koanf.Koanf, out any) error {
 	return k.UnmarshalWithConf("", out, koanf.UnmarshalConf{
 		DecoderConfig: &mapstructure.DecoderConfig{
 			ErrorUnused:      true,

@@ -14,7 +14,7 @@ import (
 )
 
 func TestClosest(t *testing.T) {
-	keys := Keys()
+	keys := testLoader.Keys()
 	tests := []struct {
 		name       string
 		candidates []string
@@ -34,10 +34,10 @@ func TestClosest(t *testing.T) {
 		{"population.foo", keys, ""},
 		{"nothing", keys, ""},
 		{"population.users", keys, ""}, // itself is no suggestion
-		{"IMCANARY_POPULATION_USER", envNames, "IMCANARY_POPULATION_USERS"},
-		{"IMCANARY_HEALTH_PASWORD", envNames, HealthPasswordEnv},
-		{"IMCANARY_TARGET_SECRETS", envNames, SecretEnv},
-		{"IMCANARY_B", envNames, ""},
+		{"IMCANARY_POPULATION_USER", testLoader.envNames, "IMCANARY_POPULATION_USERS"},
+		{"IMCANARY_HEALTH_PASWORD", testLoader.envNames, HealthPasswordEnv},
+		{"IMCANARY_TARGET_SECRETS", testLoader.envNames, SecretEnv},
+		{"IMCANARY_B", testLoader.envNames, ""},
 		{"confg", []string{"config", "log.level"}, "config"},
 		{"runn", []string{"run", "canary", "soak"}, "run"},
 		{"x", []string{"run", "soak"}, ""},
@@ -121,17 +121,17 @@ func TestLoadEverySource(t *testing.T) {
 			if tt.args != nil {
 				fs = parseFlags(t, tt.args...)
 			}
-			_, err := Load(path, tt.env, fs)
+			_, err := testLoader.Load(path, tt.env, fs)
 			if err == nil {
-				t.Fatalf("Load() = nil error, want %q", tt.want)
+				t.Fatalf("testLoader.Load() = nil error, want %q", tt.want)
 			}
 			lines := strings.Split(err.Error(), "\n")
 			if len(lines) != len(tt.want) {
-				t.Fatalf("Load() = %d problems, want %d:\n%v", len(lines), len(tt.want), err)
+				t.Fatalf("testLoader.Load() = %d problems, want %d:\n%v", len(lines), len(tt.want), err)
 			}
 			for i, w := range tt.want {
 				if !strings.Contains(lines[i], w) {
-					t.Errorf("Load() problem %d = %q, want %q in it", i, lines[i], w)
+					t.Errorf("testLoader.Load() problem %d = %q, want %q in it", i, lines[i], w)
 				}
 			}
 		})
@@ -156,37 +156,37 @@ func TestLoadFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, err := Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + secret}, nil)
+	c, err := testLoader.Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + secret}, nil)
 	if err != nil || c.Target.SecretFile != secret {
-		t.Errorf("Load(secret_file %s) = %v, want it loaded", secret, err)
+		t.Errorf("testLoader.Load(secret_file %s) = %v, want it loaded", secret, err)
 	}
 
-	_, err = Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + secret + ".gone"}, nil)
+	_, err = testLoader.Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + secret + ".gone"}, nil)
 	want := `environment variable IMCANARY_TARGET_SECRET_FILE: target.secret_file: "` + secret + `.gone": cannot be read: no such file or directory`
 	if err == nil || err.Error() != want || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Load(missing secret_file) = %v, want %s, matching fs.ErrNotExist", err, want)
+		t.Errorf("testLoader.Load(missing secret_file) = %v, want %s, matching fs.ErrNotExist", err, want)
 	}
 
-	_, err = Load(writeConfig(t, "target: {headers: [{name: X-A, value_file: "+bad+"}]}\n"), nil, nil)
+	_, err = testLoader.Load(writeConfig(t, "target: {headers: [{name: X-A, value_file: "+bad+"}]}\n"), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `target.headers[0].value_file: "`+bad+`": holds a line break`) ||
 		strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("Load(header with a line break) = %v, want the key and file named, and not the content", err)
+		t.Errorf("testLoader.Load(header with a line break) = %v, want the key and file named, and not the content", err)
 	}
 
 	// A pipe the shell's <(...) would make: opened, not read, so what
 	// the daemon reads is still there, and nothing blocks.
 	done := make(chan error, 1)
 	go func() {
-		_, err := Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + fifo}, parseFlags(t))
+		_, err := testLoader.Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + fifo}, parseFlags(t))
 		done <- err
 	}()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("Load(secret_file a named pipe) = %v, want nil", err)
+			t.Errorf("testLoader.Load(secret_file a named pipe) = %v, want nil", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Load(secret_file a named pipe) blocked")
+		t.Fatal("testLoader.Load(secret_file a named pipe) blocked")
 	}
 
 	if os.Geteuid() != 0 {
@@ -194,9 +194,9 @@ func TestLoadFiles(t *testing.T) {
 		if err := os.WriteFile(locked, []byte("x"), 0o000); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + locked}, nil)
+		_, err := testLoader.Load("", []string{"IMCANARY_TARGET_SECRET_FILE=" + locked}, nil)
 		if err == nil || !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "cannot be read: permission denied") {
-			t.Errorf("Load(unreadable secret_file) = %v, want permission denied", err)
+			t.Errorf("testLoader.Load(unreadable secret_file) = %v, want permission denied", err)
 		}
 	}
 }

@@ -16,9 +16,9 @@ const scenarios = "../configs/soak-scenarios.yaml"
 func loadProfiles(t *testing.T, body string, env ...string) []Profile {
 	t.Helper()
 	path := writeConfig(t, body)
-	c, err := Load(path, env, nil)
+	c, err := testLoader.Load(path, env, nil)
 	if err != nil {
-		t.Fatalf("Load(%q) = %v, want nil error", body, err)
+		t.Fatalf("testLoader.Load(%q) = %v, want nil error", body, err)
 	}
 	return c.Soak.Profiles
 }
@@ -76,7 +76,7 @@ func TestProfileDefaults(t *testing.T) {
 			tt.change(&want)
 			got := loadProfiles(t, "soak: {profiles: ["+tt.body+"]}")
 			if len(got) != 1 || !reflect.DeepEqual(got[0], want) {
-				t.Errorf("Load(%q) profiles = %+v, want [%+v]", tt.body, got, want)
+				t.Errorf("testLoader.Load(%q) profiles = %+v, want [%+v]", tt.body, got, want)
 			}
 		})
 	}
@@ -142,7 +142,7 @@ func TestProfileDeadline(t *testing.T) {
 			profile, rest, _ := strings.Cut(tt.body, "\n")
 			got := loadProfiles(t, "soak: {profiles: ["+profile+"]}\n"+rest, tt.env...)
 			if len(got) != 1 || got[0].Deadline != tt.deadline || got[0].LostAfter != tt.lostAfter {
-				t.Errorf("Load(%q) with env %q deadline, lost_after = %+v, want %v, %v", tt.body, tt.env, got, tt.deadline, tt.lostAfter)
+				t.Errorf("testLoader.Load(%q) with env %q deadline, lost_after = %+v, want %v, %v", tt.body, tt.env, got, tt.deadline, tt.lostAfter)
 			}
 		})
 	}
@@ -208,16 +208,16 @@ func TestLoadProfileErrors(t *testing.T) {
 			} else {
 				want = tt.want
 			}
-			_, err := Load(path, tt.env, nil)
+			_, err := testLoader.Load(path, tt.env, nil)
 			if err == nil || err.Error() != want {
-				t.Errorf("Load(%q) with env %q = %v, want %v", tt.body, tt.env, err, want)
+				t.Errorf("testLoader.Load(%q) with env %q = %v, want %v", tt.body, tt.env, err, want)
 			}
 		})
 	}
 }
 
 func TestConfigProfile(t *testing.T) {
-	c := Default()
+	c := testLoader.Default()
 	c.Soak.Profiles = []Profile{validProfile("a"), validProfile("b")}
 	c.Soak.Profiles[1].Users = 42
 	tests := []struct {
@@ -244,9 +244,9 @@ func TestConfigProfile(t *testing.T) {
 // what the file promises: every published scenario is there, and each fits
 // one 2-core machine next to its reference server.
 func TestSoakScenarios(t *testing.T) {
-	c, err := Load(scenarios, nil, nil)
+	c, err := testLoader.Load(scenarios, nil, nil)
 	if err != nil {
-		t.Fatalf("Load(%q) = %v, want nil error", scenarios, err)
+		t.Fatalf("testLoader.Load(%q) = %v, want nil error", scenarios, err)
 	}
 	var names []string
 	for _, p := range c.Soak.Profiles {

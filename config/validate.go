@@ -16,11 +16,6 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// Protocols lists the values target.protocol accepts. The package that wires
-// the protocol drivers appends each driver's name beside its entry in the
-// driver map, before loading the configuration.
-var Protocols = []string{"embedded", "xmpp", "centrifugo"}
-
 // headerNameRE is an HTTP header name: a token (RFC 9110, section 5.6.2).
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
@@ -46,9 +41,6 @@ func validHeaderValue(v string) bool {
 type hidden struct{}
 
 func (hidden) String() string { return "(not shown)" }
-
-// namespaceRE is what a Centrifugo namespace may be named.
-var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // ValidationError is a configuration value that was rejected: the key, the
 // value as it was given and the reason.
@@ -119,18 +111,19 @@ func checkSchedule(spec string) (err error) {
 	return err
 }
 
-// Validate checks every value and every rule between values. It returns nil
-// or an errors.Join of *ValidationError, one per problem, in key order of the
-// Config struct.
-func (c Config) Validate() error {
+// Validate checks every value of c and every rule between values, its
+// protocols' sections by their own rules. It returns nil or an errors.Join
+// of *ValidationError, one per problem, in key order of the Config struct.
+// Load has done this for what it returns; it is for a Config built in code.
+func (ld *Loader) Validate(c Config) error {
 	var errs []error
-	for _, p := range c.problems() {
+	for _, p := range ld.problems(c) {
 		errs = append(errs, p)
 	}
 	return errors.Join(errs...)
 }
 
-func (c Config) problems() []*ValidationError {
+func (ld *Loader) problems(c Config) []*ValidationError {
 	var out []*ValidationError
 	fail := func(key string, value any, format string, args ...any) {
 		out = append(out, &ValidationError{Key: key, Value: value, Err: fmt.Errorf(format, args...)})
@@ -157,28 +150,31 @@ func (c Config) problems() []*ValidationError {
 	case utf8.RuneCountInString(t.Name) > maxNameLen:
 		fail("target.name", t.Name, "must be at most %d characters", maxNameLen)
 	}
-	if !slices.Contains(Protocols, t.Protocol) {
-		fail("target.protocol", t.Protocol, "must be one of %s", quoteList(Protocols))
-	}
-	if t.URL == "" && t.Protocol != "embedded" && slices.Contains(Protocols, t.Protocol) {
-		fail("target.url", t.URL, "must be set for protocol %s: only the reference server can run in-process", t.Protocol)
-	}
-	if t.XMPP.Domain == "" || strings.ContainsAny(t.XMPP.Domain, "@/ ") {
-		fail("target.xmpp.domain", t.XMPP.Domain, "must be a domain name")
-	}
-	if strings.ContainsAny(t.XMPP.MUCService, "@/ ") {
-		fail("target.xmpp.muc_service", t.XMPP.MUCService, "must be a domain name")
-	}
-	for _, ns := range [][2]string{
-		{"target.centrifugo.group_namespace", t.Centrifugo.GroupNamespace},
-		{"target.centrifugo.direct_namespace", t.Centrifugo.DirectNamespace},
-	} {
-		if !namespaceRE.MatchString(ns[1]) {
-			fail(ns[0], ns[1], "must match %s", namespaceRE)
+	if proto, ok := ld.protocol(t.Protocol); !ok {
+		fail("target.protocol", t.Protocol, "must be one of %s", quoteList(ld.Protocols()))
+	} else if t.URL == "" && !proto.InProcess {
+		var in []string
+		for _, p := range ld.protocols {
+			if p.InProcess {
+				in = append(in, p.Name)
+			}
 		}
+		fail("target.url", t.URL, "must be set for protocol %s: only %s can run in-process", t.Protocol, strings.Join(in, " and "))
 	}
-	if t.Centrifugo.TokenTTL < time.Minute {
-		fail("target.centrifugo.token_ttl", t.Centrifugo.TokenTTL, "must be at least 1m")
+	// Every protocol's section, the one in use or not: a file that
+	// holds a bad value is wrong whichever protocol it picks today.
+	for _, proto := range ld.protocols {
+		if proto.Validate == nil || proto.Section == nil {
+			continue
+		}
+		sec, ok := t.Sections[proto.Name]
+		if !ok {
+			sec = proto.Section
+		}
+		for _, p := range proto.Validate(sec) {
+			p.Key = "target." + proto.Name + "." + p.Key
+			out = append(out, p)
+		}
 	}
 	if t.URL != "" {
 		if u, err := url.Parse(t.URL); err != nil {

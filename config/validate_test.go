@@ -25,8 +25,8 @@ func TestValidate(t *testing.T) {
 		{"name 64 characters", func(c *Config) { c.Target.Name = strings.Repeat("é", 64) }, ""},
 		{"name 65 characters", func(c *Config) { c.Target.Name = strings.Repeat("a", 65) }, `target.name: "` + strings.Repeat("a", 65) + `": must be at most 64 characters`},
 		{"name any text", func(c *Config) { c.Target.Name = "Prod EU / 1" }, ""},
-		{"protocol unknown", func(c *Config) { c.Target.Protocol = "irc" }, `target.protocol: "irc": must be one of ` + quoteList(Protocols)},
-		{"protocol empty", func(c *Config) { c.Target.Protocol = "" }, `target.protocol: "": must be one of ` + quoteList(Protocols)},
+		{"protocol unknown", func(c *Config) { c.Target.Protocol = "irc" }, `target.protocol: "irc": must be one of ` + quoteList(testLoader.Protocols())},
+		{"protocol empty", func(c *Config) { c.Target.Protocol = "" }, `target.protocol: "": must be one of ` + quoteList(testLoader.Protocols())},
 		{"url ws", func(c *Config) { c.Target.URL = "ws://127.0.0.1:8080/ws" }, ""},
 		{"url wss", func(c *Config) { c.Target.URL = "wss://im.example/ws" }, ""},
 		{"url http", func(c *Config) { c.Target.URL = "http://im.example/ws" }, `target.url: "http://im.example/ws": must be a ws:// or wss:// URL`},
@@ -47,10 +47,9 @@ func TestValidate(t *testing.T) {
 		{"heartbeat min", func(c *Config) { c.Population.Heartbeat = 100 * time.Millisecond }, ""},
 		{"heartbeat under min", func(c *Config) { c.Population.Heartbeat = 99 * time.Millisecond }, `population.heartbeat: 99ms: must be at least 100ms`},
 		{"deadline 0", func(c *Config) { c.Population.Deadline, c.Population.LostAfter = 0, 0 }, `population.deadline: 0s: must be positive`},
-		{"xmpp domain empty", func(c *Config) { c.Target.XMPP.Domain = "" }, `target.xmpp.domain: "": must be a domain name`},
-		{"xmpp muc with user", func(c *Config) { c.Target.XMPP.MUCService = "a@b" }, `target.xmpp.muc_service: "a@b": must be a domain name`},
-		{"centrifugo namespace bad", func(c *Config) { c.Target.Centrifugo.GroupNamespace = "a:b" }, `target.centrifugo.group_namespace: "a:b": must match ^[a-zA-Z0-9_-]{1,64}$`},
-		{"centrifugo token ttl short", func(c *Config) { c.Target.Centrifugo.TokenTTL = time.Second }, `target.centrifugo.token_ttl: 1s: must be at least 1m`},
+		{"section value bad", func(c *Config) { setChat(c, func(s *chatSection) { s.Domain = "" }) }, `target.chat.domain: "": must be a domain name`},
+		{"section duration short", func(c *Config) { setChat(c, func(s *chatSection) { s.TokenTTL = time.Second }) }, `target.chat.token_ttl: 1s: must be at least 1m`},
+		{"section of no protocol in use", func(c *Config) { c.Target.Sections = nil }, ""},
 		{"lost after twice the deadline", func(c *Config) { c.Population.LostAfter = 2 * c.Population.Deadline }, ""},
 		{"lost after under twice the deadline", func(c *Config) { c.Population.LostAfter = 19 * time.Second }, `population.lost_after: 19s: must be at least twice population.deadline (20s)`},
 		{"prefix bad", func(c *Config) { c.Population.Prefix = "Bad_Prefix" }, `population.prefix: "Bad_Prefix": must match ^[a-z0-9][a-z0-9-]{0,31}$`},
@@ -117,9 +116,9 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := Default()
+			c := testLoader.Default()
 			tt.change(&c)
-			err := c.Validate()
+			err := testLoader.Validate(c)
 			var got string
 			if err != nil {
 				got = err.Error()
@@ -225,11 +224,11 @@ func TestValidateProfile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// The profile under test is the second, so that the index
 			// in the key is seen to be the profile's own.
-			c := Default()
+			c := testLoader.Default()
 			p := validProfile("second")
 			tt.change(&p)
 			c.Soak.Profiles = []Profile{validProfile("first"), p}
-			err := c.Validate()
+			err := testLoader.Validate(c)
 			var got string
 			if err != nil {
 				got = err.Error()
@@ -258,30 +257,37 @@ func TestValidateProfile(t *testing.T) {
 // TestValidateDuplicateInvalidName checks that a name that is both invalid
 // and repeated is reported once per profile, as invalid.
 func TestValidateDuplicateInvalidName(t *testing.T) {
-	c := Default()
+	c := testLoader.Default()
 	c.Soak.Profiles = []Profile{validProfile("Bad"), validProfile("Bad")}
 	want := `soak.profiles[0].name: "Bad": must match ^[a-z0-9][a-z0-9-]{0,31}$` + "\n" +
 		`soak.profiles[1].name: "Bad": must match ^[a-z0-9][a-z0-9-]{0,31}$`
-	if err := c.Validate(); err == nil || err.Error() != want {
+	if err := testLoader.Validate(c); err == nil || err.Error() != want {
 		t.Errorf("Validate() = %v, want %v", err, want)
 	}
 }
 
-// TestProtocolsExtensible checks that a protocol appended by later work is
-// accepted without touching Validate.
+// TestProtocolsExtensible checks that a loader made with one more
+// protocol accepts it, with Validate untouched.
 func TestProtocolsExtensible(t *testing.T) {
-	saved := Protocols
-	t.Cleanup(func() { Protocols = saved })
-	Protocols = append(Protocols[:len(Protocols):len(Protocols)], "irc")
-
-	c := Default()
+	ld := NewLoader(Protocol{Name: "reference", InProcess: true}, Protocol{Name: "irc"})
+	c := ld.Default()
 	c.Target.Protocol = "irc"
 	c.Target.URL = "ws://127.0.0.1:6667/irc"
-	if err := c.Validate(); err != nil {
+	if err := ld.Validate(c); err != nil {
 		t.Errorf("Validate(%q) = %v, want nil", c.Target.Protocol, err)
 	}
 	c.Target.URL = ""
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "target.url") {
+	if err := ld.Validate(c); err == nil || !strings.Contains(err.Error(), "target.url") {
 		t.Errorf("Validate(irc without url) = %v, want an error naming target.url", err)
 	}
+	if err := testLoader.Validate(c); err == nil || !strings.Contains(err.Error(), `target.protocol: "irc"`) {
+		t.Errorf("Validate(irc) by a loader without it = %v, want an error naming target.protocol", err)
+	}
+}
+
+// setChat edits the chat section of c.
+func setChat(c *Config, edit func(*chatSection)) {
+	s := Section(*c, "chat", chatProtocol.Section.(chatSection))
+	edit(&s)
+	c.Target.Sections = map[string]any{"chat": s}
 }

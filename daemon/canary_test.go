@@ -2,16 +2,14 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 )
@@ -73,38 +71,14 @@ func TestCanaryOnceBesideDaemon(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "a daemon canary round", func() bool { return rounds(metrics.ResultPass) > 0 })
 
-	r, err := CanaryOnce(context.Background(), cfg, slog.New(slog.DiscardHandler), 10*time.Second)
+	r, err := canary.Once(context.Background(), cfg, slog.New(slog.DiscardHandler), 10*time.Second)
 	if err != nil || r.Result != metrics.ResultPass {
-		t.Fatalf("CanaryOnce beside the daemon = %+v, %v; want pass", r, err)
+		t.Fatalf("canary.Once beside the daemon = %+v, %v; want pass", r, err)
 	}
 	passed := rounds(metrics.ResultPass)
 	waitFor(t, 10*time.Second, "another daemon round", func() bool { return rounds(metrics.ResultPass)+rounds(metrics.ResultFail) > passed })
 	if f := rounds(metrics.ResultFail); f != 0 {
 		t.Errorf("daemon canary failed %v rounds while a one-shot ran beside it", f)
-	}
-}
-
-// TestCanaryOnceSaysWhy: `imcanary canary --once` against a closed port
-// fails with session_down, counts what the round owed (0 of 4, not 0 of
-// 0) and says why in words.
-func TestCanaryOnceSaysWhy(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Target.URL = "ws://" + closedPort(t) + "/ws"
-	cfg.Population.Backoff = config.Backoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond}
-	r, err := CanaryOnce(context.Background(), cfg, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users, msgs := cfg.Canary.Users, cfg.Canary.Messages
-	want := map[string]int{metrics.KindDirect: users * msgs, metrics.KindGroup: users * msgs * (users - 1)}
-	for _, ch := range r.Checks {
-		if ch.Pass || ch.Delivered != 0 || ch.Expected != want[ch.Kind] || !slices.Contains(ch.Reasons, metrics.CanarySessionDown) {
-			t.Errorf("%s check = %+v, want a failure 0/%d with session_down", ch.Kind, ch, want[ch.Kind])
-		}
-	}
-	wantCause := fmt.Sprintf("%d of %d canary users offline: target unreachable: connection refused (dial tcp", users, users)
-	if r.Result != metrics.ResultFail || !strings.HasPrefix(r.Cause, wantCause) {
-		t.Errorf("round = %s, cause %q, want fail with a cause starting %q", r.Result, r.Cause, wantCause)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/saturation"
 	"github.com/imcanary/imcanary/soak"
@@ -46,7 +47,7 @@ type Daemon struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
-	env     *env
+	target  *protocols.Target
 	bg      *background
 	shard   config.Shard
 	canary  *canary.Canary // nil when canary.schedule is empty
@@ -117,10 +118,6 @@ func (d *Daemon) Ready() bool { return d.bg.Ready() }
 // reference server's, when it runs in-process) so that a port conflict is
 // reported before anything runs.
 func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...Option) (*Daemon, error) {
-	// The checks config check makes, so that the two cannot drift apart.
-	if err := Preflight(cfg); err != nil {
-		return nil, err
-	}
 	d := &Daemon{cfg: cfg, log: log, reg: reg}
 	for _, o := range opts {
 		o(d)
@@ -134,16 +131,16 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	}
 	// The populations that may run at once.
 	pops := populations(cfg)
-	e, err := newEnv(cfg, pops, log)
+	e, err := protocols.Open(cfg, pops, log)
 	if err != nil {
 		return nil, err
 	}
-	d.env = e
-	d.cfg = e.cfg
+	d.target = e
+	d.cfg = e.Config
 	ok := false
 	defer func() {
 		if !ok {
-			e.close()
+			e.Close()
 			if d.httpLn != nil {
 				d.httpLn.Close()
 			}
@@ -194,23 +191,16 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 // Cohorts: every population of users gets a name space of its own under
 // population.prefix, so that the daemon's canary, its soak runs and a
 // pipeline's one-shot commands beside it never log in as each other (a
-// second login kicks the first session on most servers).
+// second login kicks the first session on most servers). The one-shot
+// commands' are canary.OnceCohort and soak.OnceCohort.
 const (
-	cohortCanary        = "canary"
-	cohortSoak          = "soak"
-	cohortOneshotCanary = "oneshot-canary"
-	cohortOneshotSoak   = "oneshot-soak"
+	cohortCanary = "canary"
+	cohortSoak   = "soak"
 )
 
 // newMonitor builds the prober's self-monitor from saturation.*.
 func newMonitor(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*saturation.Monitor, error) {
-	s := cfg.Saturation
-	return saturation.New(saturation.Config{
-		Interval: s.Interval, Window: s.Window,
-		MaxSendLag: s.MaxSendLag, MaxReceiveLag: s.MaxReceiveLag,
-		MaxSchedLatency: s.MaxSchedLatency, MaxGCPause: s.MaxGCPause,
-		MaxCPU: s.MaxCPU, MaxFDs: s.MaxFDs, MaxPorts: s.MaxPorts,
-	}, m.Probe(cfg.Target.Name), log.With("target", cfg.Target.Name, "component", "saturation"))
+	return saturation.New(cfg.Saturation, m.Probe(cfg.Target.Name), log.With("target", cfg.Target.Name, "component", "saturation"))
 }
 
 // shardPrefix starts the names of shard i's users: population.prefix, and
@@ -235,18 +225,8 @@ func newReach(m *metrics.Metrics, target string) *probe.Reach {
 	})
 }
 
-func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, log *slog.Logger, cohort string) (*canary.Canary, error) {
-	c := cfg.Canary
-	o := canary.Options{
-		Connection: e.connection(h, reach),
-		Metrics:    m,
-		Target:     cfg.Target.Name,
-		Prefix:     shardPrefix(cfg, sh.Index, sh) + "-" + cohort,
-		Users:      c.Users,
-		Messages:   c.Messages,
-		Deadline:   c.Deadline,
-		Logger:     log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
-	}
+func newCanary(cfg config.Config, sh config.Shard, e *protocols.Target, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, log *slog.Logger, cohort string) (*canary.Canary, error) {
+	o := canary.FromConfig(cfg, e.Connection(h, reach), m, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
 		// 0 of the next shard's, and hears from the previous one's.
@@ -256,30 +236,16 @@ func newCanary(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, e *env, m *metrics.Metrics, h *saturation.Monitor, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
-	return soak.NewRunner(soak.RunnerOptions{
-		// No Reach: a soak run that meets the server's connection limit
-		// is the run's finding, in its report, not the target being
-		// unreachable for the background population and the canary.
-		Connection: e.connection(h, nil),
-		// A run the process dies in is recorded as aborted at the next
-		// start; without the mark it would vanish.
-		OnStart: func(r *report.Soak) {
-			if err := store.BeginSoak(r); err != nil {
-				log.Warn("marking the soak run in progress in the history", "run", r.ID, "err", err)
-			}
-		},
-		Metrics:     m,
-		Target:      cfg.Target.Name,
-		Prefix:      shardPrefix(cfg, sh.Index, sh) + "-" + cohort,
-		MessageSize: cfg.Population.MessageSize,
-		Logger:      log.With("target", cfg.Target.Name, "source", metrics.SourceSoak),
-	})
+func newSoakRunner(cfg config.Config, sh config.Shard, e *protocols.Target, m *metrics.Metrics, h *saturation.Monitor, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
+	// No Reach: a soak run that meets the server's connection limit is
+	// the run's finding, in its report, not the target being unreachable
+	// for the background population and the canary.
+	return soak.NewRunner(soak.FromConfig(cfg, e.Connection(h, nil), m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log))
 }
 
 // newBackground makes the background population of d.cfg, as blocks that
 // share one connect limiter (see background).
-func (d *Daemon) newBackground(e *env) (*background, error) {
+func (d *Daemon) newBackground(e *protocols.Target) (*background, error) {
 	p := d.cfg.Population
 	name := d.cfg.Target.Name
 	set := d.metrics.For(name, metrics.SourceBackground)
@@ -290,7 +256,7 @@ func (d *Daemon) newBackground(e *env) (*background, error) {
 	}
 	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*probe.Population, error) {
 		return probe.NewPopulation(probe.Options{
-			Connection:      e.connection(d.health, d.reach),
+			Connection:      e.Connection(d.health, d.reach),
 			Set:             set,
 			Logger:          log,
 			Prefix:          shardPrefix(d.cfg, d.shard.Index, d.shard),
@@ -330,8 +296,8 @@ func (d *Daemon) TargetURL() string { return probe.RedactURL(d.cfg.Target.URL) }
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
 	d.started = time.Now()
-	defer d.env.close()
-	d.env.startTarget(log)
+	defer d.target.Close()
+	d.target.Start(log)
 
 	// Everything below stops when jobs is cancelled.
 	jobs, stopJobs := context.WithCancel(ctx)
@@ -353,7 +319,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("http: %w", err)
 		}
 	})
-	log.Info("imcanary running", "run", d.env.run, "http", d.HTTPAddr(), "target", d.cfg.Target.Name,
+	log.Info("imcanary running", "run", d.target.Run, "http", d.HTTPAddr(), "target", d.cfg.Target.Name,
 		"url", d.TargetURL(), "users", d.cfg.Population.Users)
 
 	var wg sync.WaitGroup
@@ -637,7 +603,7 @@ func (d *Daemon) Status() Status {
 	cur := d.current()
 	st := Status{
 		Target: d.cfg.Target.Name, Protocol: d.cfg.Target.Protocol, URL: d.cfg.Target.URL,
-		Run: d.env.run, Started: d.started,
+		Run: d.target.Run, Started: d.started,
 		Population: PopulationStatus{Configured: cur.Population.Users, Online: d.bg.Online(), Ready: d.bg.Ready()},
 		Canary:     CanaryStatus{Schedule: cur.Canary.Schedule, Enabled: d.canary != nil},
 		Soak:       SoakStatus{Running: d.soak.Running()},

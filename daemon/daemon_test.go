@@ -6,10 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,22 +18,11 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/protocols"
 )
 
-func TestDriversMatchProtocols(t *testing.T) {
-	var names []string
-	for n := range drivers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	want := slices.Sorted(slices.Values(config.Protocols))
-	if !slices.Equal(names, want) {
-		t.Errorf("drivers = %v, config.Protocols = %v: the two lists must name the same protocols", names, want)
-	}
-}
-
 func testConfig(t *testing.T) config.Config {
-	cfg := config.Default()
+	cfg := protocols.Loader().Default()
 	cfg.DataDir = t.TempDir()
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Population.Users = 20
@@ -240,23 +226,6 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := json.Unmarshal([]byte(body), v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
-	}
-}
-
-// TestLocalSecret: with no secret configured, the xmpp driver's passwords
-// come from a secret made once and kept, so a restart can log in again.
-func TestLocalSecret(t *testing.T) {
-	dir := t.TempDir()
-	a, err := localSecret(dir)
-	if err != nil || len(a) < 32 {
-		t.Fatalf("localSecret = %q, %v", a, err)
-	}
-	b, err := localSecret(dir)
-	if err != nil || string(a) != string(b) {
-		t.Errorf("second localSecret = %q, %v; want the same secret", b, err)
-	}
-	if st, err := os.Stat(filepath.Join(dir, "secret")); err != nil || st.Mode().Perm() != 0o600 {
-		t.Errorf("secret file mode = %v, %v; want 0600", st.Mode().Perm(), err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -272,8 +273,8 @@ func TestRequestHeaders(t *testing.T) {
 		t.Fatal("the target saw no request")
 	}
 	for _, h := range seen {
-		if ua := h.Get("User-Agent"); ua != UserAgent() || !strings.HasPrefix(ua, "imcanary/") {
-			t.Errorf("User-Agent = %q, want %q", ua, UserAgent())
+		if ua := h.Get("User-Agent"); ua != protocols.UserAgent() || !strings.HasPrefix(ua, "imcanary/") {
+			t.Errorf("User-Agent = %q, want %q", ua, protocols.UserAgent())
 		}
 		if h.Get("X-Environment") != "staging" || h.Get("X-Proxy-Auth") != credential {
 			t.Errorf("request headers %v lack the configured X-Environment and X-Proxy-Auth", h)

@@ -11,59 +11,34 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/protocols"
 )
 
-// Preflight makes the checks of cfg that New makes before it opens
-// anything, and returns every problem they find (errors.Join, one per
-// line): the configuration's own rules (Validate), whether this process may
-// hold the sessions of every population that can run at once (open files,
-// and ephemeral ports per source address), the target secret and a driver
-// that needs one, the headers' value files, the shard, and whether the run history can be kept under
-// data_dir. It creates and changes nothing, so config check can call it to
-// say whether run would start: what it cannot know is only what changes
-// from one moment to the next, such as whether http.listen is free.
+// Preflight makes the checks of a loaded cfg that New makes as it opens what
+// it needs, and returns every problem they find (errors.Join, one per
+// line): whether this process may hold the sessions of every population
+// that can run at once (open files, and ephemeral ports per source
+// address), the target secret and a protocol that needs one, the headers'
+// value files, the shard, and whether the run history can be kept under
+// data_dir. The configuration's own rules are the Loader's, which has
+// checked them. Preflight creates and changes nothing, so config check can
+// call it to say whether run would start: what it cannot know is only what
+// changes from one moment to the next, such as whether http.listen is
+// free.
 func Preflight(cfg config.Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	var errs []error
-	pops := populations(cfg)
-	users := 0
-	for _, n := range pops {
-		users += n
-	}
-	// As newEnv decides it: the reference server runs in this process
-	// when there is no URL, and its connections count too.
-	inProcess := cfg.Target.Protocol == "embedded" && cfg.Target.URL == ""
-	errs = append(errs, checkFileLimit(users, inProcess))
-	if sources, err := config.ParseSourceAddrs(cfg.Population.SourceAddrs); err != nil {
-		errs = append(errs, fmt.Errorf("population.source_addrs: %w", err))
-	} else {
-		errs = append(errs, checkPorts(pops, len(sources), ephemeralPorts()))
-	}
-	secret, err := loadSecret(cfg)
-	errs = append(errs, err)
-	if _, err := requestHeader(cfg.Target.Headers); err != nil {
-		errs = append(errs, err)
-	}
-	if err == nil && secret == nil && needsSecret[cfg.Target.Protocol] {
-		errs = append(errs, fmt.Errorf("target.protocol %s: needs the target secret, which signs its tokens: set target.secret_file or %s",
-			cfg.Target.Protocol, config.SecretEnv))
+	errs := []error{
+		protocols.CheckCapacity(cfg, populations(cfg), protocols.InProcess(cfg)),
+		protocols.CheckSecret(cfg),
 	}
 	host, _ := os.Hostname()
 	if _, err := config.ParseShard(cfg.Shard, host); err != nil {
 		errs = append(errs, fmt.Errorf("shard %q: %w", cfg.Shard, err))
 	}
-	// The history is kept there; so is xmpp's own secret when none is
-	// configured.
+	// The history is kept there; so is a protocol's own secret when none
+	// is configured.
 	errs = append(errs, checkDataDir(cfg.DataDir))
 	return errors.Join(errs...)
 }
-
-// needsSecret are the protocols whose driver refuses to start without the
-// target secret (see drivers): centrifugo signs its connection tokens with
-// it. xmpp makes one of its own under data_dir instead.
-var needsSecret = map[string]bool{"centrifugo": true}
 
 // checkDataDir checks that history.Open can keep the run history in dir:
 // that dir is a directory this process may write to, or can be made in the

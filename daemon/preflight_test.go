@@ -29,7 +29,6 @@ func TestPreflight(t *testing.T) {
 	}{
 		{"good", func(*config.Config) {}, nil},
 		{"data_dir made later", func(c *config.Config) { c.DataDir = filepath.Join(c.DataDir, "a", "b") }, nil},
-		{"invalid", func(c *config.Config) { c.Population.Users = 0 }, []string{"population.users: 0: must be at least 1"}},
 		{"too many sessions", func(c *config.Config) { c.Population.Users = 1_000_000 }, []string{"RLIMIT_NOFILE", "ip_local_port_range"}},
 		{"missing secret file", func(c *config.Config) { c.Target.SecretFile = file + ".gone" }, []string{"target.secret_file"}},
 		{"centrifugo without a secret", func(c *config.Config) {
@@ -75,7 +74,7 @@ func TestPreflight(t *testing.T) {
 			}
 			d, newErr := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
 			if newErr == nil {
-				d.env.close()
+				d.target.Close()
 				d.httpLn.Close()
 			}
 			if (err == nil) != (newErr == nil) {

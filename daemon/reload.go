@@ -3,12 +3,12 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // WithReload lets the daemon reload its configuration (SIGHUP, POST
@@ -67,16 +67,13 @@ func (d *Daemon) reload() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := next.Validate(); err != nil {
-		return nil, err
-	}
-	if d.env.inProcess() && next.Target.URL == "" {
+	if d.target.InProcess() && next.Target.URL == "" {
 		// As at start: an empty URL is the reference server this process
 		// runs, whose URL New filled in.
 		next.Target.URL = d.cfg.Target.URL
 	}
 	cur := d.current()
-	changed := diffKeys(reflect.ValueOf(cur), reflect.ValueOf(next), "")
+	changed := protocols.Loader().Changed(cur, next)
 	var fixed []string
 	for _, k := range changed {
 		if !liveKeys[k] {
@@ -89,6 +86,9 @@ func (d *Daemon) reload() ([]string, error) {
 	}
 	if (cur.Canary.Schedule == "") != (next.Canary.Schedule == "") {
 		return nil, errors.New("reload: canary.schedule: turning the canary on or off needs a restart (its users log in at start)")
+	}
+	for _, dep := range next.Deprecated {
+		d.log.Warn(dep)
 	}
 	if len(changed) == 0 {
 		return nil, nil
@@ -126,15 +126,7 @@ func (d *Daemon) reload() ([]string, error) {
 // checkCapacity checks the file and port headroom of next's populations,
 // as New checked the first configuration's.
 func (d *Daemon) checkCapacity(next config.Config) error {
-	pops := populations(next)
-	users := 0
-	for _, n := range pops {
-		users += n
-	}
-	if err := checkFileLimit(users, d.env.inProcess()); err != nil {
-		return err
-	}
-	return checkPorts(pops, len(d.env.sources), ephemeralPorts())
+	return protocols.CheckCapacity(next, populations(next), d.target.InProcess())
 }
 
 // populations lists the sizes of the populations cfg may run at once.
@@ -162,32 +154,4 @@ func (d *Daemon) registerProfile(name string) {
 	}
 	d.metrics.SoakSkipped.WithLabelValues(t, name)
 	d.metrics.SoakRunning.WithLabelValues(t, name)
-}
-
-// diffKeys returns the configuration keys (koanf's dotted names) whose
-// values differ between a and b, two config.Config values or parts of one.
-// A struct is compared field by field; anything else (a list of profiles,
-// a duration) as a whole.
-func diffKeys(a, b reflect.Value, prefix string) []string {
-	if a.Kind() != reflect.Struct {
-		if reflect.DeepEqual(a.Interface(), b.Interface()) {
-			return nil
-		}
-		return []string{prefix}
-	}
-	var keys []string
-	t := a.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("koanf")
-		if tag == "" || !f.IsExported() {
-			continue
-		}
-		key := tag
-		if prefix != "" {
-			key = prefix + "." + tag
-		}
-		keys = append(keys, diffKeys(a.Field(i), b.Field(i), key)...)
-	}
-	return keys
 }

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,30 +13,6 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 )
-
-func TestDiffKeys(t *testing.T) {
-	a := config.Default()
-	for _, tc := range []struct {
-		name string
-		edit func(*config.Config)
-		want []string
-	}{
-		{"same", func(*config.Config) {}, nil},
-		{"users", func(c *config.Config) { c.Population.Users++ }, []string{"population.users"}},
-		{"nested", func(c *config.Config) { c.Population.SlowReaders.Fraction = 0.1 }, []string{"population.slow_readers.fraction"}},
-		{"profiles as a whole", func(c *config.Config) { c.Soak.Profiles = append(c.Soak.Profiles, config.Profile{Name: "x"}) }, []string{"soak.profiles"}},
-		{"several", func(c *config.Config) { c.Target.URL = "ws://x"; c.Canary.Schedule = "@every 1m" }, []string{"target.url", "canary.schedule"}},
-	} {
-		b := config.Default()
-		tc.edit(&b)
-		got := diffKeys(reflect.ValueOf(a), reflect.ValueOf(b), "")
-		slices.Sort(got)
-		slices.Sort(tc.want)
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 // TestReload reloads a running daemon through POST /-/reload: growing the
 // population logs in only the new users, shrinking it logs out only the

@@ -2,7 +2,6 @@ package probe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -35,6 +34,14 @@ type Population struct {
 	refs   atomic.Uint64
 	online atomic.Int64
 	ready  atomic.Bool
+	// readyC is closed when ready is first set, for WaitReady.
+	readyC chan struct{}
+	// waiters counts WaitOnline's callers; while there are any, a change
+	// of online closes onlineC (and makes a new one) to wake them. With
+	// none, a login pays one atomic load for it.
+	waiters  atomic.Int32
+	onlineMu sync.Mutex
+	onlineC  chan struct{}
 	// paused stops sending while sessions stay online: a drain phase lets
 	// every message in flight arrive before the counts are read.
 	paused atomic.Bool
@@ -69,29 +76,36 @@ type Population struct {
 // the others from being measured.
 const readyGrace = 30 * time.Second
 
-// NewPopulation builds a population; nothing runs until Run.
+// NewPopulation builds a population; nothing runs until Run. The
+// configuration's rules are config's, checked when it is loaded; what
+// NewPopulation refuses is only what its own code cannot run with (a
+// ticker of no period, a group of one, a ledger that writes a message off
+// before it is late), named by the Options field.
 func NewPopulation(o Options) (*Population, error) {
+	bad := func(format string, args ...any) (*Population, error) {
+		return nil, fmt.Errorf("probe.NewPopulation: "+format, args...)
+	}
 	switch {
 	case o.Driver == nil:
-		return nil, errors.New("population: no driver")
+		return bad("no Driver")
 	case o.Users < 1:
-		return nil, fmt.Errorf("population: users %d: must be at least 1", o.Users)
+		return bad("Users %d, want at least 1", o.Users)
 	case o.GroupSize < 2:
-		return nil, fmt.Errorf("population: group_size %d: must be at least 2", o.GroupSize)
+		return bad("GroupSize %d, want at least 2", o.GroupSize)
 	case o.Deadline <= 0 || o.LostAfter < 2*o.Deadline:
-		return nil, fmt.Errorf("population: lost_after %v must be at least twice deadline %v > 0", o.LostAfter, o.Deadline)
+		return bad("Deadline %v, LostAfter %v: want a positive Deadline and LostAfter at least twice it", o.Deadline, o.LostAfter)
 	case o.Heartbeat <= 0 || o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
-		return nil, errors.New("population: heartbeat and backoff must be positive")
+		return bad("Heartbeat %v, BackoffMin %v, BackoffMax %v: want all positive, BackoffMax at least BackoffMin", o.Heartbeat, o.BackoffMin, o.BackoffMax)
 	case o.SlowReaders.Fraction < 0 || o.SlowReaders.Fraction >= 1:
-		return nil, fmt.Errorf("population: slow_readers.fraction %v: must be at least 0 and below 1", o.SlowReaders.Fraction)
+		return bad("SlowReaders.Fraction %v, want at least 0 and below 1", o.SlowReaders.Fraction)
 	case o.SlowReaders.ReadDelay < 0 || o.SlowReaders.Pause < 0 || o.SlowReaders.PauseEvery < 0:
-		return nil, errors.New("population: slow_readers durations must not be negative")
+		return bad("SlowReaders %+v: want no negative duration", o.SlowReaders)
 	case o.LagThreshold < 0:
-		return nil, fmt.Errorf("population: lag_threshold %v: must not be negative", o.LagThreshold)
+		return bad("LagThreshold %v, want at least 0", o.LagThreshold)
 	case o.Offset < 0 || o.GroupOffset < 0:
-		return nil, fmt.Errorf("population: offsets %d, %d: must not be negative", o.Offset, o.GroupOffset)
+		return bad("Offset %d, GroupOffset %d: want at least 0", o.Offset, o.GroupOffset)
 	case !(o.MaxConnectRate >= 0):
-		return nil, fmt.Errorf("population: max_connect_rate %v: must not be negative", o.MaxConnectRate)
+		return bad("MaxConnectRate %v, want at least 0", o.MaxConnectRate)
 	}
 	if o.LagThreshold == 0 {
 		o.LagThreshold = o.Deadline / 2
@@ -100,10 +114,12 @@ func NewPopulation(o Options) (*Population, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Population{
-		opts:   o,
-		log:    o.Logger,
-		ledger: NewLedger(o.Set, o.Run, time.Now(), o.Deadline, o.LostAfter),
-		run:    []byte(o.Run),
+		opts:    o,
+		log:     o.Logger,
+		ledger:  NewLedger(o.Set, o.Run, time.Now(), o.Deadline, o.LostAfter),
+		run:     []byte(o.Run),
+		readyC:  make(chan struct{}),
+		onlineC: make(chan struct{}),
 	}
 	p.ledger.obs = o.Observer
 	p.ledger.health = o.Health
@@ -264,6 +280,51 @@ func (p *Population) Online() int { return int(p.online.Load()) }
 
 // Ready reports whether the whole population has been online at once.
 func (p *Population) Ready() bool { return p.ready.Load() }
+
+// WaitReady waits until the whole population has been online at once, or
+// ctx ends, and reports Ready.
+func (p *Population) WaitReady(ctx context.Context) bool {
+	select {
+	case <-p.readyC:
+	case <-ctx.Done():
+	}
+	return p.Ready()
+}
+
+// WaitOnline waits until at least n sessions are online, or ctx ends, and
+// reports whether they are.
+func (p *Population) WaitOnline(ctx context.Context, n int) bool {
+	p.waiters.Add(1)
+	defer p.waiters.Add(-1)
+	for {
+		// The channel is taken before online is read: a change after
+		// the read closes this channel, so none is missed.
+		p.onlineMu.Lock()
+		c := p.onlineC
+		p.onlineMu.Unlock()
+		if p.Online() >= n {
+			return true
+		}
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return p.Online() >= n
+		}
+	}
+}
+
+// addOnline counts a session in (+1) or out (-1), waking WaitOnline's
+// callers, and returns how many are online.
+func (p *Population) addOnline(d int64) int64 {
+	n := p.online.Add(d)
+	if p.waiters.Load() > 0 {
+		p.onlineMu.Lock()
+		close(p.onlineC)
+		p.onlineC = make(chan struct{})
+		p.onlineMu.Unlock()
+	}
+	return n
+}
 
 // SetSending pauses (false) or resumes (true) sending. Intended send times
 // keep advancing while paused, so resuming does not burst.

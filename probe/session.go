@@ -111,10 +111,11 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		u.nextPause = 0
 		u.everOnline.Store(true)
 		o.Set.Online.Inc()
-		if p.online.Add(1) == int64(o.Users) && !p.ready.Swap(true) {
+		if p.addOnline(1) == int64(o.Users) && !p.ready.Swap(true) {
 			if !o.Block {
 				o.Set.Ready.Set(1)
 			}
+			close(p.readyC)
 			p.log.Info("population online", "users", o.Users, "took", time.Since(start).Round(time.Millisecond))
 		}
 		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
@@ -131,7 +132,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		stop()
 		_ = sess.Close()
 		o.Set.Online.Dec()
-		p.online.Add(-1)
+		p.addOnline(-1)
 		reason := ReasonOf(err)
 		if churned.Load() && ctx.Err() == nil {
 			reason = metrics.ReasonChurn

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/procfs"
 
+	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -33,10 +34,10 @@ import (
 var _ probe.Health = (*Monitor)(nil)
 
 const (
-	// minInterval and maxSteps match the config package's limits: the
-	// monitor keeps a snapshot, with two runtime histograms, per step.
-	minInterval = 10 * time.Millisecond
-	maxSteps    = 600
+	// maxSteps bounds the ring: the monitor keeps a snapshot, with two
+	// runtime histograms, per step. The configuration's own limit is the
+	// same.
+	maxSteps = 600
 
 	// minLagSamples is the fewest lag samples a window needs before its
 	// p99 is judged: with fewer, one slow send among a handful would
@@ -64,92 +65,34 @@ const (
 	gcPauses       = "/sched/pauses/total/gc:seconds"
 )
 
-// Config sets when the prober is saturated. Every limit is required.
-type Config struct {
-	// Interval is how often the monitor samples, such as 1s.
-	Interval time.Duration
-	// Window is the span rates and distributions are judged over, a whole
-	// number of Intervals, such as 5s. Levels (open files, ports) are
-	// judged as sampled.
-	Window time.Duration
-	// MaxSendLag and MaxReceiveLag bound the p99 of the lags recorded
-	// through SendLag and ReceiveLag over the window: the cause is active
-	// when more than 1% of at least 20 samples exceed the limit.
-	MaxSendLag, MaxReceiveLag time.Duration
-	// MaxSchedLatency bounds the p99 of the Go scheduler's latency
-	// (runnable goroutines waiting for a CPU) over the window. Unlike the
-	// lags it needs no minimum count: the runtime records only one
-	// scheduling in eight, and a prober whose goroutines all spin on a
-	// starved CPU schedules rarely, yet each wait is long.
-	MaxSchedLatency time.Duration
-	// MaxGCPause bounds the longest stop-the-world GC pause in the window:
-	// one long pause delays every message in flight.
-	MaxGCPause time.Duration
-	// MaxCPU bounds the process's CPU seconds per wall second over the
-	// window, per core it may use (GOMAXPROCS), above 0 and at most 1.
-	MaxCPU float64
-	// MaxFDs bounds open file descriptors per the soft RLIMIT_NOFILE,
-	// above 0 and at most 1.
-	MaxFDs float64
-	// MaxPorts bounds, for each local address, the TCP sockets holding a
-	// port of the ephemeral range (net.ipv4.ip_local_port_range) per port
-	// of the range, above 0 and at most 1. Sockets on a listening port are
-	// the server side of a connection and hold no ephemeral port.
-	MaxPorts float64
-}
+// Config is the monitor's configuration: saturation.* of imcanary's own.
+// The configuration's rules (limits positive, ratios at most 1, a sensible
+// interval) are its to check; New guards only what the monitor cannot run
+// without.
+//
+// MaxSendLag and MaxReceiveLag bound the p99 of the lags recorded through
+// SendLag and ReceiveLag over the window: the cause is active when more
+// than 1% of at least 20 samples exceed the limit. MaxSchedLatency bounds
+// the p99 of the Go scheduler's latency over the window; unlike the lags it
+// needs no minimum count, as the runtime records only one scheduling in
+// eight, and a prober whose goroutines all spin on a starved CPU schedules
+// rarely, yet each wait is long. MaxGCPause bounds the longest
+// stop-the-world pause in the window. MaxCPU bounds the process's CPU
+// seconds per wall second per core it may use (GOMAXPROCS); MaxFDs open
+// files per the soft RLIMIT_NOFILE; MaxPorts, for each local address, the
+// TCP sockets holding a port of the ephemeral range per port of the range
+// (sockets on a listening port are the server side of a connection and
+// hold no ephemeral port). Levels (open files, ports) are judged as
+// sampled.
+type Config = config.Saturation
 
-// ConfigError is a Config field that New rejected.
-type ConfigError struct {
-	Field string // the Config field, such as "Window"
-	Value any    // the rejected value
-	Err   error  // the reason
-}
-
-// Error formats the error as "saturation: Field value: reason".
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("saturation: %s %v: %v", e.Field, e.Value, e.Err)
-}
-
-// Unwrap returns the reason.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-func (c Config) validate() error {
-	var errs []error
-	fail := func(field string, v any, format string, args ...any) {
-		errs = append(errs, &ConfigError{Field: field, Value: v, Err: fmt.Errorf(format, args...)})
+// validate guards the monitor's own invariants: its ring holds one slot per
+// interval of the window.
+func validate(c Config) error {
+	if c.Interval <= 0 || c.Window < c.Interval || c.Window%c.Interval != 0 || c.Window/c.Interval > maxSteps {
+		return fmt.Errorf("saturation.New: Window %v, want 1 to %d whole intervals of %v", c.Window, maxSteps, c.Interval)
 	}
-	if c.Interval < minInterval {
-		fail("Interval", c.Interval, "must be at least %v", minInterval)
-	}
-	if c.Interval > 0 && (c.Window < c.Interval || c.Window%c.Interval != 0 || c.Window/c.Interval > maxSteps) {
-		fail("Window", c.Window, "must be 1 to %d times Interval (%v)", maxSteps, c.Interval)
-	}
-	for _, d := range []struct {
-		field string
-		v     time.Duration
-	}{
-		{"MaxSendLag", c.MaxSendLag},
-		{"MaxReceiveLag", c.MaxReceiveLag},
-		{"MaxSchedLatency", c.MaxSchedLatency},
-		{"MaxGCPause", c.MaxGCPause},
-	} {
-		if d.v <= 0 {
-			fail(d.field, d.v, "must be positive")
-		}
-	}
-	for _, r := range []struct {
-		field string
-		v     float64
-	}{
-		{"MaxCPU", c.MaxCPU},
-		{"MaxFDs", c.MaxFDs},
-		{"MaxPorts", c.MaxPorts},
-	} {
-		if !(r.v > 0 && r.v <= 1) {
-			fail(r.field, r.v, "must be above 0 and at most 1")
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // cacheLine pads the hot-path atomics apart: every sender and receiver
@@ -250,7 +193,7 @@ func New(cfg Config, set *metrics.ProbeSet, log *slog.Logger) (*Monitor, error) 
 // newMonitor reads /proc under procRoot: tests point it elsewhere to see a
 // missing /proc handled.
 func newMonitor(cfg Config, set *metrics.ProbeSet, log *slog.Logger, procRoot string) (*Monitor, error) {
-	if err := cfg.validate(); err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, err
 	}
 	if set == nil {

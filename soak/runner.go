@@ -217,13 +217,10 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	// The ramp ends when every user due has logged in, or a grace period
 	// after the configured ramp (longer if the connect rate limit needs
 	// it): the verdict will say who never did.
-	rampEnd := start.Add(pop.Ramp() + 30*time.Second)
-	for pop.Online() < p.Users-late && time.Now().Before(rampEnd) {
-		if !probe.Sleep(ctx, 20*time.Millisecond) {
-			aborted = true
-			break
-		}
-	}
+	rampCtx, endRamp := context.WithDeadline(ctx, start.Add(pop.Ramp()+30*time.Second))
+	pop.WaitOnline(rampCtx, p.Users-late)
+	endRamp()
+	aborted = ctx.Err() != nil
 	// sendStart and sendEnd bound the send phase as it ran, which an
 	// abort cuts short: the report's rates are over this span, never the
 	// profile's duration.

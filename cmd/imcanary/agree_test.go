@@ -50,12 +50,15 @@ func TestConfigCheckAgreesWithRun(t *testing.T) {
 		env   []string
 		flags []string
 		want  []string // the problems config check must report; none: good
+		warn  string   // what both must warn of, for a good configuration
 	}{
 		{name: "good file", file: small + "target: {secret_file: " + secret + ", headers: [{name: X-Token, value_file: " + token + "}]}\n"},
 		{name: "no file at all"},
 		{name: "health password in the environment", file: small, env: []string{config.HealthPasswordEnv + "=hunter2"}},
 		{name: "target secret in the environment", file: small, env: []string{config.SecretEnv + "=hunter2"}},
 		{name: "boolean flag alone", file: small, flags: []string{"--target.xmpp.resume"}},
+		{name: "deprecated protocol name", file: small, env: []string{"IMCANARY_TARGET_PROTOCOL=embedded"},
+			warn: `target.protocol \"embedded\" is deprecated: it is now called \"reference\"`},
 		{name: "number in the environment", file: small, env: []string{"IMCANARY_POPULATION_USERS=abc"},
 			want: []string{`environment variable IMCANARY_POPULATION_USERS: population.users: "abc": must be a whole number`}},
 		{name: "unknown key", file: "population: {user: 5}\n",
@@ -105,6 +108,11 @@ func TestConfigCheckAgreesWithRun(t *testing.T) {
 				}
 				if !started {
 					t.Errorf("run did not start (exit %d): %s", runCode, runErr)
+				}
+				// config check warns in words, run in its log, which
+				// quotes the message.
+				if !strings.Contains(checkErr.String(), strings.ReplaceAll(tt.warn, `\"`, `"`)) || !strings.Contains(runErr, tt.warn) {
+					t.Errorf("config check said %q, run logged %q; want both to warn %q", checkErr.String(), runErr, tt.warn)
 				}
 				return
 			}

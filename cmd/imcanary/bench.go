@@ -14,6 +14,8 @@ import (
 
 	"github.com/imcanary/imcanary/bench"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // runBench runs the capacity benchmark, or, as "bench bare-reader" and
@@ -46,11 +48,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageError{err}
 	}
-	cfg, err := config.Load(*cfgFile, os.Environ(), nil)
+	cfg, err := protocols.Loader().Load(*cfgFile, os.Environ(), nil)
 	if err != nil {
 		return badConfig(err)
 	}
-	if *targetURL != "" && cfg.Target.Protocol != "embedded" {
+	if *targetURL != "" && cfg.Target.Protocol != reference.Adapter.Config.Name {
 		return badConfig(fmt.Errorf("target.protocol %q: the bench drives the reference server's protocol only", cfg.Target.Protocol))
 	}
 	exe, err := os.Executable()

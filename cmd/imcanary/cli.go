@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // newFlags returns the flag set of the command named name. --help and -h
@@ -32,7 +33,7 @@ func printHelp(w io.Writer, name string, fs *pflag.FlagSet) {
 	own := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	keys := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.VisitAll(func(f *pflag.Flag) {
-		if config.EnvName(f.Name) != "" {
+		if protocols.Loader().EnvName(f.Name) != "" {
 			keys.AddFlag(f)
 		} else {
 			own.AddFlag(f)
@@ -89,7 +90,7 @@ func flagError(fs *pflag.FlagSet, name string, err error) error {
 	}
 	if ne, ok := errors.AsType[*pflag.NotExistError](err); ok && ne.GetSpecifiedShortnames() == "" {
 		flag := ne.GetSpecifiedName()
-		if config.EnvName(flag) != "" {
+		if protocols.Loader().EnvName(flag) != "" {
 			return fmt.Errorf("%w: imcanary %s does not use %s", err, name, flag)
 		}
 		var names []string

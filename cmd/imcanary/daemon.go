@@ -20,6 +20,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/daemon"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // daemonFlags are the flags of imcanary run, which config check takes too.
@@ -36,7 +37,7 @@ func addDaemonFlags(fs *pflag.FlagSet) daemonFlags {
 		webConfig:    fs.String("web.config.file", "", "exporter-toolkit web configuration file: TLS and basic authentication for every HTTP endpoint"),
 		enableReload: fs.Bool("web.enable-reload", true, "serve POST /-/reload (SIGHUP reloads either way)"),
 	}
-	config.RegisterFlags(fs)
+	protocols.Loader().RegisterFlags(fs)
 	return df
 }
 
@@ -46,7 +47,7 @@ func addDaemonFlags(fs *pflag.FlagSet) daemonFlags {
 // returning every problem. run and config check both call it, so that one
 // cannot accept what the other refuses.
 func (df daemonFlags) load(fs *pflag.FlagSet) (config.Config, error) {
-	cfg, err := config.Load(*df.cfgFile, os.Environ(), fs)
+	cfg, err := protocols.Loader().Load(*df.cfgFile, os.Environ(), fs)
 	if err != nil {
 		return cfg, err
 	}
@@ -101,7 +102,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	)
 	// A reload reads the same sources again: the file, the environment
 	// as it is then, and the command line.
-	reload := func() (config.Config, error) { return config.Load(*df.cfgFile, os.Environ(), fs) }
+	reload := func() (config.Config, error) { return protocols.Loader().Load(*df.cfgFile, os.Environ(), fs) }
 	d, err := daemon.New(cfg, log, reg, daemon.WithWebConfig(*df.webConfig),
 		daemon.WithReload(reload), daemon.WithReloadEndpoint(*df.enableReload))
 	if err != nil {
@@ -161,12 +162,17 @@ func runConfig(args []string, stdout, stderr io.Writer) error {
 	if _, err := newLogger(io.Discard, *df.logLevel, *df.logFormat); err != nil {
 		problems = append(problems, err)
 	}
-	if _, err := df.load(fs); err != nil {
+	cfg, err := df.load(fs)
+	if err != nil {
 		problems = append(problems, err)
 	}
 	if err := errors.Join(problems...); err != nil {
 		fmt.Fprintln(stderr, err)
 		return errReported
+	}
+	// Still ok, but what run will warn of is worth knowing now.
+	for _, d := range cfg.Deprecated {
+		fmt.Fprintf(stderr, "warning: %s\n", d)
 	}
 	if *df.cfgFile != "" {
 		fmt.Fprintf(stdout, "%s: ok\n", *df.cfgFile)

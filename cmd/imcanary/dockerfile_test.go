@@ -29,6 +29,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/daemon"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // repoRoot is the build context: the Dockerfile copies the whole module.
@@ -398,7 +399,7 @@ func readmePackage(t *testing.T) string {
 // that documents every default.
 func configuredPort(t *testing.T) string {
 	t.Helper()
-	cfg, err := config.Load(filepath.Join(repoRoot, "configs", "imcanary.yaml"), nil, nil)
+	cfg, err := protocols.Loader().Load(filepath.Join(repoRoot, "configs", "imcanary.yaml"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

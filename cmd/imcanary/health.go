@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/imcanary/imcanary/config"
-	"github.com/imcanary/imcanary/daemon"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // defaultHealthURL is the daemon's liveness endpoint at the address the
@@ -107,7 +107,7 @@ func checkHealth(ctx context.Context, url string, timeout time.Duration, auth he
 	}}
 	// Named as imcanary's requests to a target are, so that an access
 	// log can tell the health check from a scrape.
-	req.Header.Set("User-Agent", daemon.UserAgent())
+	req.Header.Set("User-Agent", protocols.UserAgent())
 	if auth.user != "" {
 		req.SetBasicAuth(auth.user, auth.pass)
 	}

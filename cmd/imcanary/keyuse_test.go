@@ -2,9 +2,10 @@ package main
 
 // The one-shot commands offer only the configuration keys they use
 // (config.KeysFor). This test follows their code to see which keys it
-// reads: it type-checks this package and package daemon from source (every
-// other package from the compiler's export data), walks every function
-// reachable from runCanary and runSoak within the two, and collects the
+// reads: it type-checks this package and the packages that hand the
+// configuration on (protocols, canary, soak, daemon) from source, every
+// other package from the compiler's export data, walks every function
+// reachable from runCanary and runSoak within them, and collects the
 // fields of the configuration they select. A key read but not offered fails
 // the test: a user could set it only through the file or the environment,
 // and help would not show it.
@@ -26,17 +27,21 @@ import (
 	"testing"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 const (
 	modulePath = "github.com/imcanary/imcanary"
 	configPath = modulePath + "/config"
-	daemonPath = modulePath + "/daemon"
 )
+
+// sourcePackages are the packages read from source, in the order of their
+// imports: the ones that take a config.Config and pass parts of it on.
+var sourcePackages = []string{"protocols", "canary", "soak", "daemon"}
 
 func TestCommandsOfferTheKeysTheyRead(t *testing.T) {
 	if testing.Short() {
-		t.Skip("type-checks two packages; skipped with -short")
+		t.Skip("type-checks five packages; skipped with -short")
 	}
 	a := newKeyUse(t)
 	for _, tt := range []struct {
@@ -55,7 +60,7 @@ func TestCommandsOfferTheKeysTheyRead(t *testing.T) {
 					t.Errorf("%s reads %s, but the analysis did not see it: the test is broken", tt.fn, k)
 				}
 			}
-			offered := config.KeysFor(tt.cmd)
+			offered := protocols.Loader().KeysFor(tt.cmd)
 			for _, k := range slices.Sorted(mapKeys(read)) {
 				if !slices.Contains(offered, k) {
 					t.Errorf("%s reads %s, which config.KeysFor does not offer: add the command to the key's uses in config/keys.go", tt.fn, k)
@@ -76,11 +81,11 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 	}
 }
 
-// keyUse is the two packages, type-checked, and what is known of the
+// keyUse is the packages read from source, type-checked, and what is known of the
 // configuration's types.
 type keyUse struct {
 	info  *types.Info
-	funcs map[*types.Func]*ast.FuncDecl // functions and methods of the two packages
+	funcs map[*types.Func]*ast.FuncDecl // functions and methods of those packages
 	vars  map[*types.Var]ast.Expr       // their package-level variables' initialisers
 	main  *types.Package
 	// prefixes are the paths at which each struct type of package config
@@ -166,7 +171,9 @@ func newKeyUse(t *testing.T) *keyUse {
 		}
 		return p
 	}
-	check(daemonPath)
+	for _, p := range sourcePackages {
+		check(modulePath + "/" + p)
+	}
 	a.main = check(modulePath + "/cmd/imcanary")
 	cfgPkg, err := imp.Import(configPath)
 	if err != nil {
@@ -212,7 +219,7 @@ func joinKey(prefix, name string) string {
 }
 
 // keysReadFrom returns the keys read by the function of package main
-// named fn and everything it reaches in the two packages.
+// named fn and everything it reaches in the packages read from source.
 func (a *keyUse) keysReadFrom(fn string) map[string]bool {
 	read := map[string]bool{}
 	seen := map[ast.Node]bool{}
@@ -237,6 +244,9 @@ func (a *keyUse) keysReadFrom(fn string) map[string]bool {
 		// cfg.Population, read field by field through its type): not a
 		// read of the whole section.
 		stepping := map[ast.Expr]bool{}
+		// unkeyed are the local variables that hold a section reached
+		// from no key (sr := profile.SlowReaders).
+		unkeyed := map[*types.Var]bool{}
 		ast.Inspect(n, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.SelectorExpr:
@@ -244,8 +254,15 @@ func (a *keyUse) keysReadFrom(fn string) map[string]bool {
 					stepping[ast.Unparen(n.X)] = true
 				}
 			case *ast.AssignStmt:
-				for _, r := range n.Rhs {
+				for i, r := range n.Rhs {
 					stepping[ast.Unparen(r)] = true
+					if id, ok := n.Lhs[min(i, len(n.Lhs)-1)].(*ast.Ident); ok && len(n.Lhs) == len(n.Rhs) && a.unkeyed(r, unkeyed) {
+						v, _ := a.info.Defs[id].(*types.Var)
+						if v == nil {
+							v, _ = a.info.Uses[id].(*types.Var)
+						}
+						unkeyed[v] = true
+					}
 				}
 			case *ast.ValueSpec:
 				for _, r := range n.Values {
@@ -271,7 +288,7 @@ func (a *keyUse) keysReadFrom(fn string) map[string]bool {
 					break
 				}
 				recv, ok := section(derefType(s.Recv()))
-				if !ok {
+				if !ok || a.unkeyed(n.X, unkeyed) {
 					break
 				}
 				st := recv.Type().Underlying().(*types.Struct)
@@ -286,13 +303,13 @@ func (a *keyUse) keysReadFrom(fn string) map[string]bool {
 							if !stepping[n] {
 								a.allUnder(sub, key, read)
 							}
-						} else if config.EnvName(key) != "" {
+						} else if protocols.Loader().EnvName(key) != "" {
 							read[key] = true
 						}
 					}
 				}
 			case *ast.CallExpr:
-				// A section handed to code outside the two packages is
+				// A section handed to code outside those packages is
 				// read whole, but for package config's own methods and
 				// functions (Validate reads everything by design).
 				callee := calleeOf(a.info, n)
@@ -313,9 +330,31 @@ func (a *keyUse) keysReadFrom(fn string) map[string]bool {
 	return read
 }
 
+// unkeyed reports whether e, a section's value, is reached from a type
+// that sits at no key (a soak profile, which only a list holds), directly
+// or through one of the local variables in vars: the fields of its
+// SlowReaders are a profile's, not population.slow_readers.
+func (a *keyUse) unkeyed(e ast.Expr, vars map[*types.Var]bool) bool {
+	switch e := ast.Unparen(e).(type) {
+	case *ast.SelectorExpr:
+		s := a.info.Selections[e]
+		if s == nil || s.Kind() != types.FieldVal {
+			return false
+		}
+		if recv, ok := section(derefType(s.Recv())); ok && len(a.prefixes[recv]) == 0 {
+			return true
+		}
+		return a.unkeyed(e.X, vars)
+	case *ast.Ident:
+		v, _ := a.info.Uses[e].(*types.Var)
+		return v != nil && vars[v]
+	}
+	return false
+}
+
 // allUnder marks every key under the section tn at prefix as read.
 func (a *keyUse) allUnder(tn *types.TypeName, prefix string, read map[string]bool) {
-	for _, k := range config.Keys() {
+	for _, k := range protocols.Loader().Keys() {
 		if prefix == "" || k == prefix || strings.HasPrefix(k, prefix+".") {
 			read[k] = true
 		}

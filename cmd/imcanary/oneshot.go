@@ -10,10 +10,12 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
-	"github.com/imcanary/imcanary/daemon"
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
+	"github.com/imcanary/imcanary/soak"
 )
 
 // errFailed makes a command exit 1 after it has printed its own verdict.
@@ -25,7 +27,7 @@ func commonFlags(fs *pflag.FlagSet, cmd config.Command) (cfgFile, logLevel, logF
 	cfgFile = fs.String("config", "", "configuration file (YAML); without it, a reference server in-process")
 	logLevel = fs.String("log.level", "warn", "log level: debug, info, warn, error")
 	logFormat = fs.String("log.format", "text", "log format: text or json")
-	config.RegisterCommandFlags(fs, cmd)
+	protocols.Loader().RegisterCommandFlags(fs, cmd)
 	return
 }
 
@@ -46,11 +48,11 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(*cfgFile, os.Environ(), fs)
+	cfg, err := protocols.Loader().Load(*cfgFile, os.Environ(), fs)
 	if err != nil {
 		return badConfig(err)
 	}
-	r, err := daemon.CanaryOnce(ctx, cfg, log, 30*time.Second)
+	r, err := canary.Once(ctx, cfg, log, 30*time.Second)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -85,15 +87,15 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(*cfgFile, os.Environ(), fs)
+	cfg, err := protocols.Loader().Load(*cfgFile, os.Environ(), fs)
 	if err != nil {
 		return badConfig(err)
 	}
 	pr := newProgressPrinter(stdout)
-	rep, err := daemon.SoakOnce(ctx, cfg, *profile, log, pr.print)
+	rep, err := soak.Once(ctx, cfg, *profile, log, pr.print)
 	pr.done()
 	if err != nil {
-		if errors.Is(err, daemon.ErrUsage) {
+		if errors.Is(err, soak.ErrUnknownProfile) {
 			return badConfig(err)
 		}
 		return err

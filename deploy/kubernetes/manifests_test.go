@@ -31,6 +31,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/daemon"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 const (
@@ -404,7 +405,7 @@ func daemonFlags() *pflag.FlagSet {
 	fs.String("config", "", "")
 	fs.String("log.level", "info", "")
 	fs.String("log.format", "text", "")
-	config.RegisterFlags(fs)
+	protocols.Loader().RegisterFlags(fs)
 	return fs
 }
 
@@ -652,9 +653,9 @@ func TestManifests(t *testing.T) {
 				env = append(slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, secretFileEnv+"=") }), secretFileEnv+"="+stand)
 			}
 		}
-		cfg, err := config.Load(file, env, fs)
+		cfg, err := protocols.Loader().Load(file, env, fs)
 		if err != nil {
-			t.Fatalf("config.Load(%s of ConfigMap %s): %v", configKey, cm.Name, err)
+			t.Fatalf("protocols.Loader().Load(%s of ConfigMap %s): %v", configKey, cm.Name, err)
 		}
 
 		host, p, err := net.SplitHostPort(cfg.HTTP.Listen)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
@@ -65,7 +66,7 @@ const closeGrace = time.Second
 // New returns a driver for the target at o.URL.
 func New(o Options) (*Driver, error) {
 	if o.URL == "" {
-		return nil, errors.New("embedded: no target url")
+		return nil, errors.New("reference: no target url")
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 30 * time.Second
@@ -379,4 +380,14 @@ func appendQuoteBytes(b, s []byte) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// Adapter is the reference protocol's entry in the registry of protocols.
+// Its old name, "embedded", is still accepted.
+var Adapter = probe.Adapter{
+	Config: config.Protocol{Name: "reference", Aliases: []string{"embedded"}, InProcess: true},
+	Secret: probe.SecretOptional,
+	New: func(t probe.Target) (probe.Driver, error) {
+		return New(Options{URL: t.URL, Header: t.Header, Secret: t.Secret, Heartbeat: t.Heartbeat})
+	},
 }

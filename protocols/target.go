@@ -1,4 +1,10 @@
-package daemon
+// Package protocols is the registry of imcanary's protocol adapters, the
+// one list of them (All), and what a process needs to reach the target
+// through one (Open): the driver made from the configuration, the target
+// secret, the source addresses, and the reference server when it runs in
+// the process. Adding a protocol is its adapter package and one line in
+// All.
+package protocols
 
 import (
 	"bytes"
@@ -13,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,151 +34,193 @@ import (
 	"github.com/prometheus/common/version"
 )
 
-// drivers maps target.protocol to its adapter: the one place that lists
-// them.
-var drivers = map[string]func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error){
-	"embedded": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
-		return reference.New(reference.Options{URL: cfg.Target.URL, Header: header, Secret: secret, Heartbeat: cfg.Population.Heartbeat})
-	},
-	"xmpp": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
-		if secret == nil {
-			return nil, fmt.Errorf("xmpp derives the users' passwords from the target secret: set target.secret_file or %s", config.SecretEnv)
-		}
-		x := cfg.Target.XMPP
-		return xmpp.New(xmpp.Options{
-			URL: cfg.Target.URL, Header: header, Domain: x.Domain, MUCService: x.MUCService, Register: x.Register, Resume: x.Resume,
-			Heartbeat: cfg.Population.Heartbeat,
-			// Each user's password is an HMAC of its name: one secret
-			// provisions and logs in every user, none is written down.
-			Password: func(user string) string { return refserver.Token(secret, user) },
-		})
-	},
-	"centrifugo": func(cfg config.Config, secret []byte, header http.Header) (probe.Driver, error) {
-		if secret == nil {
-			return nil, fmt.Errorf("centrifugo needs the token secret: set target.secret_file or %s", config.SecretEnv)
-		}
-		c := cfg.Target.Centrifugo
-		return centrifugo.New(centrifugo.Options{
-			URL: cfg.Target.URL, Header: header, Secret: secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,
-			TokenTTL: c.TokenTTL, Heartbeat: cfg.Population.Heartbeat, Recover: c.Recover,
-		})
-	},
+// All is the registry of protocols: the one place that lists them. Each
+// entry is its adapter's own (see probe.Adapter): its configuration
+// section, its needs of the secret, and how its driver is made.
+var All = []probe.Adapter{
+	reference.Adapter,
+	xmpp.Adapter,
+	centrifugo.Adapter,
 }
 
-// env is what every command that talks to a target needs: the driver, and
-// the reference server when it runs in this process.
-type env struct {
-	cfg    config.Config // with target.url filled in for an in-process target
-	driver probe.Driver
-	secret []byte
-	run    string
-	// sources are the addresses of population.source_addrs, which every
-	// population spreads its users over; nil lets the kernel pick.
-	sources []netip.Addr
+// Loader returns the configuration loader of every protocol in All, made
+// once: target.protocol's names, each protocol's section of keys, and
+// their rules.
+var Loader = sync.OnceValue(func() *config.Loader {
+	ps := make([]config.Protocol, len(All))
+	for i, a := range All {
+		ps[i] = a.Config
+	}
+	return config.NewLoader(ps...)
+})
 
-	target   *refserver.Server
-	targetLn net.Listener
+// InProcess reports whether cfg asks for a reference server in this
+// process: a protocol that can run in-process, and no target.url.
+func InProcess(cfg config.Config) bool {
+	a, ok := Lookup(cfg.Target.Protocol)
+	return ok && a.Config.InProcess && cfg.Target.URL == ""
+}
+
+// Lookup returns the adapter of the protocol name (or one of its aliases).
+func Lookup(name string) (probe.Adapter, bool) {
+	for _, a := range All {
+		if a.Config.Name == name || slices.Contains(a.Config.Aliases, name) {
+			return a, true
+		}
+	}
+	return probe.Adapter{}, false
+}
+
+// Target is the server under test as this process reaches it: the driver
+// of its protocol, and the reference server when it runs in this process.
+type Target struct {
+	// Config is the configuration it was opened with, target.url filled
+	// in for an in-process reference server.
+	Config config.Config
+	Driver probe.Driver
+	Secret []byte
+	// Run identifies this process in every message body.
+	Run string
+	// Sources are the addresses of population.source_addrs, which every
+	// population spreads its users over; nil lets the kernel pick.
+	Sources []netip.Addr
+
+	server   *refserver.Server
+	serverLn net.Listener
 	wg       sync.WaitGroup
 	stop     context.CancelFunc
 }
 
-// inProcess reports whether the reference server runs in this process, its
-// connections counting against the same file limit.
-func (e *env) inProcess() bool { return e.target != nil || e.targetLn != nil }
+// InProcess reports whether the reference server runs in this process,
+// its connections counting against the same file limit.
+func (t *Target) InProcess() bool { return t.server != nil || t.serverLn != nil }
 
-// newEnv builds the driver for cfg. pops are the sizes of the populations
-// the command will run at once, for the open-file and port checks. With
-// protocol embedded and no URL it opens a reference server's listener on a
-// free loopback port; startTarget serves it.
-func newEnv(cfg config.Config, pops []int, log *slog.Logger) (*env, error) {
-	e := &env{cfg: cfg, run: newRunID()}
-	inProcess := cfg.Target.Protocol == "embedded" && cfg.Target.URL == ""
-	users := 0
-	for _, n := range pops {
-		users += n
+// Open makes the driver for cfg, after checking that this process can hold
+// the populations of pops (their sizes, run at once: open files, and
+// ephemeral ports per source address). For a protocol that can run
+// in-process and no URL it opens a reference server's listener on a free
+// loopback port, served once Start is called. It logs what of cfg is
+// deprecated, at WARN. Close releases what it made.
+func Open(cfg config.Config, pops []int, log *slog.Logger) (*Target, error) {
+	adapter, ok := Lookup(cfg.Target.Protocol)
+	if !ok {
+		return nil, fmt.Errorf("target.protocol: %q: no such protocol", cfg.Target.Protocol)
 	}
-	if err := checkFileLimit(users, inProcess); err != nil {
+	inProcess := InProcess(cfg)
+	if err := CheckCapacity(cfg, pops, inProcess); err != nil {
 		return nil, err
 	}
-	sources, err := config.ParseSourceAddrs(cfg.Population.SourceAddrs)
-	if err != nil {
+	for _, d := range cfg.Deprecated {
+		log.Warn(d)
+	}
+	t := &Target{Config: cfg, Run: newRunID()}
+	var err error
+	if t.Sources, err = config.ParseSourceAddrs(cfg.Population.SourceAddrs); err != nil {
 		return nil, fmt.Errorf("population.source_addrs: %w", err)
 	}
-	e.sources = sources
-	if err := checkPorts(pops, len(sources), ephemeralPorts()); err != nil {
+	if t.Secret, err = loadSecret(cfg); err != nil {
 		return nil, err
 	}
-	secret, err := loadSecret(cfg)
-	if err != nil {
-		return nil, err
-	}
-	e.secret = secret
-	if e.secret == nil && cfg.Target.Protocol == "xmpp" {
-		// XMPP passwords are imcanary's own: with no secret configured,
-		// one is made once and kept in the data directory, so that the
-		// users registered today can still log in after a restart.
-		if e.secret, err = localSecret(cfg.DataDir); err != nil {
+	if t.Secret == nil && adapter.Secret == probe.SecretKept {
+		// The protocol's passwords are imcanary's own: with no secret
+		// configured, one is made once and kept in the data directory,
+		// so that the users registered today can still log in after a
+		// restart.
+		if t.Secret, err = localSecret(cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}
 	if inProcess {
-		if e.secret == nil {
-			e.secret = make([]byte, 32)
-			_, _ = rand.Read(e.secret)
+		if t.Secret == nil {
+			t.Secret = make([]byte, 32)
+			_, _ = rand.Read(t.Secret)
 		}
-		ts, err := refserver.New(refserver.Options{Secret: e.secret, Logger: log.With("component", "target")})
-		if err != nil {
+		if t.server, err = refserver.New(refserver.Options{Secret: t.Secret, Logger: log.With("component", "refserver")}); err != nil {
 			return nil, fmt.Errorf("reference server: %w", err)
 		}
-		e.target = ts
-		if e.targetLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		if t.serverLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			return nil, fmt.Errorf("reference server: %w", err)
 		}
-		e.cfg.Target.URL = "ws://" + e.targetLn.Addr().String() + "/ws"
+		t.Config.Target.URL = "ws://" + t.serverLn.Addr().String() + "/ws"
 	}
 	header, err := requestHeader(cfg.Target.Headers)
 	if err != nil {
-		e.close()
+		t.Close()
 		return nil, err
 	}
-	newDriver, found := drivers[e.cfg.Target.Protocol]
-	if !found {
-		e.close()
-		return nil, fmt.Errorf("target.protocol: %q: no such driver", e.cfg.Target.Protocol)
+	t.Driver, err = adapter.New(probe.Target{
+		URL: t.Config.Target.URL, Header: header, Secret: t.Secret, Heartbeat: cfg.Population.Heartbeat,
+		Section: config.Section[any](cfg, adapter.Config.Name, adapter.Config.Section),
+	})
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("target.protocol %s: %w", adapter.Config.Name, err)
 	}
-	if e.driver, err = newDriver(e.cfg, e.secret, header); err != nil {
-		e.close()
-		return nil, fmt.Errorf("target.protocol %s: %w", e.cfg.Target.Protocol, err)
-	}
-	return e, nil
+	return t, nil
 }
 
-// startTarget serves the in-process target, if any, until close.
-func (e *env) startTarget(log *slog.Logger) {
-	if e.target == nil {
+// Start serves the in-process reference server, if any, until Close.
+func (t *Target) Start(log *slog.Logger) {
+	if t.server == nil {
 		return
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	e.stop = stop
-	log.Info("reference server listening", "url", e.cfg.Target.URL)
-	// Exits when close cancels ctx.
-	e.wg.Go(func() {
-		if err := e.target.Serve(ctx, e.targetLn); err != nil {
+	t.stop = stop
+	log.Info("reference server listening", "url", t.Config.Target.URL)
+	// Exits when Close cancels ctx.
+	t.wg.Go(func() {
+		if err := t.server.Serve(ctx, t.serverLn); err != nil {
 			log.Error("reference server stopped", "err", err)
 		}
 	})
 }
 
-// close stops the in-process target and waits for it.
-func (e *env) close() {
-	if e.stop != nil {
-		e.stop()
-		e.wg.Wait()
+// Close stops the in-process reference server and waits for it.
+func (t *Target) Close() {
+	if t.stop != nil {
+		t.stop()
+		t.wg.Wait()
 		return
 	}
-	if e.targetLn != nil {
-		e.targetLn.Close()
+	if t.serverLn != nil {
+		t.serverLn.Close()
 	}
+}
+
+// CheckCapacity refuses populations this process cannot hold: pops are
+// their sizes, run at once; inProcess says the reference server runs in
+// this process too. Each session is an open file (two with the server in
+// the process), and takes an ephemeral port of its source address.
+func CheckCapacity(cfg config.Config, pops []int, inProcess bool) error {
+	users := 0
+	for _, n := range pops {
+		users += n
+	}
+	errs := []error{checkFileLimit(users, inProcess)}
+	if sources, err := config.ParseSourceAddrs(cfg.Population.SourceAddrs); err != nil {
+		errs = append(errs, fmt.Errorf("population.source_addrs: %w", err))
+	} else {
+		errs = append(errs, checkPorts(pops, len(sources), ephemeralPorts()))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckSecret checks what the target's protocol needs of the secret and
+// the headers, as Open will read them: a secret file that reads, the
+// headers' value files, and a secret at all for a protocol that requires
+// one.
+func CheckSecret(cfg config.Config) error {
+	var errs []error
+	secret, err := loadSecret(cfg)
+	errs = append(errs, err)
+	if _, err := requestHeader(cfg.Target.Headers); err != nil {
+		errs = append(errs, err)
+	}
+	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil && secret == nil && a.Secret == probe.SecretRequired {
+		errs = append(errs, fmt.Errorf("target.protocol %s: needs the target secret, which signs its tokens: set target.secret_file or %s",
+			a.Config.Name, config.SecretEnv))
+	}
+	return errors.Join(errs...)
 }
 
 // checkFileLimit refuses more sessions than the process can hold: each is
@@ -340,16 +389,16 @@ func localSecret(dir string) ([]byte, error) {
 	return s, f.Close()
 }
 
-// connection is what every population of this process shares: the
+// Connection is what every population of this process shares: the
 // driver, the run id, keepalive, backoff, connect rate and source
-// addresses of the configuration, the prober's self-monitor and its view
+// addresses of the configuration, the prober's self-monitor h and its view
 // of the target's reach (nil for a soak run, whose failures are its own).
-func (e *env) connection(h probe.Health, reach *probe.Reach) probe.Connection {
-	p := e.cfg.Population
+func (t *Target) Connection(h probe.Health, reach *probe.Reach) probe.Connection {
+	p := t.Config.Population
 	return probe.Connection{
-		Driver: e.driver, Run: e.run, Heartbeat: p.Heartbeat,
+		Driver: t.Driver, Run: t.Run, Heartbeat: p.Heartbeat,
 		BackoffMin: p.Backoff.Initial, BackoffMax: p.Backoff.Max,
-		SourceAddrs: e.sources, MaxConnectRate: p.MaxConnectRate,
+		SourceAddrs: t.Sources, MaxConnectRate: p.MaxConnectRate,
 		Health: h, Reach: reach,
 	}
 }

@@ -1,0 +1,70 @@
+package centrifugo
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// Config is the centrifugo section of the configuration, target.centrifugo.
+type Config struct {
+	// GroupNamespace is the channel namespace of group chats.
+	GroupNamespace string `koanf:"group_namespace"`
+	// DirectNamespace is the namespace of the user-limited direct channels.
+	DirectNamespace string `koanf:"direct_namespace"`
+	// TokenTTL is the lifetime of the connection JWTs imcanary signs.
+	TokenTTL time.Duration `koanf:"token_ttl"`
+	// Recover asks the server, on resubscribe, for what was published while
+	// a session was away; recovered messages count as late, not lost.
+	Recover bool `koanf:"recover"`
+}
+
+// DefaultConfig is the section's default.
+func DefaultConfig() Config {
+	return Config{GroupNamespace: "chat", DirectNamespace: "dm", TokenTTL: 24 * time.Hour}
+}
+
+// namespaceRE is what a Centrifugo namespace may be named.
+var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Adapter is centrifugo's entry in the registry of protocols.
+var Adapter = probe.Adapter{
+	Config: config.Protocol{
+		Name:    "centrifugo",
+		Section: DefaultConfig(),
+		Help: map[string]string{
+			"group_namespace":  "channel namespace of group chats",
+			"direct_namespace": "namespace of user-limited direct channels",
+			"token_ttl":        "lifetime of the connection tokens imcanary signs",
+			"recover":          "recover missed publications on resubscribe (counted late)",
+		},
+		Validate: func(section any) []*config.ValidationError {
+			c := section.(Config)
+			var out []*config.ValidationError
+			for _, ns := range [][2]string{{"group_namespace", c.GroupNamespace}, {"direct_namespace", c.DirectNamespace}} {
+				if !namespaceRE.MatchString(ns[1]) {
+					out = append(out, &config.ValidationError{Key: ns[0], Value: ns[1], Err: fmt.Errorf("must match %s", namespaceRE)})
+				}
+			}
+			if c.TokenTTL < time.Minute {
+				out = append(out, &config.ValidationError{Key: "token_ttl", Value: c.TokenTTL, Err: errors.New("must be at least 1m")})
+			}
+			return out
+		},
+	},
+	Secret: probe.SecretRequired,
+	New: func(t probe.Target) (probe.Driver, error) {
+		if t.Secret == nil {
+			return nil, fmt.Errorf("centrifugo needs the token secret: set target.secret_file or %s", config.SecretEnv)
+		}
+		c := t.Section.(Config)
+		return New(Options{
+			URL: t.URL, Header: t.Header, Secret: t.Secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,
+			TokenTTL: c.TokenTTL, Heartbeat: t.Heartbeat, Recover: c.Recover,
+		})
+	},
+}
