@@ -16,7 +16,7 @@ import (
 
 // BareReader is the baseline of the throughput comparison: the least a
 // client must do to take a delivery off the wire. It holds connections
-// dialled exactly as imcanary's embedded driver dials them (512-byte read
+// dialled exactly as imcanary's reference driver dials them (512-byte read
 // buffers, a shared pool of write buffers) and reads each frame whole
 // through NextReader into a pooled buffer, as imcanary's read loop does,
 // then counts it: no read deadline, no timestamp, no decoding, no ledger.

@@ -16,7 +16,7 @@ import (
 )
 
 // BareLogin is the baseline of the ramp: the least a client must do to log
-// a session in to the reference server. It dials as imcanary's embedded
+// a session in to the reference server. It dials as imcanary's reference
 // driver dials (512-byte read buffers, a shared pool of write buffers),
 // sends the login frame with the user's token and reads the reply, from
 // Workers goroutines at once and as fast as the machine allows: no rate

@@ -1,12 +1,12 @@
-// Package capacity is the engine of `imcanary bench`: a capacity benchmark
+// Package bench is the engine of `imcanary bench`: a capacity benchmark
 // that a user runs on their own machine to size imcanary's shards.
 //
 // It measures with the real binary. Reference servers run as `imcanary
-// target` processes and probers as `imcanary run` processes, each prober
+// refserver` processes and probers as `imcanary run` processes, each prober
 // against a target of its own, so that sessions can pass what one process's
 // file limit allows; the bench reads each prober as an operator would, from
 // its /metrics, and from /proc (CPU time, resident set, open files). A run
-// has four phases:
+// has five phases:
 //
 //  1. Throughput: a flood of real delivery frames to a bare read loop and
 //     to a prober, one at a time, in alternating rounds; the figure is
@@ -61,7 +61,7 @@ type Options struct {
 	// side. At least 1.
 	Processes int
 	// TargetURL, if set, is a running target that every prober connects
-	// to instead of embedded ones; SecretFile holds its token secret.
+	// to instead of servers of its own; SecretFile holds its token secret.
 	TargetURL  string
 	SecretFile string
 	// Steps are the sessions per process of each step; nil plans them
@@ -156,7 +156,7 @@ type bench struct {
 	// Features of the binary, from its run --help: the other engineers'
 	// keys may not be there in an older build.
 	connectRateKey, sourceAddrsKey bool
-	embedded                       bool
+	ownServers                     bool
 	seq                            int // numbers prober data directories
 	// baseline figures, for the steps.
 	baseRSS, baseHeap, baseTargetRSS int64
@@ -204,7 +204,7 @@ func newBench(o Options) (*bench, error) {
 	if o.ConnectRate == 0 {
 		o.ConnectRate = defaultConnectRate
 	}
-	b := &bench{o: o, t: fullTiming, started: time.Now(), env: childEnv(), embedded: o.TargetURL == ""}
+	b := &bench{o: o, t: fullTiming, started: time.Now(), env: childEnv(), ownServers: o.TargetURL == ""}
 	mode := "full"
 	if o.Quick {
 		b.t, mode = quickTiming, "quick"
@@ -261,7 +261,7 @@ func (b *bench) run(ctx context.Context) error {
 // how the run is set up.
 func (b *bench) setup(ctx context.Context) error {
 	o := b.o
-	if b.embedded {
+	if b.ownServers {
 		sec := make([]byte, 32)
 		_, _ = rand.Read(sec)
 		b.secret = filepath.Join(o.Dir, "secret")
@@ -285,7 +285,7 @@ func (b *bench) setup(ctx context.Context) error {
 	b.connectRateKey = strings.Contains(string(help), "--population.max_connect_rate")
 	// Source addresses matter only against reference servers on loopback,
 	// where the bench can give each prober an address of its own.
-	b.sourceAddrsKey = strings.Contains(string(help), "--population.source_addrs") && b.embedded
+	b.sourceAddrsKey = strings.Contains(string(help), "--population.source_addrs") && b.ownServers
 	if !strings.Contains(string(help), "--population.users") {
 		return fmt.Errorf("%s run --help does not list the population keys: is it imcanary?", o.Exe)
 	}
@@ -293,7 +293,7 @@ func (b *bench) setup(ctx context.Context) error {
 	c := o.Config
 	s := &b.rep.Setup
 	s.Processes, s.Target = o.Processes, "reference"
-	if !b.embedded {
+	if !b.ownServers {
 		s.Target = o.TargetURL
 	}
 	s.Rate, s.GroupSize, s.HeartbeatSeconds = o.Rate, c.Population.GroupSize, c.Population.Heartbeat.Seconds()

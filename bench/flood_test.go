@@ -72,7 +72,7 @@ func (h ledgerHandler) OnAck(uint64, probe.Ack)      {}
 func (h ledgerHandler) OnReject(uint64, string)      {}
 func (h ledgerHandler) OnDelivery(d *probe.Delivery) { h.in.Receive(d.Body, d.At) }
 
-// TestFloodRealSession floods a session of imcanary's real embedded driver
+// TestFloodRealSession floods a session of imcanary's real reference driver
 // and checks its ledger counts every frame as a delivery: nothing malformed,
 // stale or duplicated.
 func TestFloodRealSession(t *testing.T) {

@@ -70,7 +70,7 @@ type Machine struct {
 // Setup is how the run was set up.
 type Setup struct {
 	// Processes is how many probers held sessions side by side, each
-	// against a target of its own (an embedded one unless Target names
+	// against a target of its own (a reference server unless Target names
 	// another).
 	Processes int `json:"processes"`
 	// Target is "reference" (reference servers the bench runs) or the URL

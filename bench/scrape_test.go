@@ -8,28 +8,28 @@ import (
 
 // page is a prober's /metrics, cut to what the bench reads.
 const page = `# TYPE imcanary_sessions_online gauge
-imcanary_sessions_online{shard="0",source="background",target="embedded"} 998
-imcanary_sessions_online{shard="0",source="canary",target="embedded"} 4
+imcanary_sessions_online{shard="0",source="background",target="reference"} 998
+imcanary_sessions_online{shard="0",source="canary",target="reference"} 4
 # TYPE imcanary_session_connects_total counter
-imcanary_session_connects_total{result="success",shard="0",source="background",target="embedded"} 1003
-imcanary_session_connects_total{result="failure",shard="0",source="background",target="embedded"} 7
+imcanary_session_connects_total{result="success",shard="0",source="background",target="reference"} 1003
+imcanary_session_connects_total{result="failure",shard="0",source="background",target="reference"} 7
 # TYPE imcanary_deliveries_total counter
-imcanary_deliveries_total{cohort="normal",kind="direct",shard="0",source="background",target="embedded"} 100
-imcanary_deliveries_total{cohort="normal",kind="group",shard="0",source="background",target="embedded"} 400
+imcanary_deliveries_total{cohort="normal",kind="direct",shard="0",source="background",target="reference"} 100
+imcanary_deliveries_total{cohort="normal",kind="group",shard="0",source="background",target="reference"} 400
 # TYPE imcanary_probe_saturated gauge
-imcanary_probe_saturated{shard="0",target="embedded"} 1
+imcanary_probe_saturated{shard="0",target="reference"} 1
 # TYPE imcanary_probe_saturation_cause gauge
-imcanary_probe_saturation_cause{cause="cpu",shard="0",target="embedded"} 1
-imcanary_probe_saturation_cause{cause="fds",shard="0",target="embedded"} 0
-imcanary_probe_saturation_cause{cause="ports",shard="0",target="embedded"} 1
+imcanary_probe_saturation_cause{cause="cpu",shard="0",target="reference"} 1
+imcanary_probe_saturation_cause{cause="fds",shard="0",target="reference"} 0
+imcanary_probe_saturation_cause{cause="ports",shard="0",target="reference"} 1
 # TYPE imcanary_probe_receive_lag_seconds histogram
-imcanary_probe_receive_lag_seconds_bucket{shard="0",target="embedded",le="0.0001"} 50
-imcanary_probe_receive_lag_seconds_bucket{shard="0",target="embedded",le="0.0002"} 80
-imcanary_probe_receive_lag_seconds_bucket{shard="0",target="embedded",le="0.001"} 95
-imcanary_probe_receive_lag_seconds_bucket{shard="0",target="embedded",le="0.002"} 99
-imcanary_probe_receive_lag_seconds_bucket{shard="0",target="embedded",le="+Inf"} 100
-imcanary_probe_receive_lag_seconds_sum{shard="0",target="embedded"} 0.05
-imcanary_probe_receive_lag_seconds_count{shard="0",target="embedded"} 100
+imcanary_probe_receive_lag_seconds_bucket{shard="0",target="reference",le="0.0001"} 50
+imcanary_probe_receive_lag_seconds_bucket{shard="0",target="reference",le="0.0002"} 80
+imcanary_probe_receive_lag_seconds_bucket{shard="0",target="reference",le="0.001"} 95
+imcanary_probe_receive_lag_seconds_bucket{shard="0",target="reference",le="0.002"} 99
+imcanary_probe_receive_lag_seconds_bucket{shard="0",target="reference",le="+Inf"} 100
+imcanary_probe_receive_lag_seconds_sum{shard="0",target="reference"} 0.05
+imcanary_probe_receive_lag_seconds_count{shard="0",target="reference"} 100
 `
 
 func TestScrape(t *testing.T) {

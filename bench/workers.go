@@ -17,7 +17,7 @@ import (
 // URL n times.
 func (b *bench) startTargets(ctx context.Context, n int) ([]string, []*child, error) {
 	urls := make([]string, n)
-	if !b.embedded {
+	if !b.ownServers {
 		for i := range urls {
 			urls[i] = b.o.TargetURL
 		}
