@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -68,10 +69,10 @@ func newFixture(t *testing.T, f refserver.Faults, deadline time.Duration) *fixtu
 	wg.Go(func() { _ = c.Run(pctx) })
 	fx := &fixture{srv: srv, c: c, m: m, stop: func() { stopP(); stopT(); wg.Wait() }}
 	t.Cleanup(fx.stop)
-	for end := time.Now().Add(10 * time.Second); !c.Ready(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("canary users never came online")
-		}
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !c.WaitReady(wait) {
+		t.Fatal("canary users never came online")
 	}
 	return fx
 }
@@ -172,7 +173,12 @@ func TestOverlappingRoundIsSkipped(t *testing.T) {
 		defer close(done)
 		fx.c.Round(context.Background())
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// Until the round holds the canary: a TryLock that succeeds is
+	// before it, and is let go at once.
+	for fx.c.busy.TryLock() {
+		fx.c.busy.Unlock()
+		runtime.Gosched()
+	}
 	if _, err := fx.c.TryRound(context.Background()); !errors.Is(err, ErrBusy) {
 		t.Errorf("TryRound during a round = %v, want ErrBusy", err)
 	}

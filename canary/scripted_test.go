@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,10 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
+
+// The scripted tests run in a synctest bubble: the memDriver's delays and
+// the canary's deadlines are on one fake clock, so "250ms late for a 200ms
+// deadline" is exactly that however loaded the machine.
 
 // memDriver is an in-memory IM server for scripted faults a real server
 // cannot be made to commit on cue; route decides, per message, who gets
@@ -145,104 +150,112 @@ func newMemCanary(t *testing.T, d *memDriver, users int, deadline time.Duration)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = c.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	for end := time.Now().Add(5 * time.Second); !c.Ready(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("not ready")
-		}
+	if !c.WaitReady(context.Background()) {
+		t.Fatal("not ready")
 	}
 	return c
 }
 
 // u0's direct message is late, u1's never arrives: both reasons are due.
 func TestLateDeliveryDoesNotHideMissingOne(t *testing.T) {
-	d := newMem()
-	d.route = func(from string, h *probe.Header, normal []string) map[string]time.Duration {
-		r := map[string]time.Duration{normal[0]: 0}
-		if h.Stream[0] == 'g' {
+	synctest.Test(t, func(t *testing.T) {
+		d := newMem()
+		d.route = func(from string, h *probe.Header, normal []string) map[string]time.Duration {
+			r := map[string]time.Duration{normal[0]: 0}
+			if h.Stream[0] == 'g' {
+				return r
+			}
+			switch from {
+			case "can-u0":
+				r[normal[0]] = 250 * time.Millisecond // late for a 200ms deadline
+			case "can-u1":
+				r[normal[0]] = -1 // never delivered
+			}
 			return r
 		}
-		switch from {
-		case "can-u0":
-			r[normal[0]] = 250 * time.Millisecond // late for a 200ms deadline
-		case "can-u1":
-			r[normal[0]] = -1 // never delivered
+		c := newMemCanary(t, d, 2, 200*time.Millisecond)
+		got := reasons(c.Round(context.Background()))[metrics.KindDirect]
+		if !slices.Contains(got, metrics.CanaryNotDelivered) {
+			t.Errorf("direct reasons = %v, want not_delivered too: can-u1's message never arrived", got)
 		}
-		return r
-	}
-	c := newMemCanary(t, d, 2, 200*time.Millisecond)
-	got := reasons(c.Round(context.Background()))[metrics.KindDirect]
-	if !slices.Contains(got, metrics.CanaryNotDelivered) {
-		t.Errorf("direct reasons = %v, want not_delivered too: can-u1's message never arrived", got)
-	}
+	})
 }
 
 // can-u0's group message reaches can-u1 and, wrongly, can-u0 itself, never
 // can-u2: the round must fail.
 func TestMisroutedDeliveryDoesNotCount(t *testing.T) {
-	d := newMem()
-	d.route = func(from string, h *probe.Header, normal []string) map[string]time.Duration {
-		r := map[string]time.Duration{}
-		for _, u := range normal {
-			r[u] = 0
+	synctest.Test(t, func(t *testing.T) {
+		d := newMem()
+		d.route = func(from string, h *probe.Header, normal []string) map[string]time.Duration {
+			r := map[string]time.Duration{}
+			for _, u := range normal {
+				r[u] = 0
+			}
+			if h.Stream[0] == 'g' && from == "can-u0" {
+				delete(r, "can-u2")
+				r[from] = 0
+			}
+			return r
 		}
-		if h.Stream[0] == 'g' && from == "can-u0" {
-			delete(r, "can-u2")
-			r[from] = 0
+		c := newMemCanary(t, d, 3, 200*time.Millisecond)
+		if r := c.Round(context.Background()); r.Result == metrics.ResultPass {
+			t.Errorf("Result = pass, checks %+v: can-u2 never got can-u0's group message", r.Checks)
 		}
-		return r
-	}
-	c := newMemCanary(t, d, 3, 200*time.Millisecond)
-	if r := c.Round(context.Background()); r.Result == metrics.ResultPass {
-		t.Errorf("Result = pass, checks %+v: can-u2 never got can-u0's group message", r.Checks)
-	}
+	})
 }
 
 // Every ack takes 1.2 deadlines; deliveries are instant. "Every ack within
 // its timeout" does not hold, so no round may pass.
 func TestLateAckFails(t *testing.T) {
-	d := newMem()
-	d.ackDelay = 240 * time.Millisecond
-	c := newMemCanary(t, d, 2, 200*time.Millisecond)
-	for i := range 10 {
-		if r := c.Round(context.Background()); r.Result == metrics.ResultPass {
-			t.Fatalf("round %d passed although every ack came 1.2 deadlines late: %+v", i, r.Checks)
+	synctest.Test(t, func(t *testing.T) {
+		d := newMem()
+		d.ackDelay = 240 * time.Millisecond
+		c := newMemCanary(t, d, 2, 200*time.Millisecond)
+		for i := range 10 {
+			if r := c.Round(context.Background()); r.Result == metrics.ResultPass {
+				t.Fatalf("round %d passed although every ack came 1.2 deadlines late: %+v", i, r.Checks)
+			}
 		}
-	}
+	})
 }
 
 // A round cut short by shutdown (ctx) is not a failed round.
 func TestCancelledRoundIsAborted(t *testing.T) {
-	d := newMem()
-	d.route = func(from string, h *probe.Header, normal []string) map[string]time.Duration {
-		r := map[string]time.Duration{}
-		for _, u := range normal {
-			r[u] = 100 * time.Millisecond // on time for 1s
+	synctest.Test(t, func(t *testing.T) {
+		d := newMem()
+		d.route = func(from string, h *probe.Header, normal []string) map[string]time.Duration {
+			r := map[string]time.Duration{}
+			for _, u := range normal {
+				r[u] = 100 * time.Millisecond // on time for 1s
+			}
+			return r
 		}
-		return r
-	}
-	c := newMemCanary(t, d, 2, time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(20*time.Millisecond, cancel)
-	if r := c.Round(ctx); r.Result != metrics.ResultAborted {
-		t.Errorf("cancelled round = %s %v; want aborted", r.Result, reasons(r))
-	}
-	var counted float64
-	for _, k := range metrics.Kinds {
-		for _, res := range []string{metrics.ResultPass, metrics.ResultFail} {
-			counted += metrics.Value(c.o.Metrics.CanaryRounds.WithLabelValues("t", k, res))
+		c := newMemCanary(t, d, 2, time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		if r := c.Round(ctx); r.Result != metrics.ResultAborted {
+			t.Errorf("cancelled round = %s %v; want aborted", r.Result, reasons(r))
 		}
-	}
-	if counted != 0 {
-		t.Errorf("an aborted round was counted %v times as an SLI event, want 0", counted)
-	}
+		var counted float64
+		for _, k := range metrics.Kinds {
+			for _, res := range []string{metrics.ResultPass, metrics.ResultFail} {
+				counted += metrics.Value(c.o.Metrics.CanaryRounds.WithLabelValues("t", k, res))
+			}
+		}
+		if counted != 0 {
+			t.Errorf("an aborted round was counted %v times as an SLI event, want 0", counted)
+		}
+	})
 }
 
 // Every message is delivered again 300ms later, within the 1s deadline.
 func TestDuplicateWithinDeadlineFails(t *testing.T) {
-	d := newMem()
-	d.dupAfter = 300 * time.Millisecond
-	c := newMemCanary(t, d, 2, time.Second)
-	if r := c.Round(context.Background()); r.Result == metrics.ResultPass {
-		t.Errorf("pass although every message was delivered twice within the deadline: %+v", r.Checks)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		d := newMem()
+		d.dupAfter = 300 * time.Millisecond
+		c := newMemCanary(t, d, 2, time.Second)
+		if r := c.Round(context.Background()); r.Result == metrics.ResultPass {
+			t.Errorf("pass although every message was delivered twice within the deadline: %+v", r.Checks)
+		}
+	})
 }

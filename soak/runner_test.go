@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -338,7 +339,12 @@ func TestSoakOverlapIsSkipped(t *testing.T) {
 		defer close(done)
 		_, _ = r.Run(context.Background(), p, nil)
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// Until the run holds the runner: a TryLock that succeeds is before
+	// it, and is let go at once.
+	for r.busy.TryLock() {
+		r.busy.Unlock()
+		runtime.Gosched()
+	}
 	if _, err := r.TryRun(context.Background(), p, nil); err != ErrBusy {
 		t.Errorf("TryRun during a run = %v, want ErrBusy", err)
 	}
