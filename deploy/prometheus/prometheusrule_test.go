@@ -17,7 +17,7 @@ const prometheusRuleFile = "../kubernetes/prometheusrule.yaml"
 
 // prometheusRuleHeader opens the generated manifest.
 const prometheusRuleHeader = `# Generated from deploy/prometheus/imcanary-rules.yml; do not edit. Change
-# that file and run: go test ./deploy/prometheus -run TestPrometheusRule -update
+# that file and run: (cd deploy && go test ./prometheus -run TestPrometheusRule -update)
 #
 # For the Prometheus Operator. The Prometheus must select this object: many
 # installations only pick up rules carrying their own labels (kube-prometheus:
@@ -92,10 +92,10 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	want, err := os.ReadFile(prometheusRuleFile)
 	if err != nil {
-		t.Fatalf("%v (generate it: go test ./deploy/prometheus -run TestPrometheusRule -update)", err)
+		t.Fatalf("%v (generate it: (cd deploy && go test ./prometheus -run TestPrometheusRule -update))", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from what %s generates; run: go test ./deploy/prometheus -run TestPrometheusRule -update", prometheusRuleFile, rulesFile)
+		t.Errorf("%s differs from what %s generates; run: (cd deploy && go test ./prometheus -run TestPrometheusRule -update)", prometheusRuleFile, rulesFile)
 	}
 
 	// Whatever the formatting, the manifest must hold exactly the rules.
