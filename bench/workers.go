@@ -57,7 +57,7 @@ func (b *bench) startTarget(ctx context.Context, i int) (*child, string, error) 
 		}
 		// The target prints its URL once it listens.
 		line, err := c.line(ctx, 20*time.Second)
-		if url, ok := strings.CutPrefix(line, "imcanary target: "); err == nil && ok {
+		if url, ok := strings.CutPrefix(line, "imcanary refserver: "); err == nil && ok {
 			return c, strings.TrimSpace(url), nil
 		}
 		c.kill()

@@ -55,8 +55,10 @@ func TestRegistry(t *testing.T) {
 			}
 		}
 	}
-	if got, want := ld.Protocols(), []string{"reference", "xmpp", "centrifugo"}; !slices.Equal(got, want) {
-		t.Errorf("Protocols() = %q, want %q", got, want)
+	// The first is the default, which must run with no target.url: a
+	// fresh imcanary monitors a reference server in-process.
+	if def := All[0].Config; def.Name != ld.Default().Target.Protocol || !def.InProcess {
+		t.Errorf("default protocol %q (in-process %v), want the first of All, in-process", ld.Default().Target.Protocol, def.InProcess)
 	}
 }
 

@@ -43,7 +43,7 @@ func TestLongRun(t *testing.T) {
 	}
 	defer func() { _ = tgt.Process.Kill(); _ = tgt.Wait() }()
 	line, err := bufio.NewReader(out).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "imcanary target: ")
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "imcanary refserver: ")
 	if err != nil || !ok {
 		t.Fatalf("target said %q, %v", line, err)
 	}

@@ -81,7 +81,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return badConfig(fmt.Errorf("--listen: %w", err))
 	}
-	fmt.Fprintf(stdout, "imcanary target: ws://%s/ws\n", ln.Addr())
+	fmt.Fprintf(stdout, "imcanary refserver: ws://%s/ws\n", ln.Addr())
 	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "duplicate", f.Duplicate,
 		"reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue, "auth", secret != nil)
 	return srv.Serve(ctx, ln)
