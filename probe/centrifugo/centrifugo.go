@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
@@ -86,12 +85,13 @@ type Driver struct {
 	// groupPrefix is "chat:", what a group channel starts with.
 	groupPrefix []byte
 
-	mu sync.Mutex
 	// chans maps a user to the channels it subscribes to: its groups'
 	// and its direct conversations', both those it sends on and those it
 	// receives on (a user-limited channel is published to only by a
 	// subscriber).
-	chans map[string][]string
+	chans probe.Memberships[string]
+
+	mu sync.Mutex
 	// state maps a user to the stream positions its sessions reached. It
 	// outlives sessions, so that a reconnect can tell, from the offsets,
 	// what the server published while the user was away.
@@ -148,15 +148,6 @@ func New(o Options) (*Driver, error) {
 	if o.TokenTTL < 2*time.Second {
 		return nil, fmt.Errorf("centrifugo: token ttl %v: must be at least 2s", o.TokenTTL)
 	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = 30 * time.Second
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 5 * time.Second
-	}
 	if o.MaxFrame <= 0 {
 		o.MaxFrame = 4 << 20
 	}
@@ -167,24 +158,14 @@ func New(o Options) (*Driver, error) {
 	return &Driver{
 		opts: o,
 		log:  log,
-		conn: &wsconn.Settings{
-			Dialer: &websocket.Dialer{
-				HandshakeTimeout: o.DialTimeout,
-				// Small read buffers and a shared write pool keep an
-				// idle session small, as in probe/reference.
-				ReadBufferSize:  512,
-				WriteBufferSize: 4096,
-				WriteBufferPool: writePool,
-			},
-			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame, WriteTimeout: o.WriteTimeout,
-			// Two missed heartbeats and a margin; the login raises it
-			// to two of the server's pings when those are slower
-			// (session.connected).
-			Idle:       2*o.Heartbeat + 5*time.Second,
+		// The login raises the idle timeout to two of the server's pings
+		// when those are slower (session.connected).
+		conn: wsconn.NewSettings(wsconn.Settings{
+			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
+			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
 			CloseGrace: closeGrace,
-		},
+		}),
 		groupPrefix: []byte(o.GroupNamespace + ":"),
-		chans:       map[string][]string{},
 		state:       map[string]*userState{},
 	}, nil
 }
@@ -236,8 +217,6 @@ func (d *Driver) appendDirect(dst []byte, a, b string) []byte {
 	return append(dst, b...)
 }
 
-var writePool = &sync.Pool{}
-
 // Provision implements probe.Driver. Centrifugo creates channels on first
 // use and users are whoever holds a token, so nothing is created on the
 // server: the plan only says which channels each user subscribes to.
@@ -267,17 +246,11 @@ func (d *Driver) Provision(_ context.Context, plan probe.Plan) error {
 		add(p.From, ch)
 		add(p.To, ch)
 	}
-	// Several populations (background, canary, soak) share the driver,
-	// each with users of its own prefix: a plan replaces only its own
-	// users' channels.
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, u := range plan.Users {
-		delete(d.chans, u)
-	}
+	chans := make(map[string][]string, len(set))
 	for u, chs := range set {
-		d.chans[u] = slices.Sorted(maps.Keys(chs))
+		chans[u] = slices.Sorted(maps.Keys(chs))
 	}
+	d.chans.Replace(plan.Users, chans)
 	return nil
 }
 
@@ -285,8 +258,8 @@ func (d *Driver) Provision(_ context.Context, plan probe.Plan) error {
 // user's channels, and returns once every subscription is confirmed, so
 // that a user counted online receives what is sent to it.
 func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
+	chans := d.chans.Of(user)
 	d.mu.Lock()
-	chans := d.chans[user]
 	st := d.state[user]
 	if st == nil {
 		st = &userState{pos: map[string]*position{}}
@@ -317,7 +290,7 @@ func (d *Driver) token(user string) (string, error) {
 
 func (d *Driver) connect(ctx context.Context, user string, chans []string, st *userState, link probe.Link) (*session, error) {
 	s := &session{d: d, user: user, userB: []byte(user), st: st}
-	_, err := wsconn.Open(ctx, d.conn, link, d.opts.DialTimeout, user, func(c *wsconn.Conn) error {
+	_, err := wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
 		s.conn = c
 		return s.handshake(chans)
 	})

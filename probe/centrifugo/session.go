@@ -106,7 +106,7 @@ func (s *session) handshake(chans []string) error {
 	if err := s.write(b); err != nil {
 		return err
 	}
-	end := time.Now().Add(s.d.opts.DialTimeout)
+	end := time.Now().Add(s.d.conn.DialTimeout)
 	hs := loginState{connectID: connectID, chans: chans, subs: make(map[uint32]string, len(chans))}
 	for !hs.connected || len(hs.subs) > 0 {
 		bp, at, err := s.conn.Read(time.Until(end))
@@ -200,7 +200,7 @@ func (s *session) connected(r *result) {
 	// Two missed heartbeats (ours, answered by WebSocket pongs, or the
 	// server's pings) and a margin: silence that long means the
 	// connection is dead.
-	s.conn.SetIdle(max(2*s.d.opts.Heartbeat, 2*s.serverPing) + 5*time.Second)
+	s.conn.SetIdle(wsconn.IdleFor(max(s.d.conn.Heartbeat, s.serverPing)))
 	s.refreshAt = 0
 	if r.expires && r.ttl > 0 {
 		s.refreshAt = time.Now().Add(time.Duration(r.ttl) * time.Second / 2).UnixNano()

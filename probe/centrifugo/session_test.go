@@ -646,14 +646,14 @@ func TestProvisionChannels(t *testing.T) {
 		"c": "chat:g dm:#b,c",
 	}
 	for u, w := range want {
-		if got := strings.Join(d.chans[u], " "); got != w {
+		if got := strings.Join(d.chans.Of(u), " "); got != w {
 			t.Errorf("channels of %s = %q, want %q", u, got, w)
 		}
 	}
 	if err := d.Provision(context.Background(), probe.Plan{Users: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.chans["a"]; len(got) != 0 {
+	if got := d.chans.Of("a"); len(got) != 0 {
 		t.Errorf("channels of a after a plan without its groups = %v, want none", got)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -53,11 +52,10 @@ type Driver struct {
 	// conn is what every session's connection shares.
 	conn *wsconn.Settings
 
-	mu sync.Mutex
-	// groupsOf maps a user to the groups it belongs to, so that each login
-	// re-creates them: a restarted target has forgotten its groups, and
-	// idempotent re-creation heals that without a provisioning pass.
-	groupsOf map[string][]probe.Group
+	// groupsOf holds each user's groups, so that each login re-creates
+	// them: a restarted target has forgotten its groups, and idempotent
+	// re-creation heals that without a provisioning pass.
+	groupsOf probe.Memberships[probe.Group]
 }
 
 // closeGrace is how long Close waits for the target's close reply.
@@ -68,65 +66,28 @@ func New(o Options) (*Driver, error) {
 	if o.URL == "" {
 		return nil, errors.New("reference: no target url")
 	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = 30 * time.Second
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
-	}
-	if o.MaxFrame <= 0 {
-		o.MaxFrame = 64 << 10
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 5 * time.Second
-	}
 	return &Driver{
 		opts: o,
-		conn: &wsconn.Settings{
-			Dialer: &websocket.Dialer{
-				HandshakeTimeout: o.DialTimeout,
-				// Small read buffers and a shared write pool keep an
-				// idle session near 10 KiB: the default 4 KiB buffers
-				// per connection would double it. Writes are staged in
-				// a pooled 4 KiB buffer, so most messages still go out
-				// as one frame.
-				ReadBufferSize:  512,
-				WriteBufferSize: 4096,
-				WriteBufferPool: writePool,
-			},
-			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame, WriteTimeout: o.WriteTimeout,
-			// Two missed heartbeats and a margin: the server answers
-			// every ping, so silence that long means the connection
-			// is dead.
-			Idle:       2*o.Heartbeat + 5*time.Second,
+		conn: wsconn.NewSettings(wsconn.Settings{
+			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
+			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
 			CloseGrace: closeGrace,
-		},
-		groupsOf: map[string][]probe.Group{},
+		}),
 	}, nil
 }
-
-var writePool = &sync.Pool{}
 
 // Provision implements probe.Driver. Users need no provisioning: the target
 // creates a user at its first login. Groups are created through a
 // short-lived session of a provisioning user, and again at each member's
 // login.
 func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
-	// Several populations (background, canary, soak) share the driver,
-	// each with users of its own prefix: a plan replaces only its own
-	// users' groups.
 	groupsOf := make(map[string][]probe.Group)
 	for _, g := range plan.Groups {
 		for _, m := range g.Members {
 			groupsOf[m] = append(groupsOf[m], g)
 		}
 	}
-	d.mu.Lock()
-	for _, u := range plan.Users {
-		delete(d.groupsOf, u)
-	}
-	maps.Copy(d.groupsOf, groupsOf)
-	d.mu.Unlock()
+	d.groupsOf.Replace(plan.Users, groupsOf)
 	if len(plan.Groups) == 0 {
 		return nil
 	}
@@ -147,7 +108,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	const window = 8
 	var f frame
 	readOK := func() error {
-		buf, _, err := s.conn.Read(d.opts.DialTimeout)
+		buf, _, err := s.conn.Read(d.conn.DialTimeout)
 		if err != nil {
 			return err
 		}
@@ -186,10 +147,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 
 // Connect implements probe.Driver.
 func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
-	d.mu.Lock()
-	groups := d.groupsOf[user]
-	d.mu.Unlock()
-	s, err := d.connect(ctx, user, groups, link)
+	s, err := d.connect(ctx, user, d.groupsOf.Of(user), link)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +156,7 @@ func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (pro
 
 func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group, link probe.Link) (*session, error) {
 	s := &session{d: d}
-	_, err := wsconn.Open(ctx, d.conn, link, d.opts.DialTimeout, user, func(c *wsconn.Conn) error {
+	_, err := wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
 		s.conn = c
 		if err := s.login(user); err != nil {
 			return err
@@ -239,7 +197,7 @@ func (s *session) login(user string) error {
 	if err := s.conn.Write(b); err != nil {
 		return err
 	}
-	buf, _, err := s.conn.Read(s.d.opts.DialTimeout)
+	buf, _, err := s.conn.Read(s.d.conn.DialTimeout)
 	if err != nil {
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) && ce.Code == refserver.CloseUnauthorized {

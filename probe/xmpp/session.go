@@ -279,7 +279,7 @@ func (s *session) login(rooms []string, prev smState) error {
 	st := stanzaPool.Get().(*stanza)
 	defer stanzaPool.Put(st)
 	for state != loginDone {
-		bp, readAt, err := s.conn.Read(d.opts.DialTimeout)
+		bp, readAt, err := s.conn.Read(d.conn.DialTimeout)
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {

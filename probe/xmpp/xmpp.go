@@ -18,14 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
@@ -76,11 +73,12 @@ type Driver struct {
 	conn  *wsconn.Settings
 	salts saltCache
 
-	mu sync.Mutex
 	// roomsOf maps a user to the bare JIDs of its groups' rooms, which it
 	// joins at every login: rooms of a non-persistent kind exist only
 	// while occupied.
-	roomsOf map[string][]string
+	roomsOf probe.Memberships[string]
+
+	mu sync.Mutex
 	// resumable maps a user to the stream management state of its last
 	// stream that ended other than by Close, when Options.Resume is set.
 	resumable map[string]smState
@@ -129,44 +127,21 @@ func New(o Options) (*Driver, error) {
 	if err := checkDomain(o.MUCService); err != nil {
 		return nil, fmt.Errorf("xmpp: muc service %q: %w", o.MUCService, err)
 	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = 30 * time.Second
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 5 * time.Second
-	}
 	return &Driver{
 		opts: o,
-		conn: &wsconn.Settings{
-			Dialer: &websocket.Dialer{
-				HandshakeTimeout: o.DialTimeout,
-				// A small read buffer keeps an idle session small;
-				// frames are read into pooled buffers. The write buffer
-				// comes from a pool and holds the largest stanza whole
-				// (see maxStanza).
-				ReadBufferSize:  512,
-				WriteBufferSize: maxStanza,
-				WriteBufferPool: writePool,
-			},
-			URL: o.URL, Header: o.Header, Subprotocol: "xmpp", MaxFrame: maxFrame, WriteTimeout: o.WriteTimeout,
-			// Two missed heartbeats and a margin: the server answers
-			// every ping, so silence that long means the connection
-			// is dead.
-			Idle:       2*o.Heartbeat + 5*time.Second,
+		conn: wsconn.NewSettings(wsconn.Settings{
+			URL: o.URL, Header: o.Header, Subprotocol: "xmpp", MaxFrame: maxFrame,
+			// The write buffer holds the largest stanza whole.
+			WriteBuffer: maxStanza,
+			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
 			CloseGrace: closeGrace,
 			// The stream ends with its own <close/>, which the server
 			// answers in kind before it closes the WebSocket.
 			Farewell: closeStream,
-		},
-		roomsOf:   map[string][]string{},
+		}),
 		resumable: map[string]smState{},
 	}, nil
 }
-
-var writePool = &sync.Pool{}
 
 // Provision implements probe.Driver: it registers the plan's users when
 // Options.Register is set, and remembers the rooms each user joins at
@@ -190,12 +165,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 			roomsOf[m] = append(roomsOf[m], room)
 		}
 	}
-	d.mu.Lock()
-	for _, u := range plan.Users {
-		delete(d.roomsOf, u)
-	}
-	maps.Copy(d.roomsOf, roomsOf)
-	d.mu.Unlock()
+	d.roomsOf.Replace(plan.Users, roomsOf)
 	if !d.opts.Register {
 		return nil
 	}
@@ -265,7 +235,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 			}
 			sent++
 		}
-		bp, _, err := conn.Read(d.opts.DialTimeout)
+		bp, _, err := conn.Read(d.conn.DialTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -298,15 +268,15 @@ func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (pro
 	if err := checkLocal(user); err != nil {
 		return nil, fmt.Errorf("login %q: %w", user, err)
 	}
+	rooms := d.roomsOf.Of(user)
 	d.mu.Lock()
-	rooms := d.roomsOf[user]
 	prev := d.resumable[user]
 	// A resumption is tried once: if it fails, the state is stale.
 	delete(d.resumable, user)
 	d.mu.Unlock()
 
 	s := &session{d: d, user: user, nick: user}
-	_, err := wsconn.Open(ctx, d.conn, link, d.opts.DialTimeout, user, func(c *wsconn.Conn) error {
+	_, err := wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
 		s.conn = c
 		return s.login(rooms, prev)
 	})

@@ -16,33 +16,104 @@ import (
 	"github.com/imcanary/imcanary/probe"
 )
 
-// Settings are what every connection of one adapter shares: how to dial,
-// how long to wait, and how to say goodbye. An adapter fills them once, in
-// its constructor; they are not modified afterwards.
+// Settings are what every connection of one adapter shares: where to
+// dial, how long to wait, and how to say goodbye. An adapter makes them
+// once, with NewSettings, in its constructor; they are not modified
+// afterwards.
 type Settings struct {
-	// Dialer dials the WebSocket. Its NetDialContext is replaced per
-	// connection (see NetDialer), so it need not set one.
-	Dialer *websocket.Dialer
-	URL    string
+	URL string
 	// Header is sent with the upgrade: the User-Agent and the configured
 	// target.headers.
 	Header http.Header
 	// Subprotocol, if set, is the one the server must choose.
 	Subprotocol string
-	// MaxFrame bounds one received frame.
+	// MaxFrame bounds one received frame. Default 64 KiB.
 	MaxFrame int64
+	// WriteBuffer is the size of the pooled buffer each write is staged
+	// in: a frame up to it goes out whole. Default 4 KiB.
+	WriteBuffer int
+	// DialTimeout bounds the dial, the upgrade and the login together
+	// (Open), and each read of a login. Default 10 s.
+	DialTimeout time.Duration
 	// WriteTimeout bounds one write: a server that stops reading must not
 	// block the sender, which serves other users too, for longer.
+	// Default 5 s.
 	WriteTimeout time.Duration
-	// Idle is how long a session may read nothing before it is dead: two
-	// missed heartbeats and a margin, as the server answers every ping.
-	Idle time.Duration
+	// Heartbeat is the sessions' keepalive interval. Default 30 s. The
+	// idle timeout follows from it (IdleFor).
+	Heartbeat time.Duration
 	// CloseGrace is how long Close waits for the server's reply.
 	CloseGrace time.Duration
 	// Farewell, if set, is the data frame Close writes to end the
 	// protocol's stream (XMPP's <close/>) in place of a WebSocket close
 	// frame; the server then closes the WebSocket itself.
 	Farewell []byte
+
+	dialer websocket.Dialer
+}
+
+// Defaults of the zero Settings fields.
+const (
+	DefaultMaxFrame     = 64 << 10
+	DefaultWriteBuffer  = 4 << 10
+	DefaultDialTimeout  = 10 * time.Second
+	DefaultWriteTimeout = 5 * time.Second
+	DefaultHeartbeat    = 30 * time.Second
+)
+
+// NewSettings returns s with its zero fields at their defaults, ready to
+// dial with.
+func NewSettings(s Settings) *Settings {
+	set := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set(&s.DialTimeout, DefaultDialTimeout)
+	set(&s.WriteTimeout, DefaultWriteTimeout)
+	set(&s.Heartbeat, DefaultHeartbeat)
+	if s.MaxFrame <= 0 {
+		s.MaxFrame = DefaultMaxFrame
+	}
+	if s.WriteBuffer <= 0 {
+		s.WriteBuffer = DefaultWriteBuffer
+	}
+	s.dialer = websocket.Dialer{
+		HandshakeTimeout: s.DialTimeout,
+		// A small read buffer, frames read into pooled buffers (Read),
+		// and a write buffer from a pool keep an idle session near
+		// 10 KiB: gorilla's default 4 KiB buffers per connection would
+		// double it.
+		ReadBufferSize:  512,
+		WriteBufferSize: s.WriteBuffer,
+		WriteBufferPool: writePool(s.WriteBuffer),
+	}
+	if s.Subprotocol != "" {
+		s.dialer.Subprotocols = []string{s.Subprotocol}
+	}
+	return &s
+}
+
+// IdleFor is how long a session that keeps alive every heartbeat may read
+// nothing before it is dead: two missed heartbeats and a margin, as the
+// server answers every ping.
+func IdleFor(heartbeat time.Duration) time.Duration { return 2*heartbeat + 5*time.Second }
+
+// writePools holds one pool per write buffer size, as gorilla asks.
+var (
+	writePoolsMu sync.Mutex
+	writePools   = map[int]*sync.Pool{}
+)
+
+func writePool(size int) *sync.Pool {
+	writePoolsMu.Lock()
+	defer writePoolsMu.Unlock()
+	p := writePools[size]
+	if p == nil {
+		p = &sync.Pool{}
+		writePools[size] = p
+	}
+	return p
 }
 
 // Conn is one session's connection: the socket and its read loop, the
@@ -69,11 +140,8 @@ type Conn struct {
 // Dial opens a connection to s.URL over link. Its errors are classed for
 // probe.FailureReason and name the URL without anything secret it holds.
 func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
-	d := *s.Dialer
+	d := s.dialer
 	d.NetDialContext = NetDialer(link)
-	if s.Subprotocol != "" {
-		d.Subprotocols = []string{s.Subprotocol}
-	}
 	ws, err := dial(ctx, &d, s.URL, s.Header)
 	if err != nil {
 		return nil, err
@@ -83,16 +151,16 @@ func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want %s", probe.RedactURL(s.URL), ws.Subprotocol(), s.Subprotocol)
 	}
 	ws.SetReadLimit(s.MaxFrame)
-	return &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: s.Idle}, nil
+	return &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: IdleFor(s.Heartbeat)}, nil
 }
 
 // Open dials a connection for user over link and runs login on it, the
-// two within timeout: a session that is logged in, or an error that says
+// two within s.DialTimeout: a session that is logged in, or an error that says
 // which step failed ("login USER: …") and leaves nothing open. login runs
 // the protocol's login exchange with c.Write and c.Read; a ctx that ends
 // meanwhile interrupts it.
-func Open(ctx context.Context, s *Settings, link probe.Link, timeout time.Duration, user string, login func(c *Conn) error) (*Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func Open(ctx context.Context, s *Settings, link probe.Link, user string, login func(c *Conn) error) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.DialTimeout)
 	defer cancel()
 	c, err := Dial(ctx, s, link)
 	if err != nil {
@@ -112,14 +180,25 @@ func Open(ctx context.Context, s *Settings, link probe.Link, timeout time.Durati
 			// The deadline or the caller's end is the cause, whatever
 			// the read said when the socket closed under it.
 			err = ctx.Err()
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		case isTimeout(err):
 			// A login read's own deadline, which is the login's
-			// timeout reached a moment before ctx's.
+			// timeout reached a moment before ctx's. gorilla hides
+			// the net package's error behind one of its own that
+			// says only Timeout, so errors.Is cannot see it.
 			err = context.DeadlineExceeded
 		}
 		return nil, fmt.Errorf("login %s: %w", user, err)
 	}
 	return c, nil
+}
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 // dial opens a WebSocket and classes its errors: an upgrade answered with
