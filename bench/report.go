@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/imcanary/imcanary/report"
 )
 
 // ReportVersion is the version of the Report's JSON layout. Fields are only
@@ -516,20 +518,8 @@ func count(n float64) string {
 	if math.IsNaN(n) || math.IsInf(n, 0) {
 		return "-"
 	}
-	s := fmt.Sprintf("%.0f", n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
+	// As %.0f rounds: half to even.
+	return report.FormatCount(int64(math.RoundToEven(n)))
 }
 
 func bytesIEC(n float64) string {
