@@ -299,34 +299,3 @@ func (d *Driver) connect(ctx context.Context, user string, chans []string, st *u
 	}
 	return s, nil
 }
-
-func appendQuote(b []byte, s string) []byte {
-	b = append(b, '"')
-	b = appendEscaped(b, s)
-	return append(b, '"')
-}
-
-// appendQuoteBytes appends s as a JSON string.
-func appendQuoteBytes(b, s []byte) []byte {
-	b = append(b, '"')
-	b = appendEscaped(b, s)
-	return append(b, '"')
-}
-
-// appendEscaped escapes s for a JSON string. Probe bodies and names are
-// plain ASCII, so the loop rarely escapes anything; it still escapes
-// correctly whatever it is given.
-func appendEscaped[S string | []byte](b []byte, s S) []byte {
-	const hex = "0123456789abcdef"
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return b
-}

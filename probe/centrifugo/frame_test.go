@@ -291,7 +291,7 @@ func TestDeliveryPathAllocs(t *testing.T) {
 // pushFrame appends the push frame Centrifugo sends for body.
 func pushFrame(dst []byte, body []byte, offset uint64) []byte {
 	dst = append(dst, `{"push":{"channel":"chat:imcanary-g3","pub":{"data":{"b":`...)
-	dst = appendQuoteBytes(dst, body)
+	dst = jsonscan.AppendString(dst, body)
 	dst = append(dst, `},"info":{"user":"imcanary-u17","client":"556ea035-9e02-4361-90a6-4b21fc0b44e5"},"offset":`...)
 	dst = strconv.AppendUint(dst, offset, 10)
 	return append(dst, "}}}"...)

@@ -101,7 +101,7 @@ func (s *session) handshake(chans []string) error {
 	connectID := s.newID()
 	b := append([]byte(`{"id":`), strconv.FormatUint(uint64(connectID), 10)...)
 	b = append(b, `,"connect":{"token":`...)
-	b = appendQuote(b, tok)
+	b = jsonscan.AppendString(b, tok)
 	b = append(b, `,"name":"imcanary"}}`...)
 	if err := s.write(b); err != nil {
 		return err
@@ -233,7 +233,7 @@ func (s *session) appendSubscribe(b []byte, id uint32, ch string) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendUint(b, uint64(id), 10)
 	b = append(b, `,"subscribe":{"channel":`...)
-	b = appendQuote(b, ch)
+	b = jsonscan.AppendString(b, ch)
 	b = append(b, `,"positioned":true`...)
 	if s.d.opts.Recover {
 		b = append(b, `,"recoverable":true`...)
@@ -242,7 +242,7 @@ func (s *session) appendSubscribe(b []byte, id uint32, ch string) []byte {
 			b = append(b, `,"recover":true,"offset":`...)
 			b = strconv.AppendUint(b, pos.offset, 10)
 			b = append(b, `,"epoch":`...)
-			b = appendQuote(b, pos.epoch)
+			b = jsonscan.AppendString(b, pos.epoch)
 		}
 		s.st.mu.Unlock()
 	}
@@ -270,7 +270,7 @@ func (s *session) Send(m *probe.Message) error {
 	b = append(b, `,"publish":{"channel":"`...)
 	if m.Group != "" {
 		b = append(b, s.d.groupPrefix...)
-		b = appendEscaped(b, m.Group)
+		b = jsonscan.AppendEscaped(b, m.Group)
 	} else {
 		a, c := s.user, m.To
 		if c < a {
@@ -278,12 +278,12 @@ func (s *session) Send(m *probe.Message) error {
 		}
 		b = append(b, s.d.opts.DirectNamespace...)
 		b = append(b, ":#"...)
-		b = appendEscaped(b, a)
+		b = jsonscan.AppendEscaped(b, a)
 		b = append(b, ',')
-		b = appendEscaped(b, c)
+		b = jsonscan.AppendEscaped(b, c)
 	}
 	b = append(b, `","data":{"b":`...)
-	b = appendQuoteBytes(b, m.Body)
+	b = jsonscan.AppendString(b, m.Body)
 	b = append(b, "}}}"...)
 	err := s.write(b)
 	*bp = b
@@ -477,7 +477,7 @@ func (s *session) refresh() error {
 	s.refreshID, s.refreshAt = s.newID(), 0
 	b := append([]byte(`{"id":`), strconv.FormatUint(uint64(s.refreshID), 10)...)
 	b = append(b, `,"refresh":{"token":`...)
-	b = appendQuote(b, tok)
+	b = jsonscan.AppendString(b, tok)
 	b = append(b, "}}"...)
 	return s.write(b)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
 
 func TestParseFrame(t *testing.T) {
@@ -101,7 +102,7 @@ func BenchmarkDeliveryPath(b *testing.B) {
 		frameBuf = append(frameBuf[:0], `{"type":"msg","from":"imcanary-u17","group":"imcanary-g3","conv":"g:imcanary-g3","msg_id":"`...)
 		frameBuf = append(frameBuf, `123456","seq":`...)
 		frameBuf = append(frameBuf, `77,"body":`...)
-		frameBuf = appendQuoteBytes(frameBuf, body)
+		frameBuf = jsonscan.AppendString(frameBuf, body)
 		frameBuf = append(frameBuf, '}')
 		if err := parseFrame(frameBuf, &fr); err != nil {
 			b.Fatal(err)
@@ -138,7 +139,7 @@ func BenchmarkDeliveryPathEncodingJSON(b *testing.B) {
 		frameBuf = append(frameBuf[:0], `{"type":"msg","from":"imcanary-u17","group":"imcanary-g3","conv":"g:imcanary-g3","msg_id":"`...)
 		frameBuf = append(frameBuf, `123456","seq":`...)
 		frameBuf = append(frameBuf, `77,"body":`...)
-		frameBuf = appendQuoteBytes(frameBuf, body)
+		frameBuf = jsonscan.AppendString(frameBuf, body)
 		frameBuf = append(frameBuf, '}')
 		if err := json.Unmarshal(frameBuf, &fr); err != nil {
 			b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 	"github.com/imcanary/imcanary/refserver"
 )
@@ -190,9 +191,9 @@ func (s *session) login(user string) error {
 	if s.d.opts.Secret != nil {
 		token = refserver.Token(s.d.opts.Secret, user)
 	}
-	b := append([]byte(`{"type":"login","id":"login","user":`), quote(user)...)
+	b := jsonscan.AppendString([]byte(`{"type":"login","id":"login","user":`), user)
 	b = append(b, `,"token":`...)
-	b = append(b, quote(token)...)
+	b = jsonscan.AppendString(b, token)
 	b = append(b, '}')
 	if err := s.conn.Write(b); err != nil {
 		return err
@@ -220,15 +221,15 @@ func (s *session) login(user string) error {
 }
 
 func (s *session) writeGroup(g probe.Group, id string) error {
-	b := append([]byte(`{"type":"group","id":`), quote(id)...)
+	b := jsonscan.AppendString([]byte(`{"type":"group","id":`), id)
 	b = append(b, `,"group":`...)
-	b = append(b, quote(g.Name)...)
+	b = jsonscan.AppendString(b, g.Name)
 	b = append(b, `,"members":[`...)
 	for i, m := range g.Members {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, quote(m)...)
+		b = jsonscan.AppendString(b, m)
 	}
 	b = append(b, "]}"...)
 	return s.conn.Write(b)
@@ -244,13 +245,13 @@ func (s *session) Send(m *probe.Message) error {
 	b = strconv.AppendUint(b, m.Ref, 10)
 	if m.Group != "" {
 		b = append(b, `","group":`...)
-		b = appendQuote(b, m.Group)
+		b = jsonscan.AppendString(b, m.Group)
 	} else {
 		b = append(b, `","to":`...)
-		b = appendQuote(b, m.To)
+		b = jsonscan.AppendString(b, m.To)
 	}
 	b = append(b, `,"body":`...)
-	b = appendQuoteBytes(b, m.Body)
+	b = jsonscan.AppendString(b, m.Body)
 	b = append(b, '}')
 	err := s.conn.Write(b)
 	*bp = b
@@ -313,31 +314,6 @@ func parseRef(b []byte) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(string(b), 10, 64)
 	return n, err == nil
-}
-
-func quote(s string) []byte { return appendQuote(nil, s) }
-
-func appendQuote(b []byte, s string) []byte {
-	return appendQuoteBytes(b, []byte(s))
-}
-
-// appendQuoteBytes appends s as a JSON string. Probe bodies and names are
-// plain ASCII, so the loop rarely escapes anything; it still escapes
-// correctly whatever it is given.
-func appendQuoteBytes(b, s []byte) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for _, c := range s {
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
 
 // Adapter is the reference protocol's entry in the registry of protocols.

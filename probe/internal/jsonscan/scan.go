@@ -3,7 +3,8 @@
 // allocate: strings are unescaped in place (an unescaped JSON string is
 // never longer than its escaped form). It still checks the grammar of all
 // it reads, so a frame it cannot vouch for is an error, never half-read.
-// The adapters fuzz their parsers against encoding/json.
+// The adapters fuzz their parsers against encoding/json. Its one encoder,
+// AppendString, writes the strings of the adapters' frames.
 package jsonscan
 
 import (
