@@ -14,15 +14,21 @@ func AppendString[S string | []byte](b []byte, s S) []byte {
 // without the quotes: for a string built of several parts.
 func AppendEscaped[S string | []byte](b []byte, s S) []byte {
 	const hex = "0123456789abcdef"
+	// Runs that need no escape, which is all of a probe body, are
+	// appended whole.
+	start := 0
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
 		}
+		b = append(b, s[start:i]...)
+		if c < 0x20 {
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		} else {
+			b = append(b, '\\', c)
+		}
+		start = i + 1
 	}
-	return b
+	return append(b, s[start:]...)
 }
