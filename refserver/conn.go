@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,15 +43,24 @@ type conn struct {
 	code    int
 	reason  string
 	closeBy time.Time
+	// final is a frame the writer sends just before the close frame: the
+	// error that explains a refused login.
+	final []byte
 
-	// user is set once at login, before the conn is published in
-	// Server.users, and read under Server.mu.
-	user string
-	// held is the delivery held back by the reorder fault and heldGen
-	// tells one hold from the next; both are guarded by Server.mu.
+	// user and loginN are set once at login, before the conn is
+	// published in Server.users, and read under Server.mu. loginN is the
+	// login's number (see Server.logins).
+	user   string
+	loginN uint64
+	// held is the delivery held back by the reorder fault, heldGen tells
+	// one hold from the next, heldSelf says it is a self-sync delivery
+	// and heldAt is Server.logins when it was held; all are guarded by
+	// Server.mu.
 	held       []byte
 	heldStream string
 	heldGen    uint64
+	heldSelf   bool
+	heldAt     uint64
 }
 
 // serveWS upgrades the request and runs the connection on the handler's
@@ -110,6 +120,13 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 // the first call counts; it reports whether it was the first. It never
 // blocks, so it may be called with Server.mu held.
 func (c *conn) closeWith(code int, reason string) bool {
+	return c.closeAfter(nil, code, reason)
+}
+
+// closeAfter is closeWith that has the writer send final, if not nil,
+// just before the close frame; frames still queued are discarded as
+// usual.
+func (c *conn) closeAfter(final []byte, code int, reason string) bool {
 	// A close frame's payload is at most 125 bytes, two of them the code.
 	for len(reason) > 123 {
 		_, n := utf8.DecodeLastRuneInString(reason)
@@ -121,7 +138,7 @@ func (c *conn) closeWith(code int, reason string) bool {
 		return false
 	}
 	c.closing.Store(true)
-	c.code, c.reason = code, reason
+	c.code, c.reason, c.final = code, reason, final
 	grace := closeGrace
 	if code == CloseSlowConsumer {
 		grace = slowCloseGrace
@@ -136,9 +153,14 @@ func (c *conn) closeWith(code int, reason string) bool {
 }
 
 func (c *conn) closeInfo() (code int, reason string, by time.Time) {
+	code, reason, by, _ = c.closeState()
+	return code, reason, by
+}
+
+func (c *conn) closeState() (code int, reason string, by time.Time, final []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.code, c.reason, c.closeBy
+	return c.code, c.reason, c.closeBy, c.final
 }
 
 // hurry cuts a close in progress to closeGrace from now, for the server's
@@ -238,14 +260,18 @@ func (c *conn) finish() {
 	s := c.s
 	s.mu.Lock()
 	delete(s.live, c)
-	if c.user != "" && s.users[c.user] == c {
-		delete(s.users, c.user)
+	if c.user != "" {
+		sessions := slices.DeleteFunc(s.users[c.user], func(o *conn) bool { return o == c })
+		if len(sessions) == 0 {
+			delete(s.users, c.user)
+		} else {
+			s.users[c.user] = sessions
+		}
 	}
-	if h := c.held; h != nil {
+	if c.held != nil {
 		// A held delivery was in flight, not lost: it goes to the user's
-		// next session like any other.
-		c.held = nil
-		s.toUser(c.user, c.heldStream, h, false)
+		// sessions that logged in since, or to the next one.
+		s.releaseHeld(c)
 	}
 	s.mu.Unlock()
 
@@ -320,9 +346,15 @@ func (c *conn) write(b []byte) bool {
 }
 
 func (c *conn) writeClose() {
-	code, reason, by := c.closeInfo()
+	code, reason, by, final := c.closeState()
 	if code == 0 {
 		return
+	}
+	if final != nil {
+		c.ws.SetWriteDeadline(by)
+		if c.ws.WriteMessage(websocket.TextMessage, final) != nil {
+			return
+		}
 	}
 	// Fails fast if the peer's close was already echoed or by has passed.
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), by)
@@ -348,6 +380,10 @@ func (c *conn) handle(data []byte) {
 		c.s.sendMessage(c, &f)
 	case "group":
 		c.s.setGroup(c, &f)
+	case "history":
+		c.s.history(c, &f)
+	case "seqs":
+		c.s.seqs(c, &f)
 	case "ping":
 		c.s.enqueue(c, appendReply(nil, "pong", f.ID))
 	case "login":
@@ -376,11 +412,30 @@ func (c *conn) login(f *inFrame) {
 		s.mu.Unlock()
 		return
 	}
-	if old := s.users[f.User]; old != nil {
-		old.closeWith(CloseConflict, "logged in elsewhere")
+	var active []*conn
+	for _, o := range s.users[f.User] {
+		if isOpen(o) {
+			active = append(active, o)
+		}
 	}
-	c.user = f.User
-	s.users[f.User] = c
+	if limit := s.opts.MaxDevices; len(active) >= limit {
+		reason := fmt.Sprintf("device limit %d reached", limit)
+		s.stats.deviceLimit.Add(1)
+		if s.opts.DevicePolicy == DevicePolicyRefuse {
+			s.mu.Unlock()
+			msg := fmt.Sprintf("device limit %d reached: %q has %d sessions", limit, f.User, len(active))
+			c.closeAfter(appendError(nil, f.ID, "device_limit", msg), CloseConflict, reason)
+			c.log.Debug("login refused", "user", f.User, "reason", reason)
+			return
+		}
+		// Oldest first: s.users is in login order.
+		for _, o := range active[:len(active)-limit+1] {
+			o.closeWith(CloseConflict, reason)
+		}
+	}
+	s.logins++
+	c.user, c.loginN = f.User, s.logins
+	s.users[f.User] = append(s.users[f.User], c)
 	batch := [][]byte{appendReply(nil, "login_ok", f.ID)}
 	if q := s.offline[f.User]; q != nil {
 		delete(s.offline, f.User)

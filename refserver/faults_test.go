@@ -242,7 +242,7 @@ func TestStall(t *testing.T) {
 // Options.Stall: the user's offline backlog is discarded at login, and
 // every later session of the user is stalled too, until Stall turns it off.
 func TestStallFutureSessions(t *testing.T) {
-	s, url := startServer(t, Options{Stall: []string{"u2"}})
+	s, url := startServer(t, Options{Stall: []string{"u2"}, MaxDevices: 1})
 	u1 := login(t, url, "u1", "t")
 	// Queued while u2 is offline, discarded when it logs in stalled.
 	for _, b := range []string{"o1", "o2"} {
@@ -255,7 +255,8 @@ func TestStallFutureSessions(t *testing.T) {
 	u1.readType("ack")
 	u2.roundTrip()
 
-	// A new login replaces the session; the stall holds for the new one.
+	// A new login replaces the session (MaxDevices 1); the stall holds
+	// for the new one.
 	u2b := login(t, url, "u2", "t")
 	if code, _ := u2.readClose(); code != CloseConflict {
 		t.Errorf("replaced session closed with %d, want %d", code, CloseConflict)

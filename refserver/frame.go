@@ -17,6 +17,11 @@ type inFrame struct {
 	Group   string   `json:"group"`
 	Members []string `json:"members"`
 	To      string   `json:"to"`
+	// Conv, After and Limit are a history request's. Limit is a pointer
+	// so that an absent limit (the default page) differs from 0.
+	Conv  string `json:"conv"`
+	After uint64 `json:"after"`
+	Limit *int   `json:"limit"`
 	// Body stays raw so a delivery carries the sender's bytes verbatim and
 	// the hot path never re-escapes it. RawMessage copies, which matters:
 	// the read buffer goes back to a pool once the frame is handled.
@@ -57,6 +62,72 @@ func appendMsg(dst []byte, from, toKey, to, conv string, msgID, seq uint64, body
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, `,"body":`...)
 	dst = append(dst, body...)
+	return append(dst, '}')
+}
+
+// msgPrefix is how every msg frame from appendMsg begins; a history
+// answer inserts its "id" right after it.
+const msgPrefix = `{"type":"msg",`
+
+// appendHistMsg appends msg, a frame from appendMsg, with "id":id added:
+// a message in a history answer.
+func appendHistMsg(dst []byte, id string, msg []byte) []byte {
+	dst = append(dst, msgPrefix...)
+	dst = append(dst, `"id":`...)
+	dst = appendString(dst, id)
+	dst = append(dst, ',')
+	return append(dst, msg[len(msgPrefix):]...)
+}
+
+// appendHistOK appends the end of a history answer:
+// {"type":"ok","id":…,"conv":…,"last":…,"first":…,"more":…}.
+func appendHistOK(dst []byte, id, conv string, last, first uint64, more bool) []byte {
+	dst = append(dst, `{"type":"ok","id":`...)
+	dst = appendString(dst, id)
+	dst = append(dst, `,"conv":`...)
+	dst = appendString(dst, conv)
+	dst = append(dst, `,"last":`...)
+	dst = strconv.AppendUint(dst, last, 10)
+	dst = append(dst, `,"first":`...)
+	dst = strconv.AppendUint(dst, first, 10)
+	dst = append(dst, `,"more":`...)
+	dst = strconv.AppendBool(dst, more)
+	return append(dst, '}')
+}
+
+// convSeq is one conversation's newest seq, for a seqs answer.
+type convSeq struct {
+	conv string
+	seq  uint64
+}
+
+// appendSeqs appends {"type":"seqs","id":…,"convs":{…}} listing convs in
+// their order, cut before the frame would pass maxBytes; a cut list is
+// followed by "more":true.
+func appendSeqs(dst []byte, id string, convs []convSeq, maxBytes int) []byte {
+	dst = append(dst, `{"type":"seqs","id":`...)
+	dst = appendString(dst, id)
+	dst = append(dst, `,"convs":{`...)
+	// Room for the closing `},"more":true}`.
+	const tail = len(`},"more":true}`)
+	more := false
+	for i, c := range convs {
+		n := len(dst)
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, c.conv)
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, c.seq, 10)
+		if len(dst)+tail > maxBytes {
+			dst, more = dst[:n], true
+			break
+		}
+	}
+	dst = append(dst, '}')
+	if more {
+		dst = append(dst, `,"more":true`...)
+	}
 	return append(dst, '}')
 }
 

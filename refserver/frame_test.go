@@ -26,6 +26,18 @@ func TestOutgoingFrames(t *testing.T) {
 		},
 		{"reply", appendReply(nil, "pong", "5"), map[string]any{"type": "pong", "id": "5"}},
 		{
+			"history msg", appendHistMsg(nil, `7"`, appendMsg(nil, "u1", "group", "g1", "g:g1", 43, 9, []byte(`"x"`))),
+			map[string]any{"type": "msg", "id": `7"`, "from": "u1", "group": "g1", "conv": "g:g1", "msg_id": "43", "seq": 9.0, "body": "x"},
+		},
+		{
+			"history ok", appendHistOK(nil, "7", "g:g1", 12, 3, true),
+			map[string]any{"type": "ok", "id": "7", "conv": "g:g1", "last": 12.0, "first": 3.0, "more": true},
+		},
+		{
+			"history ok, nothing more", appendHistOK(nil, "7", "d:a:b", 0, 1, false),
+			map[string]any{"type": "ok", "id": "7", "conv": "d:a:b", "last": 0.0, "first": 1.0, "more": false},
+		},
+		{
 			"error", appendError(nil, "3", "not_member", "not a member of group \"g\""),
 			map[string]any{"type": "error", "id": "3", "code": "not_member", "message": "not a member of group \"g\""},
 		},
@@ -45,6 +57,33 @@ func TestOutgoingFrames(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAppendSeqs(t *testing.T) {
+	convs := []convSeq{{"d:a:b", 7}, {"g:g\"1", 9}, {"g:z", 0}}
+	tests := []struct {
+		name     string
+		maxBytes int
+		want     string
+	}{
+		{"none", 1 << 10, `{"type":"seqs","id":"8","convs":{}}`},
+		{"all", 1 << 10, `{"type":"seqs","id":"8","convs":{"d:a:b":7,"g:g\"1":9,"g:z":0}}`},
+		{"cut", 74, `{"type":"seqs","id":"8","convs":{"d:a:b":7,"g:g\"1":9},"more":true}`},
+		{"cut to nothing", 10, `{"type":"seqs","id":"8","convs":{},"more":true}`},
+	}
+	for _, tt := range tests {
+		in := convs
+		if tt.name == "none" {
+			in = nil
+		}
+		got := string(appendSeqs(nil, "8", in, tt.maxBytes))
+		if got != tt.want {
+			t.Errorf("appendSeqs(%s, max %d) = %s, want %s", tt.name, tt.maxBytes, got, tt.want)
+		}
+		if tt.name == "cut" && len(got) > tt.maxBytes {
+			t.Errorf("appendSeqs(%s, max %d) is %d bytes long", tt.name, tt.maxBytes, len(got))
+		}
 	}
 }
 

@@ -54,6 +54,11 @@ type frame struct {
 	Body    string `json:"body"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Last, First and More end a history answer; Convs is a seqs answer.
+	Last  uint64            `json:"last"`
+	First uint64            `json:"first"`
+	More  bool              `json:"more"`
+	Convs map[string]uint64 `json:"convs"`
 
 	raw []byte
 }

@@ -3,6 +3,7 @@ package refserver
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -10,9 +11,9 @@ import (
 )
 
 // sendMessage accepts a send frame: it assigns the message its id and
-// conversation sequence, acks it and routes its deliveries, all under mu
-// so that the order of sequence numbers is the order of acks and of
-// deliveries.
+// conversation sequence, acks it, keeps it in history and routes its
+// deliveries, all under mu so that the order of sequence numbers is the
+// order of acks and of deliveries.
 func (s *Server) sendMessage(c *conn, f *inFrame) {
 	if (f.To == "") == (f.Group == "") {
 		c.closeWith(websocket.ClosePolicyViolation, `send: need exactly one of "to" and "group"`)
@@ -31,9 +32,9 @@ func (s *Server) sendMessage(c *conn, f *inFrame) {
 		c.closeWith(websocket.ClosePolicyViolation, "send: body is not valid UTF-8")
 		return
 	}
-	var conv, toKey, to string
+	var conv, toKey, to, a, b string
 	if f.To != "" {
-		a, b := c.user, f.To
+		a, b = c.user, f.To
 		if a > b {
 			a, b = b, a
 		}
@@ -55,36 +56,69 @@ func (s *Server) sendMessage(c *conn, f *inFrame) {
 			return
 		}
 	}
-	seq, ok := s.seqs[conv]
-	if !ok && len(s.seqs) >= maxConversations {
+	cv := s.convs[conv]
+	switch {
+	case cv == nil && len(s.convs) >= maxConversations:
 		s.mu.Unlock()
 		s.enqueue(c, appendError(nil, f.ID, "limit", "too many conversations"))
 		return
+	case cv == nil:
+		cv = &conversation{name: conv, a: a, b: b}
+		s.convs[conv] = cv
+		if g == nil {
+			s.indexDirect(a, cv)
+			if b != a {
+				s.indexDirect(b, cv)
+			}
+		}
+	case cv.a != a || cv.b != b:
+		// "d:a:b:c" is both a:b with c and a with b:c. The first pair to
+		// write owns it; the other would read and extend its history.
+		s.mu.Unlock()
+		s.enqueue(c, appendError(nil, f.ID, "conflict", fmt.Sprintf("conversation %q belongs to another pair of users", conv)))
+		return
 	}
-	seq++
-	s.seqs[conv] = seq
+	cv.seq++
+	seq := cv.seq
 	s.msgID++
 	id := s.msgID
 	// If the ack overflows the sender's queue the sender is kicked, but
 	// the message was accepted and is still delivered.
 	s.enqueue(c, appendAck(make([]byte, 0, 64+len(f.ID)+len(conv)), f.ID, id, conv, seq))
 	frame := appendMsg(make([]byte, 0, 96+len(c.user)+len(to)+len(conv)+len(body)), c.user, toKey, to, conv, id, seq, body)
+	s.hist.add(cv, seq, frame)
 	// The reorder fault swaps deliveries within one sender's messages to
 	// one conversation: that is the order a client can check.
-	stream := conv + "\x00" + c.user
+	p := push{stream: conv + "\x00" + c.user, frame: frame}
 	if g == nil {
-		s.deliver(f.To, stream, frame, faults)
+		s.deliver(f.To, p, faults, cv, seq)
 	} else {
 		// One frame for all recipients: fan-out costs a queue slot each,
 		// not an encoding each.
 		for _, m := range g.members {
 			if m != c.user {
-				s.deliver(m, stream, frame, faults)
+				s.deliver(m, p, faults, cv, seq)
 			}
 		}
 	}
+	// Self-sync: the sender's other sessions get what it sent. A message
+	// to oneself already went to all of them above.
+	if f.To != c.user && s.hasOther(c) {
+		p.self, p.except = true, c
+		s.deliver(c.user, p, faults, cv, seq)
+	}
+	// Names hidden by the drop fault count against the byte cap too.
+	s.hist.trim()
 	s.mu.Unlock()
 	s.stats.sent.Add(1)
+}
+
+// indexDirect lists cv among user's conversations for seqs, up to
+// maxUserDirect. Called with mu held.
+func (s *Server) indexDirect(user string, cv *conversation) {
+	if l := s.userDirect[user]; len(l) < maxUserDirect {
+		s.userDirect[user] = append(l, cv)
+	}
 }
 
 // has reports whether user is a member of g; a nil g has no members.
@@ -97,7 +131,8 @@ func (g *group) has(user string) bool {
 }
 
 // setGroup creates or replaces a group. The same members again leave the
-// group as it is; a group's sequence survives a change of members.
+// group as it is; a group's sequence and history survive a change of
+// members.
 func (s *Server) setGroup(c *conn, f *inFrame) {
 	if f.Group == "" {
 		c.closeWith(websocket.ClosePolicyViolation, `group: missing "group" name`)
@@ -124,9 +159,122 @@ func (s *Server) setGroup(c *conn, f *inFrame) {
 	}
 	if old == nil || !slices.Equal(old.members, members) {
 		s.groups[f.Group] = &group{members: members, set: set}
+		if old != nil {
+			for m := range old.set {
+				if _, still := set[m]; !still {
+					gs := s.userGroups[m]
+					delete(gs, f.Group)
+					if len(gs) == 0 {
+						delete(s.userGroups, m)
+					}
+				}
+			}
+		}
+		for m := range set {
+			gs := s.userGroups[m]
+			if gs == nil {
+				gs = make(map[string]struct{})
+				s.userGroups[m] = gs
+			}
+			gs[f.Group] = struct{}{}
+		}
 	}
 	s.mu.Unlock()
 	s.enqueue(c, appendReply(nil, "ok", f.ID))
+}
+
+// member returns the conversation named conv if user may read it: a group
+// conversation if user is a current member of the group, a direct one if
+// user is one of its two users. The conversation is nil if it has no
+// message yet.
+// Called with mu held.
+func (s *Server) member(user, conv string) (*conversation, bool) {
+	cv := s.convs[conv]
+	if name, ok := strings.CutPrefix(conv, "g:"); ok {
+		return cv, s.groups[name].has(user)
+	}
+	if !strings.HasPrefix(conv, "d:") {
+		return nil, false
+	}
+	if cv != nil {
+		return cv, cv.a == user || cv.b == user
+	}
+	// Not written to yet: user must be able to write to it, as the first
+	// or the second of a sorted pair.
+	if other, ok := strings.CutPrefix(conv, "d:"+user+":"); ok && other >= user {
+		return nil, true
+	}
+	if first, ok := strings.CutSuffix(conv[2:], ":"+user); ok && first <= user {
+		return nil, true
+	}
+	return nil, false
+}
+
+// history answers a history request: the page of messages after f.After
+// that the user may see, then the ok that ends it. Both are queued under
+// mu, so a message of the conversation newer than the ok's "last" is
+// pushed after the ok.
+func (s *Server) history(c *conn, f *inFrame) {
+	if f.Conv == "" {
+		c.closeWith(websocket.ClosePolicyViolation, `history: missing "conv"`)
+		return
+	}
+	limit := MaxHistoryPage
+	if f.Limit != nil {
+		if *f.Limit < 0 {
+			c.closeWith(websocket.ClosePolicyViolation, fmt.Sprintf("history: limit %d is negative", *f.Limit))
+			return
+		}
+		limit = min(*f.Limit, limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv, ok := s.member(c.user, f.Conv)
+	if !ok {
+		s.enqueue(c, appendError(nil, f.ID, "not_member", fmt.Sprintf("not a member of %q", f.Conv)))
+		return
+	}
+	var last, first uint64 = 0, 1
+	var frames [][]byte
+	more := false
+	if cv != nil {
+		last, first = cv.seq, cv.firstKept()
+		// The page is cut to the room left in the send queue, less one
+		// for the ok, so that an answer never overflows it by itself:
+		// only a reader that leaves it full is a slow consumer.
+		room := max(cap(c.send)-len(c.send)-1, 0)
+		frames, more = cv.page(c.user, f.After, min(limit, room))
+	}
+	for _, fr := range frames {
+		if !s.enqueue(c, appendHistMsg(make([]byte, 0, len(fr)+len(f.ID)+8), f.ID, fr)) {
+			return
+		}
+		s.stats.historyServed.Add(1)
+	}
+	s.enqueue(c, appendHistOK(nil, f.ID, f.Conv, last, first, more))
+}
+
+// seqs answers a seqs request with the newest seq of each of the user's
+// conversations, sorted by name.
+func (s *Server) seqs(c *conn, f *inFrame) {
+	s.mu.Lock()
+	direct, groups := s.userDirect[c.user], s.userGroups[c.user]
+	convs := make([]convSeq, 0, len(direct)+len(groups))
+	for _, cv := range direct {
+		convs = append(convs, convSeq{cv.name, cv.seq})
+	}
+	for g := range groups {
+		name := "g:" + g
+		var seq uint64
+		if cv := s.convs[name]; cv != nil {
+			seq = cv.seq
+		}
+		convs = append(convs, convSeq{name, seq})
+	}
+	s.mu.Unlock()
+	// Sorted so that a cut list is always the same one.
+	slices.SortFunc(convs, func(x, y convSeq) int { return strings.Compare(x.conv, y.conv) })
+	s.enqueue(c, appendSeqs(nil, f.ID, convs, maxSeqsBytes))
 }
 
 // enqueue hands b to c's writer without ever blocking. Replies other than
@@ -146,11 +294,29 @@ func (s *Server) enqueue(c *conn, b []byte) bool {
 	}
 }
 
-// deliver applies the faults to one delivery of frame to user. Called with
-// mu held, which also serialises the calls to s.rand.
-func (s *Server) deliver(user, stream string, frame []byte, f *Faults) {
+// push is one message on its way to a user's sessions: its frame, its
+// stream for the reorder fault, and whether it is a self-sync delivery,
+// which skips the sending session, except, and never goes to the offline
+// queue.
+type push struct {
+	stream string
+	frame  []byte
+	self   bool
+	except *conn
+}
+
+// deliver applies the faults to one delivery of p to user, that is to
+// every session of user. cv and seq name the message in history, for
+// the drop fault to hide it there. Called with mu held, which also
+// serialises the calls to s.rand.
+func (s *Server) deliver(user string, p push, f *Faults, cv *conversation, seq uint64) {
 	if f.Drop > 0 && s.rand() < f.Drop {
 		s.stats.dropped.Add(1)
+		s.hist.hide(cv, seq, user)
+		return
+	}
+	if f.DropPush > 0 && s.rand() < f.DropPush {
+		s.stats.droppedPush.Add(1)
 		return
 	}
 	copies := 1
@@ -163,57 +329,149 @@ func (s *Server) deliver(user, stream string, frame []byte, f *Faults) {
 	if f.Jitter > 0 {
 		d += time.Duration(s.rand() * float64(f.Jitter))
 	}
+	// skip is where among the user's sessions the skipped one is, drawn
+	// now so that both copies of a duplicate skip the same session; -1
+	// skips none.
+	skip := -1.0
+	if f.SkipDevice > 0 && s.rand() < f.SkipDevice {
+		skip = s.rand()
+	}
 	for range copies {
-		if d > 0 && s.schedule(delayed{at: s.now() + int64(d), user: user, stream: stream, frame: frame, reorder: reorder}) {
+		if d > 0 && s.schedule(delayed{at: s.now() + int64(d), user: user, push: p, reorder: reorder, skip: skip}) {
 			s.stats.delayed.Add(1)
 			continue
 		}
-		s.toUser(user, stream, frame, reorder)
+		s.toUser(user, p, reorder, skip)
 	}
 }
 
-// toUser hands frame to user's live session, or to the user's offline
-// queue if there is none or it is closing. A stalled session gets nothing:
-// the frame is discarded there, at the moment of delivery, after the
-// other faults. Called with mu held.
-func (s *Server) toUser(user, stream string, frame []byte, reorder bool) {
-	if c := s.users[user]; c != nil && !c.closing.Load() {
-		if s.stalls(user) {
-			s.stats.stalled.Add(1)
-			return
+// isOpen reports whether session c may be handed deliveries: it is not
+// closing. A closing session stays in Server.users until it is gone.
+func isOpen(c *conn) bool { return !c.closing.Load() }
+
+// hasOther reports whether c's user has an open session besides c.
+// Called with mu held.
+func (s *Server) hasOther(c *conn) bool {
+	for _, o := range s.users[c.user] {
+		if o != c && isOpen(o) {
+			return true
 		}
-		s.handoff(c, stream, frame, reorder)
+	}
+	return false
+}
+
+// toUser hands p to every open session of user but p.except, less the
+// one the skip-device fault picked (see deliver), or to the user's
+// offline queue if none is open. A self-sync delivery never goes to the
+// offline queue: the sender's next session finds it in
+// history. A stalled user's sessions get nothing: the frame is discarded
+// there, at the moment of delivery, after the other faults. Called with
+// mu held.
+func (s *Server) toUser(user string, p push, reorder bool, skip float64) {
+	sessions := s.users[user]
+	n := 0
+	for _, c := range sessions {
+		if c != p.except && isOpen(c) {
+			n++
+		}
+	}
+	if n == 0 {
+		if !p.self {
+			s.offer(user, p.frame)
+		}
 		return
 	}
-	s.offer(user, frame)
+	if s.stalls(user) {
+		s.stats.stalled.Add(uint64(n))
+		return
+	}
+	skipped := -1
+	if skip >= 0 && n >= 2 {
+		skipped = min(int(skip*float64(n)), n-1)
+		s.stats.skippedDevice.Add(1)
+	}
+	i := 0
+	for _, c := range sessions {
+		if c == p.except || !isOpen(c) {
+			continue
+		}
+		if i != skipped {
+			s.handoff(c, p, reorder)
+		}
+		i++
+	}
 }
 
-// handoff queues frame on c, or holds it back for the reorder fault: the
+// handoff queues p on c, or holds it back for the reorder fault: the
 // held delivery goes out right after c's next one of the same stream (one
 // sender in one conversation), or after reorderHold.
 // Called with mu held.
-func (s *Server) handoff(c *conn, stream string, frame []byte, reorder bool) {
+func (s *Server) handoff(c *conn, p push, reorder bool) {
 	if reorder && c.held == nil {
 		c.heldGen++
 		if s.schedule(delayed{at: s.now() + int64(reorderHold), held: c, gen: c.heldGen}) {
-			c.held, c.heldStream = frame, stream
+			c.held, c.heldStream, c.heldSelf, c.heldAt = p.frame, p.stream, p.self, s.logins
 			return
 		}
 	}
-	if !s.enqueue(c, frame) {
-		// c was just kicked; the frame waits for the user's next login.
-		s.offer(c.user, frame)
+	if !s.enqueue(c, p.frame) {
+		// c was just kicked; the user's other sessions have their own
+		// copy, or else the frame waits for the user's next login.
+		s.missed(c.user, p.frame, p.self, s.logins)
 		return
 	}
 	s.stats.deliveries.Add(1)
-	if h := c.held; h != nil && c.heldStream == stream {
+	if h := c.held; h != nil && c.heldStream == p.stream {
 		c.held = nil
 		if !s.enqueue(c, h) {
-			s.offer(c.user, h)
+			s.missed(c.user, h, c.heldSelf, c.heldAt)
 			return
 		}
 		s.stats.deliveries.Add(1)
 		s.stats.reordered.Add(1)
+	}
+}
+
+// releaseHeld sends c's held delivery on, on its reorderHold timeout or
+// as c closes: to c while it is open, else as missed.
+// Called with mu held.
+func (s *Server) releaseHeld(c *conn) {
+	h := c.held
+	c.held = nil
+	if isOpen(c) && slices.Contains(s.users[c.user], c) {
+		if s.stalls(c.user) {
+			s.stats.stalled.Add(1)
+			return
+		}
+		s.handoff(c, push{stream: c.heldStream, frame: h, self: c.heldSelf}, false)
+		return
+	}
+	s.missed(c.user, h, c.heldSelf, c.heldAt)
+}
+
+// missed reroutes a frame that one of user's sessions was to get but did
+// not, because it closed: to the user's open sessions that logged in
+// after login number since (the others were routed their own copy), or,
+// if the user has no open session, to the offline queue, unless it is a
+// self-sync frame. Called with mu held.
+func (s *Server) missed(user string, frame []byte, self bool, since uint64) {
+	online := false
+	for _, c := range s.users[user] {
+		if !isOpen(c) {
+			continue
+		}
+		online = true
+		if c.loginN <= since {
+			continue
+		}
+		if s.stalls(user) {
+			s.stats.stalled.Add(1)
+			continue
+		}
+		s.handoff(c, push{frame: frame, self: self}, false)
+	}
+	if !online && !self {
+		s.offer(user, frame)
 	}
 }
 
@@ -249,9 +507,9 @@ type delayed struct {
 	at      int64  // release time, ns since Server.epoch
 	n       uint64 // insertion order, breaks ties in at
 	user    string
-	stream  string
-	frame   []byte
+	push    push
 	reorder bool
+	skip    float64
 	held    *conn
 	gen     uint64
 }
@@ -368,12 +626,9 @@ func (s *Server) delayLoop() {
 func (s *Server) release(d delayed) {
 	if c := d.held; c != nil {
 		if c.held != nil && c.heldGen == d.gen {
-			h := c.held
-			c.held = nil
-			// Routed by user, not to c: c may be closing by now.
-			s.toUser(c.user, c.heldStream, h, false)
+			s.releaseHeld(c)
 		}
 		return
 	}
-	s.toUser(d.user, d.stream, d.frame, d.reorder)
+	s.toUser(d.user, d.push, d.reorder, d.skip)
 }

@@ -27,7 +27,9 @@ const (
 	CloseUnauthorized = 4001
 	// CloseSlowConsumer ends a connection whose send queue overflowed.
 	CloseSlowConsumer = 4008
-	// CloseConflict ends a session replaced by a newer login of the same user.
+	// CloseConflict ends the oldest session of a user who logged in on
+	// more devices than Options.MaxDevices allows, or refuses the login
+	// beyond them (see DevicePolicy).
 	CloseConflict = 4009
 	// CloseIdle ends a connection that sent nothing within the idle timeout.
 	CloseIdle = 4010
@@ -39,6 +41,26 @@ const (
 	DefaultOfflineQueue = 1000
 	DefaultIdleTimeout  = 90 * time.Second
 	DefaultMaxFrame     = 64 << 10
+	DefaultMaxDevices   = 5
+	DefaultHistoryLimit = 1000
+	DefaultHistoryBytes = 64 << 20
+)
+
+// MaxHistoryPage is the most messages one history answer carries, and
+// the page a request without a "limit" gets.
+const MaxHistoryPage = 500
+
+// DevicePolicy says what a login beyond Options.MaxDevices does.
+type DevicePolicy string
+
+// The device policies; the zero value is DevicePolicyOldest.
+const (
+	// DevicePolicyOldest closes the user's oldest session, as a server
+	// that allows one device replaces the old one.
+	DevicePolicyOldest DevicePolicy = "oldest"
+	// DevicePolicyRefuse refuses the new login and keeps the sessions
+	// the user has.
+	DevicePolicyRefuse DevicePolicy = "refuse"
 )
 
 const (
@@ -76,14 +98,29 @@ const (
 	// undelayed (and is not counted as Delayed) rather than growing
 	// memory by rate × delay.
 	maxDelayed = 1 << 20
+	// maxUserDirect caps the direct conversations listed per user for
+	// seqs, so that one user written to under a million names does not
+	// make each of its seqs requests a walk over all of them.
+	maxUserDirect = 1 << 16
+	// maxSeqsBytes caps a seqs answer at the frame limit a client most
+	// likely has, the reference client's 64 KiB.
+	maxSeqsBytes = 64 << 10
 )
 
 // Faults are the faults injected into deliveries. Each probability is drawn
 // independently per delivery, that is per message and recipient; acks and
 // other replies are never affected.
 type Faults struct {
-	// Drop, Duplicate and Reorder are probabilities in [0, 1].
+	// Drop, Duplicate and Reorder are probabilities in [0, 1]. A dropped
+	// delivery is also hidden from the recipient's history answers.
 	Drop, Duplicate, Reorder float64
+	// DropPush is the probability in [0, 1] that a delivery's push is
+	// discarded while the message stays in the recipient's history, as a
+	// server that loses a push but not the message does.
+	DropPush float64
+	// SkipDevice is the probability in [0, 1] that a delivery to a user
+	// with two or more sessions skips one of them, chosen at random.
+	SkipDevice float64
 	// Delay plus a uniform random duration in [0, Jitter) is added to every
 	// delivery. A fixed Delay without Jitter preserves order.
 	Delay, Jitter time.Duration
@@ -94,7 +131,7 @@ func (f Faults) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"Drop", f.Drop}, {"Duplicate", f.Duplicate}, {"Reorder", f.Reorder}} {
+	}{{"Drop", f.Drop}, {"Duplicate", f.Duplicate}, {"Reorder", f.Reorder}, {"DropPush", f.DropPush}, {"SkipDevice", f.SkipDevice}} {
 		// Written so that NaN fails too.
 		if !(p.v >= 0 && p.v <= 1) {
 			return fmt.Errorf("Faults.%s = %v: must be a probability in [0, 1]", p.name, p.v)
@@ -118,6 +155,7 @@ func (f Faults) clamp() Faults {
 		return min(v, 1)
 	}
 	f.Drop, f.Duplicate, f.Reorder = p(f.Drop), p(f.Duplicate), p(f.Reorder)
+	f.DropPush, f.SkipDevice = p(f.DropPush), p(f.SkipDevice)
 	f.Delay, f.Jitter = max(f.Delay, 0), max(f.Jitter, 0)
 	return f
 }
@@ -148,6 +186,18 @@ type Options struct {
 	IdleTimeout time.Duration
 	// MaxFrame is the largest frame the server reads (default 64 KiB).
 	MaxFrame int64
+	// MaxDevices is how many sessions a user may have at once (default
+	// 5); DevicePolicy says what a login beyond them does (default
+	// DevicePolicyOldest). MaxDevices 1 with DevicePolicyOldest is a
+	// server where a new login replaces the old one.
+	MaxDevices   int
+	DevicePolicy DevicePolicy
+	// HistoryLimit is how many messages of each conversation are kept
+	// for history requests (default 1000); a negative HistoryLimit keeps
+	// none. HistoryBytes caps all conversations' kept messages together
+	// (default 64 MiB); the oldest go first past either bound.
+	HistoryLimit int
+	HistoryBytes int64
 	// Logger receives the server's logs (default: discarded).
 	Logger *slog.Logger
 	// Rand returns numbers in [0, 1) for the fault draws (default
@@ -164,23 +214,34 @@ type Stats struct {
 	Logins uint64
 	// Sent counts accepted (acknowledged) messages.
 	Sent uint64
-	// Deliveries counts msg frames handed to send queues, duplicates and
-	// offline flushes included.
+	// Deliveries counts msg frames handed to send queues, one per
+	// session, duplicates, self-sync and offline flushes included and
+	// history answers not (see HistoryServed).
 	Deliveries uint64
 	// Dropped, Duplicated and Delayed count deliveries hit by each fault.
 	Dropped, Duplicated, Delayed uint64
 	// Reordered counts held-back deliveries released after a later one;
 	// one released by the reorderHold timeout was not reordered.
 	Reordered uint64
-	// Stalled counts deliveries discarded by the stall fault (see
-	// Server.Stall), offline backlogs discarded at a stalled login
-	// included.
+	// Stalled counts msg frames discarded by the stall fault (see
+	// Server.Stall), one per session, offline backlogs discarded at a
+	// stalled login included.
 	Stalled uint64
 	// SlowConsumerKicks counts connections closed with CloseSlowConsumer.
 	SlowConsumerKicks uint64
 	// OfflineQueued counts deliveries put in an offline queue, and
 	// OfflineDropped those dropped from or refused by one.
 	OfflineQueued, OfflineDropped uint64
+	// DroppedPush counts deliveries whose push the DropPush fault
+	// discarded, and SkippedDevice those that skipped a session.
+	DroppedPush, SkippedDevice uint64
+	// DeviceLimit counts logins past Options.MaxDevices: under
+	// DevicePolicyOldest those that closed the user's oldest session,
+	// under DevicePolicyRefuse those refused.
+	DeviceLimit uint64
+	// HistoryServed counts msg frames sent in history answers, and
+	// HistoryEvicted messages that fell out of history past its bounds.
+	HistoryServed, HistoryEvicted uint64
 }
 
 type counters struct {
@@ -189,6 +250,8 @@ type counters struct {
 	dropped, duplicated, reordered, delayed       atomic.Uint64
 	stalled                                       atomic.Uint64
 	slowConsumerKicks, offlineQueued, offlineDrop atomic.Uint64
+	droppedPush, skippedDevice, deviceLimit       atomic.Uint64
+	historyServed                                 atomic.Uint64
 }
 
 // Server is the reference IM server. Its methods are safe for concurrent
@@ -217,16 +280,29 @@ type Server struct {
 	// choice: sequence numbers, acks, deliveries and offline queues must
 	// agree on one order, and every step under it is a non-blocking
 	// channel send or a map update.
-	mu       sync.Mutex
-	closed   bool
-	live     map[*conn]struct{}
-	users    map[string]*conn
+	mu     sync.Mutex
+	closed bool
+	live   map[*conn]struct{}
+	// users holds each user's sessions in login order, closing ones
+	// until they are gone.
+	users    map[string][]*conn
 	offline  map[string]*offlineQueue
 	offBytes int64
 	groups   map[string]*group
 	// stalled holds the users under the stall fault.
-	stalled  map[string]struct{}
-	seqs     map[string]uint64
+	stalled map[string]struct{}
+	// convs holds every conversation's seq and kept messages; hist is
+	// the bookkeeping of the latter.
+	convs map[string]*conversation
+	hist  history
+	// userDirect and userGroups index each user's conversations for
+	// seqs: the direct ones with a message (up to maxUserDirect), the
+	// names of the groups the user is a member of.
+	userDirect map[string][]*conversation
+	userGroups map[string]map[string]struct{}
+	// logins numbers logins, so that a delivery held for a session that
+	// closes can tell which of the user's sessions came after it.
+	logins   uint64
 	msgID    uint64
 	delays   delayHeap
 	delayN   uint64
@@ -265,6 +341,17 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxFrame < 0 {
 		errs = append(errs, fmt.Errorf("target: Options.MaxFrame = %d: must not be negative", opts.MaxFrame))
 	}
+	if opts.MaxDevices < 0 {
+		errs = append(errs, fmt.Errorf("target: Options.MaxDevices = %d: must not be negative", opts.MaxDevices))
+	}
+	switch opts.DevicePolicy {
+	case "", DevicePolicyOldest, DevicePolicyRefuse:
+	default:
+		errs = append(errs, fmt.Errorf("target: Options.DevicePolicy = %q: want %q or %q", opts.DevicePolicy, DevicePolicyOldest, DevicePolicyRefuse))
+	}
+	if opts.HistoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("target: Options.HistoryBytes = %d: must not be negative", opts.HistoryBytes))
+	}
 	for i, u := range opts.Stall {
 		if u == "" {
 			// No user has an empty name: this is a mistake, such as
@@ -287,6 +374,21 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxFrame == 0 {
 		opts.MaxFrame = DefaultMaxFrame
 	}
+	if opts.MaxDevices == 0 {
+		opts.MaxDevices = DefaultMaxDevices
+	}
+	if opts.DevicePolicy == "" {
+		opts.DevicePolicy = DevicePolicyOldest
+	}
+	switch {
+	case opts.HistoryLimit == 0:
+		opts.HistoryLimit = DefaultHistoryLimit
+	case opts.HistoryLimit < 0:
+		opts.HistoryLimit = 0
+	}
+	if opts.HistoryBytes == 0 {
+		opts.HistoryBytes = DefaultHistoryBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -295,18 +397,21 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Secret = bytes.Clone(opts.Secret)
 	s := &Server{
-		opts:    opts,
-		log:     opts.Logger,
-		rand:    opts.Rand,
-		epoch:   time.Now(),
-		done:    make(chan struct{}),
-		live:    make(map[*conn]struct{}),
-		users:   make(map[string]*conn),
-		offline: make(map[string]*offlineQueue),
-		groups:  make(map[string]*group),
-		stalled: make(map[string]struct{}, len(opts.Stall)),
-		seqs:    make(map[string]uint64),
-		wake:    make(chan struct{}, 1),
+		opts:       opts,
+		log:        opts.Logger,
+		rand:       opts.Rand,
+		epoch:      time.Now(),
+		done:       make(chan struct{}),
+		live:       make(map[*conn]struct{}),
+		users:      make(map[string][]*conn),
+		offline:    make(map[string]*offlineQueue),
+		groups:     make(map[string]*group),
+		stalled:    make(map[string]struct{}, len(opts.Stall)),
+		convs:      make(map[string]*conversation),
+		hist:       history{limit: opts.HistoryLimit, maxBytes: opts.HistoryBytes},
+		userDirect: make(map[string][]*conversation),
+		userGroups: make(map[string]map[string]struct{}),
+		wake:       make(chan struct{}, 1),
 	}
 	f := opts.Faults
 	s.faults.Store(&f)
@@ -467,6 +572,11 @@ func (s *Server) Stats() Stats {
 		SlowConsumerKicks: c.slowConsumerKicks.Load(),
 		OfflineQueued:     c.offlineQueued.Load(),
 		OfflineDropped:    c.offlineDrop.Load(),
+		DroppedPush:       c.droppedPush.Load(),
+		SkippedDevice:     c.skippedDevice.Load(),
+		DeviceLimit:       c.deviceLimit.Load(),
+		HistoryServed:     c.historyServed.Load(),
+		HistoryEvicted:    s.hist.evicted,
 	}
 }
 

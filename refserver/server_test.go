@@ -28,6 +28,13 @@ func TestNewValidates(t *testing.T) {
 		{"negative offline queue", Options{OfflineQueue: -1}, "Options.OfflineQueue = -1"},
 		{"negative idle timeout", Options{IdleTimeout: -1}, "Options.IdleTimeout"},
 		{"negative max frame", Options{MaxFrame: -1}, "Options.MaxFrame = -1"},
+		{"drop push above one", Options{Faults: Faults{DropPush: 2}}, "Options.Faults.DropPush = 2"},
+		{"NaN skip device", Options{Faults: Faults{SkipDevice: math.NaN()}}, "Options.Faults.SkipDevice"},
+		{"negative max devices", Options{MaxDevices: -1}, "Options.MaxDevices = -1"},
+		{"unknown device policy", Options{DevicePolicy: "newest"}, `Options.DevicePolicy = "newest"`},
+		{"negative history bytes", Options{HistoryBytes: -1}, "Options.HistoryBytes = -1"},
+		{"negative history limit disables history", Options{HistoryLimit: -1}, ""},
+		{"refuse policy", Options{MaxDevices: 1, DevicePolicy: DevicePolicyRefuse}, ""},
 		{"probabilities at the bounds", Options{Faults: Faults{Drop: 1, Duplicate: 0, Reorder: 1}}, ""},
 	}
 	for _, tt := range tests {
@@ -103,24 +110,6 @@ func TestLogin(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestLoginConflict(t *testing.T) {
-	s, url := startServer(t, Options{})
-	first := login(t, url, "u1", "t")
-	second := login(t, url, "u1", "t")
-	if code, _ := first.readClose(); code != CloseConflict {
-		t.Errorf("first session closed with %d, want %d", code, CloseConflict)
-	}
-	second.roundTrip()
-	// The new session receives what is sent to the user.
-	other := login(t, url, "u2", "t")
-	other.sendTo("u1", "hi")
-	other.readType("ack")
-	if f := second.readType("msg"); f.Body != "hi" {
-		t.Errorf("second session got %s, want body %q", f.raw, "hi")
-	}
-	waitFor(t, "the first session to be gone", func() bool { return s.Stats().Connections == 2 })
 }
 
 func TestDirectMessage(t *testing.T) {
@@ -320,6 +309,10 @@ func TestMalformed(t *testing.T) {
 		{"send to both", true, websocket.TextMessage, `{"type":"send","id":"1","to":"u2","group":"g","body":"x"}`, "exactly one of"},
 		{"body not a string", true, websocket.TextMessage, `{"type":"send","id":"1","to":"u2","body":5}`, "body must be a JSON string"},
 		{"group without name", true, websocket.TextMessage, `{"type":"group","id":"1","members":["u1"]}`, "missing \"group\""},
+		{"history without conv", true, websocket.TextMessage, `{"type":"history","id":"1","after":3}`, `history: missing "conv"`},
+		{"history with a negative limit", true, websocket.TextMessage, `{"type":"history","id":"1","conv":"g:g","limit":-1}`, "history: limit -1 is negative"},
+		{"history with a negative after", true, websocket.TextMessage, `{"type":"history","id":"1","conv":"g:g","after":-1}`, "malformed JSON"},
+		{"history with a fractional limit", true, websocket.TextMessage, `{"type":"history","id":"1","conv":"g:g","limit":1.5}`, "malformed JSON"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,7 +18,9 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on; the WebSocket endpoint is /ws")
 	secretFile := fs.String("secret-file", "", "file holding the token secret (else $"+config.SecretEnv+"; neither: accept any token)")
 	var f refserver.Faults
-	fs.Float64Var(&f.Drop, "drop", 0, "fraction of deliveries silently dropped (0..1)")
+	fs.Float64Var(&f.Drop, "drop", 0, "fraction of deliveries silently dropped, and hidden from the recipient's history (0..1)")
+	fs.Float64Var(&f.DropPush, "drop-push", 0, "fraction of deliveries whose push is dropped while history keeps the message (0..1)")
+	fs.Float64Var(&f.SkipDevice, "skip-device", 0, "fraction of deliveries to a user with two or more sessions that skip one of them (0..1)")
 	fs.Float64Var(&f.Duplicate, "duplicate", 0, "fraction of deliveries sent twice (0..1)")
 	fs.Float64Var(&f.Reorder, "reorder", 0, "fraction of deliveries held back behind the next one (0..1)")
 	fs.DurationVar(&f.Delay, "delay", 0, "delay added to every delivery")
@@ -28,7 +30,12 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	stall := fs.StringArray("stall", nil, "users whose sessions get no deliveries but stay open, pinged and acked (USER[,USER…]; repeatable)")
 	sendQueue := fs.Int("send-queue", 256, "per-connection send queue; a reader that lets it fill is disconnected (close 4008)")
 	sendBuffer := fs.Int("send-buffer", 0, "fixed kernel send buffer (SO_SNDBUF) per connection in bytes; 0 lets the kernel grow it")
-	offlineQueue := fs.Int("offline-queue", 1000, "per-user queue of deliveries kept while the user is offline")
+	offlineQueue := fs.Int("offline-queue", refserver.DefaultOfflineQueue, "per-user queue of deliveries kept while the user is offline")
+	maxDevices := fs.Int("max-devices", refserver.DefaultMaxDevices, "sessions a user may have at once; a delivery goes to every one")
+	devicePolicy := fs.String("device-policy", string(refserver.DevicePolicyOldest),
+		"a login past --max-devices: oldest (close the user's oldest session) or refuse (refuse the login); either closes with 4009")
+	history := fs.Int("history", refserver.DefaultHistoryLimit, "messages kept per conversation for history requests; 0 keeps none")
+	historyBytes := fs.Int64("history-bytes", refserver.DefaultHistoryBytes, "bytes the history of all conversations may hold; the oldest messages go first")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log.format", "text", "log format: text or json")
 	if err := parseFlags(fs, "refserver", args); err != nil {
@@ -38,7 +45,9 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageError{err}
 	}
 	// Name the flag, not the option it feeds: the user typed the flag.
-	for name, p := range map[string]float64{"--drop": f.Drop, "--duplicate": f.Duplicate, "--reorder": f.Reorder} {
+	for name, p := range map[string]float64{
+		"--drop": f.Drop, "--drop-push": f.DropPush, "--skip-device": f.SkipDevice, "--duplicate": f.Duplicate, "--reorder": f.Reorder,
+	} {
 		if !(p >= 0 && p <= 1) {
 			return badConfig(fmt.Errorf("%s %v: must be a fraction in [0, 1]", name, p))
 		}
@@ -47,6 +56,10 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if d < 0 {
 			return badConfig(fmt.Errorf("%s %v: must not be negative", name, d))
 		}
+	}
+	opts, err := refserverOptions(*maxDevices, *devicePolicy, *history, *historyBytes)
+	if err != nil {
+		return badConfig(err)
 	}
 	stalled, err := stallUsers(*stall)
 	if err != nil {
@@ -71,9 +84,9 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case os.Getenv(config.SecretEnv) != "":
 		secret = []byte(os.Getenv(config.SecretEnv))
 	}
-	srv, err := refserver.New(refserver.Options{
-		Secret: secret, Faults: f, Stall: stalled, SendQueue: *sendQueue, SendBuffer: *sendBuffer, OfflineQueue: *offlineQueue, Logger: log,
-	})
+	opts.Secret, opts.Faults, opts.Stall, opts.Logger = secret, f, stalled, log
+	opts.SendQueue, opts.SendBuffer, opts.OfflineQueue = *sendQueue, *sendBuffer, *offlineQueue
+	srv, err := refserver.New(opts)
 	if err != nil {
 		return badConfig(err)
 	}
@@ -82,9 +95,41 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return badConfig(fmt.Errorf("--listen: %w", err))
 	}
 	fmt.Fprintf(stdout, "imcanary refserver: ws://%s/ws\n", ln.Addr())
-	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "duplicate", f.Duplicate,
-		"reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue, "auth", secret != nil)
+	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "drop_push", f.DropPush, "skip_device", f.SkipDevice,
+		"duplicate", f.Duplicate, "reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue,
+		"max_devices", *maxDevices, "device_policy", *devicePolicy, "history", *history, "history_bytes", *historyBytes, "auth", secret != nil)
 	return srv.Serve(ctx, ln)
+}
+
+// refserverOptions checks the device and history flags and returns the
+// Options they set. They are checked here rather than left to
+// refserver.New because the flags' zeros differ from the Options': 0 in
+// Options means the default, while --history 0 keeps no history and
+// --max-devices 0 would refuse everyone.
+func refserverOptions(maxDevices int, policy string, history int, historyBytes int64) (refserver.Options, error) {
+	var o refserver.Options
+	if maxDevices < 1 {
+		return o, fmt.Errorf("--max-devices %d: must be at least 1", maxDevices)
+	}
+	switch p := refserver.DevicePolicy(policy); p {
+	case refserver.DevicePolicyOldest, refserver.DevicePolicyRefuse:
+		o.DevicePolicy = p
+	default:
+		return o, fmt.Errorf("--device-policy %q: want %q or %q", policy, refserver.DevicePolicyOldest, refserver.DevicePolicyRefuse)
+	}
+	switch {
+	case history < 0:
+		return o, fmt.Errorf("--history %d: must not be negative; 0 keeps no history", history)
+	case history == 0:
+		o.HistoryLimit = -1
+	default:
+		o.HistoryLimit = history
+	}
+	if historyBytes < 1 {
+		return o, fmt.Errorf("--history-bytes %d: must be at least 1; --history 0 keeps no history", historyBytes)
+	}
+	o.MaxDevices, o.HistoryBytes = maxDevices, historyBytes
+	return o, nil
 }
 
 // stallUsers splits the values of --stall at commas, trimming the spaces
