@@ -48,10 +48,12 @@ start() {
   # Our own config, not Centrifugo's defaults: loopback only, no usage
   # statistics sent anywhere, no HTTP API (the tests use only the client
   # protocol), and the two namespaces imcanary's driver uses. History makes
-  # offsets and epochs (the server's own sequence) and recovery possible;
-  # 1000 publications over 300 s outlast any reconnect in the tests. The
-  # server pings every 5 s rather than 25 s so that a test of seconds sees
-  # its application-level ping/pong too.
+  # offsets and epochs (the server's own sequence) and catch-up possible:
+  # allow_recovery lets a resubscribe recover what it missed, and
+  # allow_history_for_subscriber lets a subscriber fetch a gap with the
+  # history command; 1000 publications over 300 s outlast any reconnect
+  # in the tests. The server pings every 5 s rather than 25 s so that a
+  # test of seconds sees its application-level ping/pong too.
   (umask 077 && cat >"$dir/config.json" <<EOF
 {
   "http_server": {"address": "127.0.0.1", "port": $port},
@@ -74,7 +76,8 @@ start() {
         "history_size": 1000,
         "history_ttl": "300s",
         "allow_positioning": true,
-        "allow_recovery": true
+        "allow_recovery": true,
+        "allow_history_for_subscriber": true
       },
       {
         "name": "dm",
@@ -83,7 +86,8 @@ start() {
         "history_size": 1000,
         "history_ttl": "300s",
         "allow_positioning": true,
-        "allow_recovery": true
+        "allow_recovery": true,
+        "allow_history_for_subscriber": true
       }
     ]
   }

@@ -88,7 +88,7 @@ func TestFloodRealSession(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	set := metrics.New(reg).For("bench", metrics.SourceBackground)
 	ledger := probe.NewLedger(set, "own-run", time.Now(), 10*time.Second, 30*time.Second)
-	sess, err := drv.Connect(context.Background(), "real-u0", probe.Link{})
+	sess, err := drv.Connect(context.Background(), "real-u0", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -261,7 +261,7 @@ func (c *Canary) judge(rec *record, m checking, ch *report.Check, fail func(stri
 	if lat, ok := rec.acks[m.sent.Ref]; !ok || lat > c.o.Deadline {
 		fail(metrics.CanaryNoAck)
 	}
-	onTime, late := map[int]bool{}, map[int]bool{}
+	onTime, late, recovered := map[int]bool{}, map[int]bool{}, map[int]bool{}
 	for _, r := range rec.recv[key(c.o.Run, m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
 		if !slices.Contains(m.sent.Recipients, r.user) {
 			// Delivered to someone it was not for: it does not count
@@ -271,6 +271,8 @@ func (c *Canary) judge(rec *record, m checking, ch *report.Check, fail func(stri
 		switch {
 		case r.outcome == probe.Duplicate:
 			fail(metrics.CanaryDuplicated)
+		case r.outcome == probe.Recovered && r.latency <= c.o.Deadline:
+			recovered[r.user] = true
 		case r.outcome != probe.Delivered:
 		case r.latency > c.o.Deadline:
 			late[r.user] = true
@@ -283,6 +285,11 @@ func (c *Canary) judge(rec *record, m checking, ch *report.Check, fail func(stri
 		switch {
 		case onTime[u]:
 			ch.Delivered++
+		case recovered[u]:
+			// The canary's is the real-time SLI: the server did not
+			// push it, however fast the client fetched it.
+			ch.Recovered++
+			fail(metrics.CanaryRecovered)
 		case late[u]:
 			fail(metrics.CanaryLate)
 		default:
@@ -352,7 +359,7 @@ func (c *Canary) complete(rec *record, sent []checking) bool {
 		}
 		got := 0
 		for _, r := range rec.recv[key(c.o.Run, m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
-			if r.outcome == probe.Delivered && slices.Contains(m.sent.Recipients, r.user) {
+			if (r.outcome == probe.Delivered || r.outcome == probe.Recovered) && slices.Contains(m.sent.Recipients, r.user) {
 				got++
 			}
 		}

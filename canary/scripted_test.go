@@ -51,7 +51,7 @@ func (d *memDriver) Provision(_ context.Context, p probe.Plan) error {
 	return nil
 }
 
-func (d *memDriver) Connect(_ context.Context, user string, _ probe.Link) (probe.Session, error) {
+func (d *memDriver) Connect(_ context.Context, user string, _ probe.Device) (probe.Session, error) {
 	s := &memSess{d: d, user: user, ev: make(chan func(probe.Handler), 1024), done: make(chan struct{})}
 	d.mu.Lock()
 	d.sess[user] = s

@@ -57,6 +57,11 @@ type Target struct {
 	// variable IMCANARY_TARGET_SECRET is used when it is empty. The secret
 	// itself never appears in the configuration tree, logs or metrics.
 	SecretFile string `koanf:"secret_file"`
+	// CatchUp is "on" or "off": on, a device fetches what it missed
+	// (after a reconnect, or at a gap in a conversation's sequence) from
+	// the server's store, where its protocol can, as a real client does;
+	// off, what a device misses is lost.
+	CatchUp string `koanf:"catch_up"`
 	// Sections holds each protocol's own section, target.NAME, by the
 	// protocol's name, as its adapter defines it (Protocol.Section): the
 	// Loader fills it in. A Config built in code may leave it empty, and
@@ -110,6 +115,11 @@ type Population struct {
 	Ramp time.Duration `koanf:"ramp"`
 	// GroupSize is the size of each chat group; users are grouped in order.
 	GroupSize int `koanf:"group_size"`
+	// Groups, if not empty, lays the groups out as a mix instead of
+	// GroupSize: comma-separated COUNTxSIZE entries (see ParseGroups).
+	Groups string `koanf:"groups"`
+	// Devices is how many sessions each user keeps online at once.
+	Devices int `koanf:"devices"`
 	// Rate is messages per second per user, alternating direct and group.
 	Rate float64 `koanf:"rate"`
 	// Heartbeat is the interval between keepalive pings of each session.
@@ -150,6 +160,10 @@ type Population struct {
 	// are drawn from an exponential distribution, as independent users'
 	// would be. 0 keeps sessions until something ends them.
 	SessionLifetime time.Duration `koanf:"session_lifetime"`
+	// Behaviours, if not empty, makes the population a mix of behaviour
+	// classes, each with its own rate, message sizes and group churn, in
+	// place of Rate and MessageSize. Only the file can set the list.
+	Behaviours []Behaviour `koanf:"behaviours"`
 	// SlowReaders turns part of the population into slow readers: an
 	// always-on slow-reader drill.
 	SlowReaders SlowReaders `koanf:"slow_readers"`
@@ -278,6 +292,11 @@ type Profile struct {
 	Users int `koanf:"users"`
 	// GroupSize is the size of each chat group; users are grouped in order.
 	GroupSize int `koanf:"group_size"`
+	// Groups, if not empty, lays the groups out as a mix instead of
+	// GroupSize, as population.groups.
+	Groups string `koanf:"groups"`
+	// Devices is how many sessions each user keeps online at once.
+	Devices int `koanf:"devices"`
 	// Rate is messages per second per user, alternating direct and group.
 	Rate float64 `koanf:"rate"`
 	// Ramp spreads the cohort's logins evenly over this duration.
@@ -300,6 +319,9 @@ type Profile struct {
 	// LateAfter is how long after the start of the run the late users log
 	// in; it must fall within Duration when LateLogins is above 0.
 	LateAfter time.Duration `koanf:"late_after"`
+	// Behaviours makes the cohort a behaviour mix, as
+	// population.behaviours.
+	Behaviours []Behaviour `koanf:"behaviours"`
 	// SlowReaders makes the run a slow-reader drill, as
 	// population.slow_readers.
 	SlowReaders SlowReaders `koanf:"slow_readers"`
@@ -313,6 +335,12 @@ type Thresholds struct {
 	// MaxLoss is the highest ratio of lost to expected deliveries; a group
 	// message to n others is n expected deliveries.
 	MaxLoss float64 `koanf:"max_loss"`
+	// MinRealtimeCompleteness is the lowest ratio of expected deliveries
+	// pushed within the deadline: the real-time completeness SLI, where
+	// MaxLoss judges the eventual one (a message a device fetched by
+	// catch-up is complete eventually, not in real time). 0 (the
+	// default) does not judge it.
+	MinRealtimeCompleteness float64 `koanf:"min_realtime_completeness"`
 	// MaxLate is the highest ratio of late deliveries to deliveries.
 	MaxLate float64 `koanf:"max_late"`
 	// P99Ack is the highest 99th percentile of the server's ack latency.
@@ -344,6 +372,7 @@ func (c Config) Profile(name string) (Profile, bool) {
 // profile's map before decoding, so an explicit 0 (max_loss: 0) stays 0.
 var profileDefaults = Profile{
 	GroupSize: 5,
+	Devices:   1,
 	Rate:      1,
 	Ramp:      10 * time.Second,
 	Duration:  time.Minute,
@@ -363,11 +392,13 @@ var profileDefaults = Profile{
 // the default protocol, the target's name and the protocols' sections.
 func defaults() Config {
 	return Config{
-		HTTP: HTTP{Listen: "127.0.0.1:9464"},
+		HTTP:   HTTP{Listen: "127.0.0.1:9464"},
+		Target: Target{CatchUp: CatchUpOn},
 		Population: Population{
 			Users:       100,
 			Ramp:        10 * time.Second,
 			GroupSize:   5,
+			Devices:     1,
 			Rate:        0.5,
 			Heartbeat:   30 * time.Second,
 			Deadline:    10 * time.Second,

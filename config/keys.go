@@ -226,9 +226,12 @@ var keyDocs = map[string]keyDoc{
 	"target.protocol":       {"protocol driver of the target", everyone},
 	"target.url":            {"WebSocket URL (ws:// or wss://) of the target; empty, for a protocol that has one, starts a reference server in this process", everyone},
 	"target.secret_file":    {"file holding the login-token signing secret; empty reads " + SecretEnv, everyone},
+	"target.catch_up":       {"on: each device fetches what it missed from the server's store (after a reconnect, at a gap), where the protocol can; off: what a device misses is lost", everyone},
 	"population.users":      {"number of simulated users kept online", CommandRun},
 	"population.ramp":       {"duration over which the users' first logins are spread", CommandRun},
 	"population.group_size": {"number of users in each chat group", CommandRun},
+	"population.groups":     {`group layout instead of group_size: comma-separated COUNTxSIZE entries such as "2x1000,5x100,50x10"; users are in several groups when the places outnumber them`, CommandRun},
+	"population.devices":    {"sessions each user keeps online at once, each its own connection, 1 to 16", CommandRun},
 	"population.rate":       {"messages per second per user, alternating direct and group", CommandRun},
 	"population.heartbeat":  {"interval between keepalive pings of each session", everyone},
 	// Soak: a profile that leaves its deadline out takes this one.

@@ -201,8 +201,14 @@ func (c *Config) deriveProfiles() []string {
 	if len(c.Target.Headers) == 0 {
 		c.Target.Headers = nil
 	}
+	if len(c.Population.Behaviours) == 0 {
+		c.Population.Behaviours = nil
+	}
 	for i := range c.Soak.Profiles {
 		p := &c.Soak.Profiles[i]
+		if len(p.Behaviours) == 0 {
+			p.Behaviours = nil
+		}
 		if p.Deadline == 0 {
 			p.Deadline = c.Population.Deadline
 			derived = append(derived, fmt.Sprintf("soak.profiles[%d].deadline", i))

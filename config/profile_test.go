@@ -332,6 +332,7 @@ func TestExampleProfile(t *testing.T) {
 		Schedule:  "0 3 * * *",
 		Users:     5000,
 		GroupSize: 10,
+		Devices:   1,
 		Rate:      0.5,
 		Ramp:      time.Minute,
 		Duration:  30 * time.Minute,
@@ -339,12 +340,13 @@ func TestExampleProfile(t *testing.T) {
 		Deadline:  10 * time.Second,
 		LostAfter: 20 * time.Second,
 		Thresholds: Thresholds{
-			MaxLoss:        0.0001,
-			MaxLate:        0.001,
-			P99Ack:         500 * time.Millisecond,
-			P99Delivery:    time.Second,
-			MinOnlineRatio: 1,
-			MaxDisconnects: 0,
+			MaxLoss:                 0.0001,
+			MaxLate:                 0.001,
+			MinRealtimeCompleteness: 0.99,
+			P99Ack:                  500 * time.Millisecond,
+			P99Delivery:             time.Second,
+			MinOnlineRatio:          1,
+			MaxDisconnects:          0,
 		},
 	}
 	if len(got) != 1 || !reflect.DeepEqual(got[0], want) {

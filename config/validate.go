@@ -73,6 +73,8 @@ const (
 	maxConnectRate = maxUsers // connects per second: everyone within a second
 	minHeartbeat   = 100 * time.Millisecond
 	maxMessageSize = 64 << 10 // bytes
+	// Devices per user: probe.MaxDevices, which config cannot import.
+	maxDevices = 16
 	// A canary round is a handful of users measured precisely; more is a
 	// soak profile's job.
 	maxCanaryUsers    = 100
@@ -227,6 +229,20 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 	}
 	if p.GroupSize < 2 {
 		fail("population.group_size", p.GroupSize, "must be at least 2")
+	}
+	if _, err := ParseGroups(p.Groups); err != nil {
+		fail("population.groups", p.Groups, "%v", err)
+	}
+	if p.Devices < 1 || p.Devices > maxDevices {
+		fail("population.devices", p.Devices, "must be 1 to %d", maxDevices)
+	}
+	for _, e := range behaviourProblems("population.behaviours", p.Behaviours) {
+		fail(e.Key, e.Value, "%w", e.Err)
+	}
+	switch c.Target.CatchUp {
+	case CatchUpOn, CatchUpOff:
+	default:
+		fail("target.catch_up", c.Target.CatchUp, "must be on or off")
 	}
 	switch {
 	case math.IsNaN(p.Rate):
@@ -412,6 +428,15 @@ func (p Profile) problems(at string) []*ValidationError {
 	if p.GroupSize < 2 {
 		fail("group_size", p.GroupSize, "must be at least 2")
 	}
+	if _, err := ParseGroups(p.Groups); err != nil {
+		fail("groups", p.Groups, "%v", err)
+	}
+	if p.Devices < 1 || p.Devices > maxDevices {
+		fail("devices", p.Devices, "must be 1 to %d", maxDevices)
+	}
+	for _, e := range behaviourProblems("behaviours", p.Behaviours) {
+		fail(e.Key, e.Value, "%w", e.Err)
+	}
 	switch {
 	case math.IsNaN(p.Rate):
 		fail("rate", p.Rate, "must be a number")
@@ -457,6 +482,7 @@ func (p Profile) problems(at string) []*ValidationError {
 
 	t := p.Thresholds
 	ratio("thresholds.max_loss", t.MaxLoss)
+	ratio("thresholds.min_realtime_completeness", t.MinRealtimeCompleteness)
 	ratio("thresholds.max_late", t.MaxLate)
 	if t.P99Ack <= 0 {
 		fail("thresholds.p99_ack", t.P99Ack, "must be positive")

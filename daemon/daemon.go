@@ -267,6 +267,9 @@ func (d *Daemon) newBackground(e *protocols.Target) (*background, error) {
 			Limiter:         limiter,
 			Ramp:            p.Ramp,
 			GroupSize:       p.GroupSize,
+			Groups:          p.GroupLayout(),
+			Behaviours:      p.Behaviours,
+			Devices:         p.Devices,
 			Rate:            p.Rate,
 			Deadline:        p.Deadline,
 			LostAfter:       p.LostAfter,
@@ -461,6 +464,9 @@ func canarySummary(r *report.Round) string {
 	var parts []string
 	for _, ch := range r.Checks {
 		p := fmt.Sprintf("%s %d/%d delivered", ch.Kind, ch.Delivered, ch.Expected)
+		if ch.Recovered > 0 {
+			p += fmt.Sprintf(", %d recovered", ch.Recovered)
+		}
 		if len(ch.Reasons) > 0 {
 			p += " (" + strings.Join(ch.Reasons, ", ") + ")"
 		}

@@ -55,7 +55,8 @@ func sizedMemoryLimit(cfg config.Config, sessions int) int64 {
 		// Sends alternate direct (1 recipient) and group (size-1).
 		fanout = float64(p.GroupSize) / 2
 	}
-	inflight := float64(p.Users) * p.Rate * fanout * p.LostAfter.Seconds()
+	// Each recipient device is owed its own copy.
+	inflight := float64(p.Users) * p.Rate * fanout * float64(max(p.Devices, 1)) * p.LostAfter.Seconds()
 	return memBase + int64(sessions)*memPerSession + int64(inflight)*memPerInflight
 }
 

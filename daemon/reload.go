@@ -131,14 +131,15 @@ func (d *Daemon) checkCapacity(next config.Config) error {
 
 // populations lists the sizes of the populations cfg may run at once.
 func populations(cfg config.Config) []int {
-	pops := []int{cfg.Population.Users}
+	// Sessions, not users: each device of a user is a connection.
+	pops := []int{cfg.Population.Users * cfg.Population.Devices}
 	if cfg.Canary.Schedule != "" {
 		pops = append(pops, cfg.Canary.Users)
 	}
 	soakUsers := 0
 	for _, p := range cfg.Soak.Profiles {
 		// One soak runs at a time: the largest is what must fit.
-		soakUsers = max(soakUsers, p.Users)
+		soakUsers = max(soakUsers, p.Users*max(p.Devices, 1))
 	}
 	if soakUsers > 0 {
 		pops = append(pops, soakUsers)

@@ -492,11 +492,11 @@ svg .empty{font-size:16px}
 </dl>
 
 <h2>Last {{span .Recent.Window}}</h2>
-<p class="muted">Judged as the alert rules judge: completeness counts a delivery lost or late as bad, latency one over 1s; objective {{objective .Recent.Objective}}. Loss is judged {{span .Recent.LostAfter}} after sending, so the losses of the last {{span .Recent.LostAfter}} are not counted yet.</p>
+<p class="muted">Judged as the alert rules judge: real-time completeness counts a delivery lost, late or recovered by catch-up as bad, eventual completeness only one lost, latency one over 1s; objective {{objective .Recent.Objective}}. Loss is judged {{span .Recent.LostAfter}} after sending, so the losses of the last {{span .Recent.LostAfter}} are not counted yet.</p>
 {{if .Recent.SLIs}}<table id="recent">
-<thead><tr><th>source</th><th>kind</th><th class="n">owed</th><th class="n">delivered</th><th class="n">lost</th><th class="n">late</th><th class="n">duplicate</th><th class="n">reordered</th><th class="n">completeness</th><th class="n">within 1s</th><th class="n">p99</th></tr></thead>
+<thead><tr><th>source</th><th>kind</th><th class="n">owed</th><th class="n">delivered</th><th class="n">recovered</th><th class="n">lost</th><th class="n">late</th><th class="n">duplicate</th><th class="n">reordered</th><th class="n">real-time</th><th class="n">eventual</th><th class="n">within 1s</th><th class="n">p99</th></tr></thead>
 <tbody>
-{{range .Recent.SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{count .Late}}</td><td class="n">{{count .Duplicate}}</td><td class="n">{{count .Reordered}}</td><td class="n {{judged .Completeness $.Recent.Objective}}">{{ratio .Completeness}}</td><td class="n {{judged .Latency $.Recent.Objective}}">{{ratio .Latency}}</td><td class="n">{{seconds .P99}}</td></tr>
+{{range .Recent.SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Recovered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{count .Late}}</td><td class="n">{{count .Duplicate}}</td><td class="n">{{count .Reordered}}</td><td class="n {{judged .Completeness $.Recent.Objective}}">{{ratio .Completeness}}</td><td class="n {{judged .Eventual $.Recent.Objective}}">{{ratio .Eventual}}</td><td class="n {{judged .Latency $.Recent.Objective}}">{{ratio .Latency}}</td><td class="n">{{seconds .P99}}</td></tr>
 {{end}}</tbody>
 </table>{{end}}
 <p>{{with .Recent}}{{count .Connects}} connect attempts{{with .Failures}}, failed: {{failures .}}{{else}}, none failed{{end}}.{{end}}</p>

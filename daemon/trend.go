@@ -54,8 +54,8 @@ type trendPoint struct {
 // kind, and its latency histogram's cumulative buckets (the last is +Inf:
 // the count).
 type trendCounts struct {
-	expected, delivered, lost, late, duplicate, reordered float64
-	le                                                    []float64
+	expected, delivered, recovered, lost, late, duplicate, reordered float64
+	le                                                               []float64
 }
 
 func newTrend(m *metrics.Metrics, target string) *trend {
@@ -100,6 +100,7 @@ func (t *trend) read() trendPoint {
 			c := &p.kind[s][k]
 			c.expected, c.delivered = metrics.Value(r.Expected), metrics.Value(r.Delivered)
 			c.lost, c.late = metrics.Value(r.Lost), metrics.Value(r.Late)
+			c.recovered = metrics.Value(r.Recovered)
 			c.duplicate, c.reordered = metrics.Value(r.Duplicate), metrics.Value(r.Reordered)
 			c.le = metrics.Cumulative(r.DeliveryLatency)
 		}
@@ -150,7 +151,8 @@ func (c trendCounts) plus(o trendCounts) trendCounts { return c.add(o, 1) }
 func (c trendCounts) add(o trendCounts, sign float64) trendCounts {
 	d := trendCounts{
 		expected: c.expected + sign*o.expected, delivered: c.delivered + sign*o.delivered,
-		lost: c.lost + sign*o.lost, late: c.late + sign*o.late,
+		recovered: c.recovered + sign*o.recovered,
+		lost:      c.lost + sign*o.lost, late: c.late + sign*o.late,
 		duplicate: c.duplicate + sign*o.duplicate, reordered: c.reordered + sign*o.reordered,
 		le: make([]float64, max(len(c.le), len(o.le))),
 	}

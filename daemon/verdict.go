@@ -32,21 +32,25 @@ type Verdict struct {
 }
 
 // WindowSLI is the record of one source and message kind over the recent
-// window, judged as the SLO rules judge it: completeness counts a
-// delivery lost or late as bad, latency counts one over a second as bad.
+// window, judged as the SLO rules judge it: real-time completeness counts
+// a delivery lost, late or recovered by catch-up as bad, eventual
+// completeness only one lost, and latency one over a second.
 type WindowSLI struct {
 	Source    string  `json:"source"`
 	Kind      string  `json:"kind"`
 	Expected  float64 `json:"expected"`
 	Delivered float64 `json:"delivered"`
+	Recovered float64 `json:"recovered"`
 	Lost      float64 `json:"lost"`
 	Late      float64 `json:"late"`
 	Duplicate float64 `json:"duplicate"`
 	Reordered float64 `json:"reordered"`
-	// Completeness is 1 - (lost+late)/expected, null while nothing was
-	// expected; Latency is the share of deliveries within a second,
-	// null while nothing was delivered.
+	// Completeness is the real-time completeness, 1 -
+	// (lost+late+recovered)/expected, and Eventual 1 - lost/expected,
+	// both null while nothing was expected; Latency is the share of
+	// deliveries within a second, null while nothing was delivered.
 	Completeness *float64 `json:"completeness"`
+	Eventual     *float64 `json:"eventual_completeness"`
 	Latency      *float64 `json:"latency"`
 	// P99 is the 99th percentile of delivery latency in seconds,
 	// estimated from the histogram's buckets; null with no delivery.
@@ -101,11 +105,12 @@ func windowSLIs(from, to trendPoint) []WindowSLI {
 	for s, src := range trendSources {
 		for k, kind := range metrics.Kinds {
 			d := to.kind[s][k].minus(from.kind[s][k])
-			w := WindowSLI{Source: src, Kind: kind, Expected: d.expected, Delivered: d.delivered,
+			w := WindowSLI{Source: src, Kind: kind, Expected: d.expected, Delivered: d.delivered, Recovered: d.recovered,
 				Lost: d.lost, Late: d.late, Duplicate: d.duplicate, Reordered: d.reordered}
 			if d.expected > 0 {
-				c := clamp01(1 - (d.lost+d.late)/d.expected)
-				w.Completeness = &c
+				c := clamp01(1 - (d.lost+d.late+d.recovered)/d.expected)
+				e := clamp01(1 - d.lost/d.expected)
+				w.Completeness, w.Eventual = &c, &e
 			}
 			if d.delivered > 0 {
 				l := clamp01(d.within(1) / d.delivered)
@@ -215,9 +220,17 @@ func shortfalls(in verdictInput) []string {
 	span := "over the last " + ago(in.recent.Window)
 	for _, w := range in.recent.SLIs {
 		name := w.Source + " " + w.Kind
-		if w.Completeness != nil && *w.Completeness < objective {
-			causes = append(causes, fmt.Sprintf("%s completeness %s %s (objective %s): %s lost, %s late of %s owed",
-				name, percent(*w.Completeness), span, percent(objective), count(w.Lost), count(w.Late), count(w.Expected)))
+		if w.Eventual != nil && *w.Eventual < objective {
+			// Lost for good: said first, the worse of the two.
+			causes = append(causes, fmt.Sprintf("%s eventual completeness %s %s (objective %s): %s lost of %s owed",
+				name, percent(*w.Eventual), span, percent(objective), count(w.Lost), count(w.Expected)))
+		}
+		eventualShort := w.Eventual != nil && *w.Eventual < objective
+		// Every loss misses real time too: the real-time figure is said
+		// when it tells something the eventual one does not.
+		if w.Completeness != nil && *w.Completeness < objective && (!eventualShort || w.Late+w.Recovered > 0) {
+			causes = append(causes, fmt.Sprintf("%s real-time completeness %s %s (objective %s): %s lost, %s late, %s recovered by catch-up of %s owed",
+				name, percent(*w.Completeness), span, percent(objective), count(w.Lost), count(w.Late), count(w.Recovered), count(w.Expected)))
 		}
 		if w.Latency != nil && *w.Latency < objective {
 			causes = append(causes, fmt.Sprintf("%s latency: %s of deliveries within 1s %s (objective %s)",

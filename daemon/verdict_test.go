@@ -56,7 +56,7 @@ func TestJudge(t *testing.T) {
 			in.saturation = SaturationStatus{Saturated: true, Since: now.Add(-time.Minute), Causes: []string{"cpu"}}
 			in.online = 0
 			in.recent.SLIs[1].Completeness = ptr(0.8)
-		}, VerdictDown, []string{"timed out"}, []string{"imcanary is saturated (cpu)", "background group completeness 80%"}},
+		}, VerdictDown, []string{"timed out"}, []string{"imcanary is saturated (cpu)", "background group real-time completeness 80%"}},
 		{"everyone dropped", func(in *verdictInput) { in.online = 0 }, VerdictDown,
 			[]string{"no session online: 0 of 100 sessions online; logging in again"}, nil},
 		{"everyone dropped, two attempts failed", func(in *verdictInput) {
@@ -67,21 +67,25 @@ func TestJudge(t *testing.T) {
 			in.saturation = SaturationStatus{Saturated: true, Since: now.Add(-30 * time.Second), Causes: []string{"cpu", "sched_latency"}}
 			in.recent.SLIs[0].Completeness = ptr(0.5)
 		}, VerdictSaturated, []string{"imcanary is saturated (cpu, sched_latency) since 30s ago", "may be its own"},
-			[]string{"background direct completeness 50%"}},
+			[]string{"background direct real-time completeness 50%"}},
 		{"ramping", func(in *verdictInput) {
 			in.started, in.ready, in.online = now.Add(-5*time.Second), false, 40
 		}, VerdictStarting, []string{"starting: 40 of 100 sessions online"}, nil},
 		{"ramping, with loss already", func(in *verdictInput) {
 			in.started, in.ready, in.online = now.Add(-5*time.Second), false, 40
 			in.recent.SLIs[0].Completeness = ptr(0.9)
-		}, VerdictStarting, []string{"starting: 40 of 100 sessions online"}, []string{"background direct completeness 90%"}},
+		}, VerdictStarting, []string{"starting: 40 of 100 sessions online"}, []string{"background direct real-time completeness 90%"}},
 		{"ramp took too long", func(in *verdictInput) {
 			in.started, in.ready, in.online = now.Add(-time.Minute), false, 40
 		}, VerdictDegraded, []string{"40 of 100 sessions online"}, nil},
 		{"2% loss", func(in *verdictInput) {
 			w := &in.recent.SLIs[1]
-			w.Lost, w.Delivered, w.Completeness = 240, 11760, ptr(0.98)
-		}, VerdictDegraded, []string{"background group completeness 98% over the last 5m0s (objective 99.9%): 240 lost, 0 late of 12,000 owed"}, nil},
+			w.Lost, w.Delivered, w.Completeness, w.Eventual = 240, 11760, ptr(0.98), ptr(0.98)
+		}, VerdictDegraded, []string{"background group eventual completeness 98% over the last 5m0s (objective 99.9%): 240 lost of 12,000 owed"}, nil},
+		{"pushes dropped, store kept", func(in *verdictInput) {
+			w := &in.recent.SLIs[1]
+			w.Recovered, w.Delivered, w.Completeness, w.Eventual = 240, 11760, ptr(0.98), ptr(1)
+		}, VerdictDegraded, []string{"background group real-time completeness 98% over the last 5m0s (objective 99.9%): 0 lost, 0 late, 240 recovered by catch-up of 12,000 owed"}, nil},
 		{"exactly at the objective", func(in *verdictInput) {
 			in.recent.SLIs[1].Completeness = ptr(0.999)
 		}, VerdictHealthy, nil, nil},

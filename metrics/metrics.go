@@ -62,11 +62,15 @@ const (
 	// ReasonChurn is a session the population ended itself, at the end
 	// of its lifetime (population.session_lifetime), to log in again.
 	ReasonChurn = "churn"
+	// ReasonConflict is a session the server closed because its user
+	// logged in elsewhere: another device, or one past the server's
+	// device limit. It is the server's policy, never loss.
+	ReasonConflict = "conflict"
 )
 
 // DisconnectReasons lists every value of the reason label of
 // imcanary_session_disconnects_total.
-var DisconnectReasons = []string{ReasonServerClose, ReasonSlowConsumer, ReasonError, ReasonShutdown, ReasonChurn}
+var DisconnectReasons = []string{ReasonServerClose, ReasonSlowConsumer, ReasonError, ReasonShutdown, ReasonChurn, ReasonConflict}
 
 // Connect failure reasons: why one connect-and-login attempt failed. The
 // set is closed and small so that every series exists at zero, and each
@@ -117,11 +121,40 @@ const (
 	// A new stream beyond the inbox's limit: only a server that invents
 	// senders gets there.
 	IgnoredStreamLimit = "stream_limit"
+	// A message catch-up returned that the device already had, or a push
+	// of one catch-up had already returned: the normal overlap of a
+	// history fetch with the pushes, which a real client drops by id.
+	IgnoredCatchUp = "catch_up"
+	// A message of the device's own user that is not owed to it: an echo
+	// of what this device sent, or one the protocol does not sync to a
+	// user's other devices.
+	IgnoredOwn = "own"
+	// A group message to a device whose user was not a member of the
+	// group when the message was sent.
+	IgnoredLeftGroup = "left_group"
 )
 
 // IgnoredReasons lists every value of the reason label of
 // imcanary_deliveries_ignored_total.
-var IgnoredReasons = []string{IgnoredMalformed, IgnoredStale, IgnoredAfterLost, IgnoredTooOld, IgnoredStreamLimit}
+var IgnoredReasons = []string{IgnoredMalformed, IgnoredStale, IgnoredAfterLost, IgnoredTooOld, IgnoredStreamLimit, IgnoredCatchUp, IgnoredOwn, IgnoredLeftGroup}
+
+// Size classes of groups, by members, for the fan-out time: a group of
+// 10,000 is felt differently from one of 5, and a handful of fixed classes
+// keeps the series few whatever the layout.
+var SizeClasses = []string{"2-9", "10-99", "100-999", "1000+"}
+
+// SizeClassOf returns the index in SizeClasses of a group of members.
+func SizeClassOf(members int) int {
+	switch {
+	case members < 10:
+		return 0
+	case members < 100:
+		return 1
+	case members < 1000:
+		return 2
+	}
+	return 3
+}
 
 // LatencyBuckets resolve 1 ms to 30 s. 1 s is a boundary on purpose: the
 // latency SLI counts deliveries under 1 s, and a ratio of histogram buckets
@@ -163,6 +196,10 @@ type Metrics struct {
 	DeliveriesReordered *prometheus.CounterVec
 	DeliveriesIgnored   *prometheus.CounterVec
 	DeliveryLatency     *prometheus.HistogramVec
+	DeliveriesRecovered *prometheus.CounterVec
+	RecoveryLatency     *prometheus.HistogramVec
+	GroupFanout         *prometheus.HistogramVec
+	MembershipChanges   *prometheus.CounterVec
 
 	DeliveriesSaturated *prometheus.CounterVec
 
@@ -201,11 +238,14 @@ const (
 	CanaryNotDelivered = "not_delivered"
 	CanaryLate         = "late"
 	CanaryDuplicated   = "duplicated"
+	// CanaryRecovered: a recipient had the message only by catch-up,
+	// not pushed.
+	CanaryRecovered = "recovered"
 )
 
 // CanaryReasons lists every value of the reason label of
 // imcanary_canary_failures_total.
-var CanaryReasons = []string{CanarySessionDown, CanaryNoAck, CanaryNotDelivered, CanaryLate, CanaryDuplicated}
+var CanaryReasons = []string{CanarySessionDown, CanaryNoAck, CanaryNotDelivered, CanaryLate, CanaryDuplicated, CanaryRecovered}
 
 // Results of a canary round or a soak run.
 const (
@@ -293,6 +333,24 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from a message's intended send time to its delivery (open-loop: includes any delay in sending).",
 			Buckets: LatencyBuckets,
 		}, []string{"target", "source", "kind", "cohort"}),
+		DeliveriesRecovered: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_recovered_total",
+			Help: "Deliveries not pushed but fetched by catch-up (history, archive, recovery) before lost_after: neither on time nor lost, and not in imcanary_deliveries_total.",
+		}, []string{"target", "source", "kind", "cohort"}),
+		RecoveryLatency: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_recovery_latency_seconds",
+			Help:    "Time from a recovered message's intended send time to the moment catch-up returned it.",
+			Buckets: LatencyBuckets,
+		}, []string{"target", "source", "kind", "cohort"}),
+		MembershipChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_group_membership_changes_total",
+			Help: "Times a user of a behaviour class left or rejoined one of its groups (membership churn). A message the server acknowledged during a change, or within population.deadline after the server confirmed it, is neither owed to nor counted against that user.",
+		}, []string{"target", "source"}),
+		GroupFanout: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imcanary_group_fanout_seconds",
+			Help:    "For each group message, time from its intended send time until the last member device online when it was sent had it (pushed or recovered), by the group's size class in members. A message some such device never got is not observed: it is counted lost.",
+			Buckets: LatencyBuckets,
+		}, []string{"target", "source", "size_class"}),
 		DeliveriesSaturated: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_saturated_total",
 			Help: "Deliveries recorded while the prober was saturated (imcanary_probe_saturated 1): their latency samples include imcanary's own delay.",
@@ -423,6 +481,10 @@ type Set struct {
 	Ignored         map[string]prometheus.Counter
 
 	Kind [len(Kinds)]KindSet // indexed by Kind
+	// Fanout is the group fan-out time, indexed like SizeClasses.
+	Fanout []prometheus.Observer
+	// MembershipChanges counts membership churn's leaves and rejoins.
+	MembershipChanges prometheus.Counter
 }
 
 // KindSet is the per-kind part of a Set: what the sender records, and what
@@ -439,6 +501,10 @@ type KindSet struct {
 type RecvSet struct {
 	Expected, Delivered, Lost, Late, Duplicate, Reordered prometheus.Counter
 	DeliveryLatency                                       prometheus.Observer
+	// Recovered counts deliveries fetched by catch-up; RecoveryLatency
+	// times them.
+	Recovered       prometheus.Counter
+	RecoveryLatency prometheus.Observer
 }
 
 // Kind indexes Set.Kind: a message's kind.
@@ -481,18 +547,19 @@ func CohortOf(slow bool) Cohort {
 // For resolves the series of target and source, creating them at zero.
 func (m *Metrics) For(target, source string) *Set {
 	s := &Set{
-		Online:          m.SessionsOnline.WithLabelValues(target, source),
-		Wanted:          m.SessionsWanted.WithLabelValues(target, source),
-		Streams:         m.StreamsTracked.WithLabelValues(target, source),
-		Ready:           m.Ready.WithLabelValues(target, source),
-		SessionsLagging: m.SessionsLagging.WithLabelValues(target, source),
-		DeliveryLag:     m.DeliveryLag.WithLabelValues(target, source),
-		ConnectOK:       m.SessionConnects.WithLabelValues(target, source, "success"),
-		ConnectFail:     m.SessionConnects.WithLabelValues(target, source, "failure"),
-		ConnectFailures: map[string]prometheus.Counter{},
-		Disconnects:     map[string]prometheus.Counter{},
-		SendErrors:      map[string]prometheus.Counter{},
-		Ignored:         map[string]prometheus.Counter{},
+		Online:            m.SessionsOnline.WithLabelValues(target, source),
+		Wanted:            m.SessionsWanted.WithLabelValues(target, source),
+		Streams:           m.StreamsTracked.WithLabelValues(target, source),
+		Ready:             m.Ready.WithLabelValues(target, source),
+		SessionsLagging:   m.SessionsLagging.WithLabelValues(target, source),
+		DeliveryLag:       m.DeliveryLag.WithLabelValues(target, source),
+		ConnectOK:         m.SessionConnects.WithLabelValues(target, source, "success"),
+		ConnectFail:       m.SessionConnects.WithLabelValues(target, source, "failure"),
+		ConnectFailures:   map[string]prometheus.Counter{},
+		Disconnects:       map[string]prometheus.Counter{},
+		SendErrors:        map[string]prometheus.Counter{},
+		Ignored:           map[string]prometheus.Counter{},
+		MembershipChanges: m.MembershipChanges.WithLabelValues(target, source),
 	}
 	for _, r := range ConnectFailReasons {
 		s.ConnectFailures[r] = m.ConnectFailures.WithLabelValues(target, source, r)
@@ -521,9 +588,14 @@ func (m *Metrics) For(target, source string) *Set {
 				Duplicate:       m.DeliveriesDuplicate.WithLabelValues(target, source, k, c),
 				Reordered:       m.DeliveriesReordered.WithLabelValues(target, source, k, c),
 				DeliveryLatency: m.DeliveryLatency.WithLabelValues(target, source, k, c),
+				Recovered:       m.DeliveriesRecovered.WithLabelValues(target, source, k, c),
+				RecoveryLatency: m.RecoveryLatency.WithLabelValues(target, source, k, c),
 			}
 		}
 		s.Kind[i] = ks
+	}
+	for _, c := range SizeClasses {
+		s.Fanout = append(s.Fanout, m.GroupFanout.WithLabelValues(target, source, c))
 	}
 	return s
 }

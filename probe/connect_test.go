@@ -35,11 +35,11 @@ func newCountingDriver() *countingDriver {
 
 func (d *countingDriver) Provision(context.Context, Plan) error { return nil }
 
-func (d *countingDriver) Connect(ctx context.Context, user string, link Link) (Session, error) {
+func (d *countingDriver) Connect(ctx context.Context, user string, dev Device) (Session, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.at = append(d.at, time.Now())
-	d.sources[user] = append(d.sources[user], link.Source)
+	d.sources[user] = append(d.sources[user], dev.Link.Source)
 	return &countingSession{closed: make(chan struct{}), dropped: d.dropping}, nil
 }
 
@@ -320,7 +320,7 @@ type failingDriver struct {
 
 func (d *failingDriver) Provision(context.Context, Plan) error { return nil }
 
-func (d *failingDriver) Connect(context.Context, string, Link) (Session, error) {
+func (d *failingDriver) Connect(context.Context, string, Device) (Session, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.at = append(d.at, time.Now())

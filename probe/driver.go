@@ -22,9 +22,19 @@ type Driver interface {
 	// be idempotent: the same plan again, after a restart of imcanary or of
 	// the server, succeeds and changes nothing that is already right.
 	Provision(ctx context.Context, plan Plan) error
-	// Connect dials the server over link and logs user in. The returned
-	// session is logged in but not yet reading: the caller runs Serve.
-	Connect(ctx context.Context, user string, link Link) (Session, error)
+	// Connect dials the server over dev.Link and logs user in as device
+	// dev. The returned session is logged in but not yet reading: the
+	// caller runs Serve.
+	Connect(ctx context.Context, user string, dev Device) (Session, error)
+}
+
+// Mirror is implemented by a Driver whose server delivers what a user sends
+// from one session to the user's other online sessions too, as XMPP message
+// carbons (XEP-0280) and servers that deliver to every session of a user
+// do: a population of several devices per user then owes each message to
+// the sender's other devices.
+type Mirror interface {
+	MirrorsOwn() bool
 }
 
 // Session is one logged-in connection of one user.
@@ -109,6 +119,9 @@ type Delivery struct {
 	Body  []byte
 	// ServerSeq is the server's per-conversation sequence, or 0.
 	ServerSeq uint64
+	// Recovered is true for a message the session fetched by catch-up
+	// (history, archive, recovery) rather than had pushed to it.
+	Recovered bool
 	// At is when the bytes that completed the frame were read off the
 	// socket (Unix ns), or 0 if the adapter does not know. The time from At
 	// to the ledger's record is the prober's own receive lag.
@@ -148,6 +161,25 @@ func ReasonOf(err error) string {
 		return d.Reason
 	}
 	return metrics.ReasonError
+}
+
+// Device is one of a user's devices, as Connect is given it: a user with
+// several (population.devices) holds a session on each at once, as a person
+// with a phone and a laptop does.
+type Device struct {
+	// Index numbers the device among its user's, from 0. Protocols that
+	// name a session (an XMPP resource) name it after the index, so that
+	// a device that logs in again is the same device to the server.
+	Index int
+	// Link is how the device's connection is dialled.
+	Link Link
+	// Catchup is the device's place in each of its conversations, kept
+	// across its sessions as a real client's local store is; nil when
+	// catch-up is off (target.catch_up). A driver whose server keeps
+	// history fetches through it what the device missed: at login, on a
+	// gap in a conversation's sequence, and when the population asks
+	// (Syncer).
+	Catchup *Catchup
 }
 
 // Link says how a session's connection is dialled. The population chooses

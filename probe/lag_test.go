@@ -24,7 +24,7 @@ func (nopDriver) Provision(context.Context, Plan) error { return nil }
 
 type nopDriver struct{}
 
-func (nopDriver) Connect(context.Context, string, Link) (Session, error) { return idleSession{}, nil }
+func (nopDriver) Connect(context.Context, string, Device) (Session, error) { return idleSession{}, nil }
 
 // lagPop is a population of two users in one group, both online since
 // start, with nothing sent.
@@ -53,7 +53,7 @@ func lagPop(t *testing.T, start time.Time, slow float64) (*Population, *metrics.
 	}
 	p.ledger.start = start.Add(-time.Hour).UnixNano()
 	for _, u := range p.users {
-		u.sess, u.sessStart = idleSession{}, start.UnixNano()
+		u.devices[0].sess, u.devices[0].sessStart = idleSession{}, start.UnixNano()
 	}
 	return p, set
 }
@@ -70,7 +70,7 @@ func ack(p *Population, st *sendStream, seq uint64, t time.Time) {
 // deliver hands seq of st to its recipient's inbox at t.
 func deliver(p *Population, st *sendStream, seq uint64, intended, t time.Time) {
 	h := Header{Run: []byte("r1"), Sender: p.users[st.from].nameB, Stream: st.name, Seq: seq, Intended: intended.UnixNano()}
-	p.users[st.recipients[0]].inbox.Receive(AppendBody(nil, &h, 0), t.UnixNano())
+	p.users[st.recipients[0]].devices[0].inbox.Receive(AppendBody(nil, &h, 0), t.UnixNano())
 }
 
 func histSum(o prometheus.Observer) (count uint64, sum float64) {
@@ -169,7 +169,7 @@ func TestLagAfterReconnect(t *testing.T) {
 	p, set := lagPop(t, t0, 0)
 	st := p.users[1].direct
 	ack(p, st, 1, t0)
-	p.users[0].sessStart = t0.Add(5 * time.Second).UnixNano()
+	p.users[0].devices[0].sessStart = t0.Add(5 * time.Second).UnixNano()
 	p.Sweep(t0.Add(5500 * time.Millisecond))
 	if got := testutil.ToFloat64(set.SessionsLagging); got != 0 {
 		t.Errorf("0.5 s after login: sessions lagging %v, want 0", got)
@@ -179,7 +179,7 @@ func TestLagAfterReconnect(t *testing.T) {
 		t.Errorf("1.1 s after login: sessions lagging %v, want 1", got)
 	}
 	// Offline: not a session, so neither sampled nor lagging.
-	p.users[0].sess = nil
+	p.users[0].devices[0].sess = nil
 	n, _ := histSum(set.DeliveryLag)
 	p.Sweep(t0.Add(7 * time.Second))
 	if got := testutil.ToFloat64(set.SessionsLagging); got != 0 {
@@ -222,8 +222,8 @@ func TestSlowReaderCohort(t *testing.T) {
 	}
 	// OnAck counts the expected delivery in the recipient's cohort.
 	u := p.users[normal]
-	u.inflight = append(u.inflight, flight{ref: 7, st: u.group, seq: 1, sentAt: t0.UnixNano()})
-	u.OnAck(7, Ack{})
+	u.inflight = append(u.inflight, flight{ref: 7, st: u.groups[0], dev: u.devices[0], seq: 1, sentAt: t0.UnixNano()})
+	u.devices[0].OnAck(7, Ack{})
 	if got := testutil.ToFloat64(set.Kind[metrics.Group].Cohort[metrics.SlowReader].Expected); got != 1 {
 		t.Errorf("slow cohort expected %v, want 1", got)
 	}

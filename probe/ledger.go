@@ -55,6 +55,9 @@ type Ledger struct {
 	// health, if set, says whether the prober is saturated: deliveries
 	// recorded meanwhile are counted as such.
 	health Health
+	// fanouts are the fan-out trackers of this run's group streams, by
+	// inbox key; written before the population runs, only read after.
+	fanouts map[string]*fanout
 }
 
 // NewLedger returns a ledger that records into set. run is this process's
@@ -91,14 +94,23 @@ func (l *Ledger) Owe(kind metrics.Kind, normal, slow int) {
 // Streams returns how many streams all inboxes of the ledger track.
 func (l *Ledger) Streams() int64 { return l.streams.Load() }
 
-// Inbox is the receive-side ledger of one user. It outlives the user's
-// sessions, so a reconnect neither forgets what is missing nor counts it
-// twice.
+// Inbox is the receive-side ledger of one device of one user. It outlives
+// the device's sessions, so a reconnect neither forgets what is missing nor
+// counts it twice.
 type Inbox struct {
 	l    *Ledger
 	user int // the receiving user's index, for the observer
 	// cohort is the receiving user's.
 	cohort metrics.Cohort
+	// self is the receiving user's name: its own messages are owed to
+	// this device only when ownOwed, the protocol syncing what one device
+	// sends to the user's others.
+	self    []byte
+	ownOwed bool
+	// onlineSince (Unix ns) is when the device's current session logged
+	// in, 0 while it is offline: a group message intended before it was
+	// not owed to the device's fan-out.
+	onlineSince atomic.Int64
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.
 	mu      sync.Mutex
@@ -113,7 +125,17 @@ func (l *Ledger) NewInbox() *Inbox {
 type pend struct {
 	seq      uint64
 	intended int64
+	how      holdKind
 }
+
+// holdKind is how a device came to hold a seq.
+type holdKind uint8
+
+const (
+	holdPush    holdKind = iota // pushed to it
+	holdFetched                 // fetched by catch-up, or sent by the device itself
+	holdExcused                 // not owed to it: a group it was out of, or changing
+)
 
 type span struct{ lo, hi uint64 }
 
@@ -128,17 +150,36 @@ type stream struct {
 	maxSeen uint64
 	last    int64
 	hist    [histBits / 64]uint64
+	// fetched marks which of the seqs of hist the device holds without a
+	// push: recovered by catch-up, or its own sends; excused those not
+	// owed to it. A push of one of these is an overlap, not a duplicate.
+	fetched [histBits / 64]uint64
+	excused [histBits / 64]uint64
 	pending []pend
 	voids   []span
+	// fan, for a group stream of this run, times its messages' fan-out.
+	fan *fanout
 }
 
-// Receive records the delivery of body at now (Unix ns). It does not
-// allocate once the stream exists.
-func (in *Inbox) Receive(body []byte, now int64) {
+// Receive records the push of body at now (Unix ns). It does not allocate
+// once the stream exists.
+func (in *Inbox) Receive(body []byte, now int64) { in.receive(body, now, false) }
+
+// Recover records body as fetched by catch-up at now (Unix ns): recovered
+// if the device lacked it, an overlap if it had it.
+func (in *Inbox) Recover(body []byte, now int64) { in.receive(body, now, true) }
+
+func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 	l := in.l
 	var h Header
 	if err := ParseBody(body, &h); err != nil {
 		l.set.Ignored[metrics.IgnoredMalformed].Inc()
+		return
+	}
+	own := bytes.Equal(h.Sender, in.self) && bytes.Equal(h.Run, l.run)
+	if own && !in.ownOwed {
+		l.set.Ignored[metrics.IgnoredOwn].Inc()
+		in.observe(&h, now, Ignored)
 		return
 	}
 	if h.Intended < l.start {
@@ -169,6 +210,9 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		st = &stream{kind: metrics.KindOf(h.Stream[0] == 'g'), base: h.Seq}
 		if bytes.Equal(h.Run, l.run) {
 			st.base, st.own = 1, true
+			if !own {
+				st.fan = l.fanouts[string(key)]
+			}
 		}
 		in.streams[string(key)] = st
 		l.streams.Add(1)
@@ -188,8 +232,7 @@ func (in *Inbox) Receive(body []byte, now int64) {
 			l.set.Ignored[metrics.IgnoredTooOld].Inc()
 			outcome = Ignored
 		case st.received(s):
-			ks.Duplicate.Inc()
-			outcome = Duplicate
+			outcome = in.again(ks, own, fetched || st.wasFetched(s), st.wasExcused(s))
 		default:
 			l.set.Ignored[metrics.IgnoredAfterLost].Inc()
 			outcome = Ignored
@@ -199,8 +242,17 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		in.observe(&h, now, Ignored)
 		return
 	case st.isPending(s):
-		ks.Duplicate.Inc()
-		outcome = Duplicate
+		outcome = in.again(ks, own, fetched || st.pendingHow(s) == holdFetched, st.pendingHow(s) == holdExcused)
+	case fetched:
+		lat := now - h.Intended
+		ks.Recovered.Inc()
+		ks.RecoveryLatency.Observe(float64(lat) / 1e9)
+		outcome = Recovered
+		st.maxSeen = max(st.maxSeen, s)
+		st.hold(s, h.Intended, holdFetched)
+		if st.fan != nil && h.Intended >= in.onlineSince.Load() {
+			st.fan.arrived(s, now)
+		}
 	default:
 		lat := now - h.Intended
 		ks.Delivered.Inc()
@@ -216,12 +268,15 @@ func (in *Inbox) Receive(body []byte, now int64) {
 		} else {
 			st.maxSeen = s
 		}
+		if st.fan != nil && h.Intended >= in.onlineSince.Load() {
+			st.fan.arrived(s, now)
+		}
 		if s == st.base && len(st.pending) == 0 {
 			// The common case: the next message in order.
-			st.mark(s, true)
+			st.mark(s, true, holdPush)
 			st.base++
 		} else {
-			st.insert(s, h.Intended)
+			st.hold(s, h.Intended, holdPush)
 			if len(st.pending) > maxPending {
 				st.writeOff(ks, st.pending[0].seq)
 			}
@@ -229,6 +284,101 @@ func (in *Inbox) Receive(body []byte, now int64) {
 	}
 	st.advance()
 	in.observe(&h, now, outcome)
+}
+
+// again classifies a message the device already holds: a duplicate if
+// both it and the copy held were pushes, an overlap otherwise (a fetch of
+// what was pushed, a push of what was fetched, the echo of a device's own
+// send), which a real client drops by id and the server did nothing wrong
+// by.
+func (in *Inbox) again(ks *metrics.RecvSet, own, fetched, excused bool) Outcome {
+	switch {
+	case excused:
+		in.l.set.Ignored[metrics.IgnoredLeftGroup].Inc()
+		return Ignored
+	case own:
+		in.l.set.Ignored[metrics.IgnoredOwn].Inc()
+		return Ignored
+	case fetched:
+		in.l.set.Ignored[metrics.IgnoredCatchUp].Inc()
+		return Ignored
+	}
+	ks.Duplicate.Inc()
+	return Duplicate
+}
+
+// Sent records that this device itself sent seq on the stream of key: the
+// device holds it without a push, so that where the protocol syncs a
+// user's messages to its other devices, this one's inbox, which receives
+// what the others send, sees no gap at its own sends.
+//
+// voidLo and voidHi are the span of unacknowledged seqs the sent body
+// carries (0, 0 for none): the device never receives its own body, and a
+// sibling's failed send it would otherwise learn of only from a later
+// message of the stream, which may be its own.
+func (in *Inbox) Sent(key string, kind metrics.Kind, seq uint64, intended int64, voidLo, voidHi uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.streams[key]
+	if st == nil {
+		if len(in.streams) >= maxStreams {
+			return
+		}
+		st = &stream{kind: kind, base: 1, own: true}
+		in.streams[key] = st
+		in.l.streams.Add(1)
+	}
+	if voidHi != 0 {
+		st.addVoid(voidLo, voidHi)
+	}
+	if seq < st.base || st.isPending(seq) {
+		st.advance()
+		return
+	}
+	st.maxSeen = max(st.maxSeen, seq)
+	st.hold(seq, intended, holdFetched)
+	st.advance()
+}
+
+// Excuse records that seq of the group stream of key is not owed to this
+// device: its user was out of the group, or changing, when the server
+// accepted it. It reports false if the device had it already, in which
+// case it is owed after all. A copy that arrives later is ignored
+// (left_group), neither a delivery nor a fault.
+func (in *Inbox) Excuse(key string, kind metrics.Kind, seq uint64, intended int64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.streams[key]
+	if st == nil {
+		if len(in.streams) >= maxStreams {
+			return true
+		}
+		st = &stream{kind: kind, base: 1, own: true, fan: in.l.fanouts[key]}
+		in.streams[key] = st
+		in.l.streams.Add(1)
+	}
+	switch {
+	case seq < st.base:
+		return !st.received(seq) || st.wasExcused(seq)
+	case st.isPending(seq):
+		return st.pendingHow(seq) == holdExcused
+	}
+	// Resolved, as far as the lag is concerned: nothing of it is owed.
+	st.maxSeen = max(st.maxSeen, seq)
+	st.hold(seq, intended, holdExcused)
+	st.advance()
+	return true
+}
+
+// hold records s as received: at once if it is the next in order, else in
+// pending.
+func (st *stream) hold(s uint64, intended int64, how holdKind) {
+	if s == st.base && len(st.pending) == 0 {
+		st.mark(s, true, how)
+		st.base++
+		return
+	}
+	st.insert(s, intended, how)
 }
 
 func (in *Inbox) observe(h *Header, now int64, o Outcome) {
@@ -288,7 +438,7 @@ func (st *stream) writeOff(ks *metrics.RecvSet, upTo uint64) {
 	}
 	// Only the last histBits seqs need their history bit cleared.
 	for s := max(st.base, upTo-min(upTo, histBits)); s < upTo; s++ {
-		st.mark(s, false)
+		st.mark(s, false, holdPush)
 	}
 	st.base = upTo
 	st.advance()
@@ -298,7 +448,7 @@ func (st *stream) writeOff(ks *metrics.RecvSet, upTo uint64) {
 func (st *stream) advance() {
 	for {
 		if len(st.pending) > 0 && st.pending[0].seq == st.base {
-			st.mark(st.base, true)
+			st.mark(st.base, true, st.pending[0].how)
 			st.base++
 			n := copy(st.pending, st.pending[1:])
 			st.pending = st.pending[:n]
@@ -315,7 +465,7 @@ func (st *stream) advance() {
 			end = st.pending[0].seq
 		}
 		for s := max(st.base, end-min(end, histBits)); s < end; s++ {
-			st.mark(s, false)
+			st.mark(s, false, holdPush)
 		}
 		st.base = end
 	}
@@ -369,6 +519,22 @@ func (st *stream) addVoid(lo, hi uint64) {
 }
 
 func (st *stream) isPending(s uint64) bool {
+	i := st.find(s)
+	return i < len(st.pending) && st.pending[i].seq == s
+}
+
+// pendingHow returns how the pending s is held (holdPush if it is not
+// pending).
+func (st *stream) pendingHow(s uint64) holdKind {
+	i := st.find(s)
+	if i < len(st.pending) && st.pending[i].seq == s {
+		return st.pending[i].how
+	}
+	return holdPush
+}
+
+// find returns the index of the first pending seq at least s.
+func (st *stream) find(s uint64) int {
 	p := st.pending
 	// Binary search: pending is ascending.
 	lo, hi := 0, len(p)
@@ -380,28 +546,44 @@ func (st *stream) isPending(s uint64) bool {
 			hi = m
 		}
 	}
-	return lo < len(p) && p[lo].seq == s
+	return lo
 }
 
 // insert adds s to pending, keeping it ascending. Arrivals are nearly in
 // order, so the insertion point is almost always the end.
-func (st *stream) insert(s uint64, intended int64) {
+func (st *stream) insert(s uint64, intended int64, how holdKind) {
 	i := len(st.pending)
 	for i > 0 && st.pending[i-1].seq > s {
 		i--
 	}
 	st.pending = append(st.pending, pend{})
 	copy(st.pending[i+1:], st.pending[i:])
-	st.pending[i] = pend{seq: s, intended: intended}
+	st.pending[i] = pend{seq: s, intended: intended, how: how}
 }
 
-func (st *stream) mark(s uint64, received bool) {
-	w, b := (s%histBits)/64, s%64
-	if received {
-		st.hist[w] |= 1 << b
-	} else {
-		st.hist[w] &^= 1 << b
+func (st *stream) mark(s uint64, received bool, how holdKind) {
+	w, b := (s%histBits)/64, uint64(1)<<(s%64)
+	set := func(m *[histBits / 64]uint64, on bool) {
+		if on {
+			m[w] |= b
+		} else {
+			m[w] &^= b
+		}
 	}
+	set(&st.hist, received)
+	set(&st.fetched, received && how == holdFetched)
+	set(&st.excused, received && how == holdExcused)
+}
+
+// wasFetched reports whether s, within histBits below base, was held
+// without a push.
+func (st *stream) wasFetched(s uint64) bool {
+	return st.fetched[(s%histBits)/64]&(1<<(s%64)) != 0
+}
+
+// wasExcused reports whether s, within histBits below base, was not owed.
+func (st *stream) wasExcused(s uint64) bool {
+	return st.excused[(s%histBits)/64]&(1<<(s%64)) != 0
 }
 
 // received reports whether s, within histBits below base, was received.

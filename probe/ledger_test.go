@@ -18,8 +18,8 @@ const (
 
 // counts is what a ledger recorded for one kind, plus the ignored reasons.
 type counts struct {
-	delivered, late, lost, dup, reordered float64
-	ignored                               map[string]float64
+	delivered, late, lost, dup, reordered, recovered float64
+	ignored                                          map[string]float64
 }
 
 func readCounts(set *metrics.Set, kind int) counts {
@@ -30,6 +30,7 @@ func readCounts(set *metrics.Set, kind int) counts {
 		lost:      testutil.ToFloat64(k.Lost),
 		dup:       testutil.ToFloat64(k.Duplicate),
 		reordered: testutil.ToFloat64(k.Reordered),
+		recovered: testutil.ToFloat64(k.Recovered),
 		ignored:   map[string]float64{},
 	}
 	for r, ctr := range set.Ignored {
@@ -55,6 +56,8 @@ type arrival struct {
 	run            string
 	stream         string
 	raw            string // when set, the body verbatim
+	// fetched: returned by catch-up, not pushed.
+	fetched bool
 }
 
 func body(run, stream string, seq uint64, intended time.Time, vlo, vhi uint64) []byte {
@@ -199,6 +202,43 @@ func TestInbox(t *testing.T) {
 			sweepAt: time.Minute,
 			want:    counts{delivered: 400, ignored: map[string]float64{metrics.IgnoredTooOld: 1}},
 		},
+		{
+			// Catch-up fills the gap a dropped push left: recovered,
+			// neither delivered nor lost.
+			name: "gap recovered",
+			arrivals: []arrival{
+				{seq: 1, at: 0, lat: 10 * ms}, {seq: 3, at: 200 * ms, lat: 10 * ms},
+				{seq: 2, at: 100 * ms, lat: 500 * ms, fetched: true},
+			},
+			sweepAt: 10 * time.Second,
+			want:    counts{delivered: 2, recovered: 1},
+		},
+		{
+			// The overlap of a fetch with pushes is not a duplicate,
+			// whichever came first; two pushes of one message still
+			// are.
+			name: "catch-up overlap",
+			arrivals: []arrival{
+				{seq: 1, at: 0, lat: 10 * ms}, {seq: 1, at: 0, lat: 20 * ms, fetched: true},
+				{seq: 3, at: 200 * ms, lat: 10 * ms},
+				{seq: 2, at: 100 * ms, lat: 300 * ms, fetched: true}, {seq: 2, at: 100 * ms, lat: 400 * ms},
+				{seq: 3, at: 200 * ms, lat: 300 * ms, fetched: true},
+				{seq: 4, at: 300 * ms, lat: 10 * ms}, {seq: 4, at: 300 * ms, lat: 20 * ms},
+			},
+			sweepAt: 10 * time.Second,
+			want:    counts{delivered: 3, recovered: 1, dup: 1, ignored: map[string]float64{metrics.IgnoredCatchUp: 3}},
+		},
+		{
+			// What catch-up brings after lost_after has been counted
+			// lost already: eventual completeness ends there.
+			name: "recovered too late",
+			arrivals: []arrival{
+				{seq: 1, at: 0, lat: 10 * ms}, {seq: 3, at: 200 * ms, lat: 10 * ms},
+				{seq: 2, at: 100 * ms, lat: 5 * time.Second, fetched: true},
+			},
+			sweepAt: 4 * time.Second,
+			want:    counts{delivered: 2, lost: 1, ignored: map[string]float64{metrics.IgnoredAfterLost: 1}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,14 +264,19 @@ func TestInbox(t *testing.T) {
 				if a.raw != "" {
 					b = []byte(a.raw)
 				}
-				in.Receive(b, recv.UnixNano())
+				if a.fetched {
+					in.Recover(b, recv.UnixNano())
+				} else {
+					in.Receive(b, recv.UnixNano())
+				}
 			}
 			if !swept {
 				in.Sweep(start.Add(tt.sweepAt).UnixNano())
 			}
 			got := readCounts(set, tt.kind)
 			if got.delivered != tt.want.delivered || got.late != tt.want.late || got.lost != tt.want.lost ||
-				got.dup != tt.want.dup || got.reordered != tt.want.reordered || !sameMap(got.ignored, tt.want.ignored) {
+				got.dup != tt.want.dup || got.reordered != tt.want.reordered || got.recovered != tt.want.recovered ||
+				!sameMap(got.ignored, tt.want.ignored) {
 				t.Errorf("counts = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -437,4 +482,54 @@ func TestReceiveDoesNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("Receive allocates %v times per delivery, want 0", allocs)
 	}
+}
+
+// TestInboxOwnMessages: a user's own messages are owed to its other devices
+// only where the protocol mirrors them; the device that sent one holds it
+// already, so neither its echo nor its absence counts.
+func TestInboxOwnMessages(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	t.Run("not mirrored", func(t *testing.T) {
+		set := newTestSet(t)
+		in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+		in.self = []byte("alice")
+		in.Receive(body("run1", "d.bob", 1, start, 0, 0), start.Add(time.Millisecond).UnixNano())
+		in.Sweep(start.Add(time.Minute).UnixNano())
+		if got := readCounts(set, int(metrics.Direct)); got.delivered != 0 || got.ignored[metrics.IgnoredOwn] != 1 {
+			t.Errorf("counts = %+v, want the own message ignored as own", got)
+		}
+	})
+	t.Run("mirrored", func(t *testing.T) {
+		set := newTestSet(t)
+		in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+		in.self, in.ownOwed = []byte("alice"), true
+		key := "run1 alice d.bob"
+		// This device sent 2 and 4; the others' 1 and 3 come mirrored,
+		// and the server echoes 4 back to the device that sent it.
+		in.Sent(key, metrics.Direct, 2, start.Add(100*time.Millisecond).UnixNano(), 0, 0)
+		in.Receive(body("run1", "d.bob", 1, start, 0, 0), start.Add(150*time.Millisecond).UnixNano())
+		in.Receive(body("run1", "d.bob", 3, start.Add(200*time.Millisecond), 0, 0), start.Add(210*time.Millisecond).UnixNano())
+		in.Sent(key, metrics.Direct, 4, start.Add(300*time.Millisecond).UnixNano(), 0, 0)
+		in.Receive(body("run1", "d.bob", 4, start.Add(300*time.Millisecond), 0, 0), start.Add(310*time.Millisecond).UnixNano())
+		in.Sweep(start.Add(time.Minute).UnixNano())
+		got := readCounts(set, int(metrics.Direct))
+		if got.delivered != 2 || got.lost != 0 || got.dup != 0 || got.ignored[metrics.IgnoredOwn] != 1 {
+			t.Errorf("counts = %+v, want 2 delivered, nothing lost, the echo ignored as own", got)
+		}
+	})
+	t.Run("a sibling's failed send", func(t *testing.T) {
+		// Another device's send of 2 was never acked; this device sends
+		// 3 and 4, which carry the void, and never receives them.
+		set := newTestSet(t)
+		in := NewLedger(set, "run1", start, testDeadline, testLostAfter).NewInbox()
+		in.self, in.ownOwed = []byte("alice"), true
+		key := "run1 alice d.bob"
+		in.Receive(body("run1", "d.bob", 1, start, 0, 0), start.Add(10*time.Millisecond).UnixNano())
+		in.Sent(key, metrics.Direct, 3, start.Add(200*time.Millisecond).UnixNano(), 2, 2)
+		in.Sent(key, metrics.Direct, 4, start.Add(300*time.Millisecond).UnixNano(), 2, 2)
+		in.Sweep(start.Add(time.Minute).UnixNano())
+		if got := readCounts(set, int(metrics.Direct)); got.lost != 0 {
+			t.Errorf("counts = %+v, want nothing lost: 2 was void", got)
+		}
+	})
 }

@@ -12,8 +12,12 @@ const (
 	// Duplicate is a message the receiver already had.
 	Duplicate
 	// Ignored is anything not counted as a delivery: malformed, stale,
-	// after being written off, too old to judge.
+	// after being written off, too old to judge, an overlap of catch-up
+	// with the pushes.
 	Ignored
+	// Recovered is a message the device lacked and fetched by catch-up:
+	// not pushed, not lost.
+	Recovered
 )
 
 // Observer sees the individual events of one population, for the code that

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"golang.org/x/time/rate"
 )
@@ -37,6 +38,10 @@ type Connection struct {
 	// provisioning attempt: whether the target takes logins right now.
 	// Populations of one prober share it.
 	Reach *Reach
+	// CatchUp gives every device a Catchup, so that drivers whose
+	// servers keep history fetch what a device missed, and has the
+	// population ask each session to sync once per SyncEvery.
+	CatchUp bool
 }
 
 // Options configures a Population.
@@ -45,10 +50,21 @@ type Options struct {
 	Set    *metrics.Set
 	Logger *slog.Logger
 	// Prefix starts every user and group name.
-	Prefix      string
-	Users       int
-	Ramp        time.Duration
-	GroupSize   int
+	Prefix string
+	Users  int
+	// Devices is how many sessions each user keeps online, each with its
+	// own connection, churn and backoff; 0 is 1.
+	Devices   int
+	Ramp      time.Duration
+	GroupSize int
+	// Behaviours, if set, makes the population a mix of behaviour
+	// classes (see behaviour.go): each user sends at its class's rate and
+	// sizes instead of Rate and MessageSize, and leaves and rejoins its
+	// groups at its class's pace, which needs a Regrouper driver.
+	Behaviours []config.Behaviour
+	// Groups, if set, lays the groups out as a mix of sizes instead of
+	// GroupSize: see Population.groupLayout.
+	Groups      []config.GroupSpec
 	Rate        float64 // messages per second per user
 	Deadline    time.Duration
 	LostAfter   time.Duration
@@ -96,6 +112,11 @@ type Options struct {
 	// receiver what arrived, so Prometheus's sum over shards is the whole.
 	CrossPeer, CrossFrom string
 }
+
+// MaxDevices bounds Options.Devices: a person has a phone, a laptop, a
+// tablet and a browser tab or two, and each device is a connection of its
+// own.
+const MaxDevices = 16
 
 // SlowReaders configures a slow-reader drill. The slow readers are spread
 // evenly over the users; they receive but do not send, since their acks

@@ -54,6 +54,13 @@ type Population struct {
 	// ctx is Run's context: slow readers sleep on it, so that shutdown
 	// does not wait out a pause.
 	ctx context.Context
+	// mirror is set when the server delivers what a user sends to the
+	// user's other devices too, and the population owes it to them.
+	mirror bool
+	// classes is the behaviour mix, empty without one; churn is set when
+	// one of its classes leaves and rejoins groups.
+	classes []class
+	churn   bool
 	// slowLag is the largest delivery lag of a slow reader at the last
 	// sweep, for the drill report.
 	slowLag atomic.Int64
@@ -90,8 +97,10 @@ func NewPopulation(o Options) (*Population, error) {
 		return bad("no Driver")
 	case o.Users < 1:
 		return bad("Users %d, want at least 1", o.Users)
-	case o.GroupSize < 2:
+	case o.GroupSize < 2 && len(o.Groups) == 0:
 		return bad("GroupSize %d, want at least 2", o.GroupSize)
+	case o.Devices < 0 || o.Devices > MaxDevices:
+		return bad("Devices %d, want 1 to %d", o.Devices, MaxDevices)
 	case o.Deadline <= 0 || o.LostAfter < 2*o.Deadline:
 		return bad("Deadline %v, LostAfter %v: want a positive Deadline and LostAfter at least twice it", o.Deadline, o.LostAfter)
 	case o.Heartbeat <= 0 || o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
@@ -107,8 +116,16 @@ func NewPopulation(o Options) (*Population, error) {
 	case !(o.MaxConnectRate >= 0):
 		return bad("MaxConnectRate %v, want at least 0", o.MaxConnectRate)
 	}
+	for _, g := range o.Groups {
+		if g.Size < 2 || g.Count < 0 {
+			return bad("Groups %+v: want Size at least 2 and Count at least 0", g)
+		}
+	}
 	if o.LagThreshold == 0 {
 		o.LagThreshold = o.Deadline / 2
+	}
+	if o.Devices == 0 {
+		o.Devices = 1
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -130,29 +147,61 @@ func NewPopulation(o Options) (*Population, error) {
 		p.connects = NewConnectLimiter(o.MaxConnectRate)
 	}
 	p.paused.Store(o.StartPaused)
+	var err error
+	if p.classes, err = classesOf(o.Behaviours); err != nil {
+		return bad("%v", err)
+	}
+	for _, c := range p.classes {
+		p.churn = p.churn || c.churn > 0
+	}
+	if _, ok := o.Driver.(Regrouper); p.churn && !ok {
+		return bad("a behaviour class churns group membership, which this protocol's driver cannot change at run time")
+	}
 	p.layout()
 	return p, nil
 }
 
-// layout names the users, pairs them for direct chats and groups them.
+// layout names the users and their devices, pairs the users for direct
+// chats and groups them.
 func (p *Population) layout() {
 	o := p.opts
+	mirror := false
+	if m, ok := o.Driver.(Mirror); ok && o.Devices > 1 {
+		mirror = m.MirrorsOwn()
+	}
+	p.mirror = mirror
 	p.users = make([]*user, o.Users)
 	for i := range p.users {
 		name := fmt.Sprintf("%s-u%d", o.Prefix, o.Offset+i)
-		p.users[i] = &user{p: p, idx: i, name: name, nameB: []byte(name), inbox: p.ledger.NewInbox()}
-		p.users[i].inbox.user = i
+		u := &user{p: p, idx: i, name: name, nameB: []byte(name)}
 		// Half the users start with a group message: if all alternated
 		// in phase, group fan-out would come in bursts every other
 		// interval.
-		p.users[i].toggle = i%2 == 1
+		u.toggle = i%2 == 1
 		// Spread late users evenly: user i is late when the running
 		// count of late users steps up at i.
-		p.users[i].late = spread(i, o.LateFraction)
+		u.late = spread(i, o.LateFraction)
 		// Offset by half a user, so that a run with both late users and
 		// slow readers does not pick the same users for both.
-		p.users[i].slow = spread(i+len(p.users)/2, o.SlowReaders.Fraction)
-		p.users[i].inbox.cohort = metrics.CohortOf(p.users[i].slow)
+		u.slow = spread(i+o.Users/2, o.SlowReaders.Fraction)
+		u.class = -1
+		if o.Rate > 0 {
+			u.interval = int64(float64(time.Second) / o.Rate)
+		}
+		if len(o.Behaviours) > 0 {
+			u.class = classOf(i, o.Behaviours)
+			u.interval = p.classes[u.class].interval
+		}
+		for d := range o.Devices {
+			in := p.ledger.NewInbox()
+			in.user, in.cohort, in.self, in.ownOwed = i, metrics.CohortOf(u.slow), u.nameB, mirror
+			dev := &device{u: u, idx: d, inbox: in}
+			if o.CatchUp {
+				dev.catchup = NewCatchup(p.catchupGrace())
+			}
+			u.devices = append(u.devices, dev)
+		}
+		p.users[i] = u
 	}
 	n := o.Users
 	for i, u := range p.users {
@@ -162,56 +211,142 @@ func (p *Population) layout() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: metrics.Direct, fanout: 1, recipients: []int{peer}}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: metrics.Direct, recipients: []int{peer}}
 		}
 	}
-	// Groups of GroupSize in order; a last group of one joins the one
-	// before it, since a group of one delivers nothing.
-	for start, g := 0, 0; start < n; g++ {
-		end := min(start+o.GroupSize, n)
-		if n-end == 1 {
-			end = n
+	for _, members := range p.groupLayout() {
+		grp := Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, o.GroupOffset+len(p.groups))}
+		for _, m := range members {
+			grp.Members = append(grp.Members, p.users[m].name)
 		}
-		if end-start < 2 {
-			break
-		}
-		grp := Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, o.GroupOffset+g)}
-		for _, u := range p.users[start:end] {
-			grp.Members = append(grp.Members, u.name)
-		}
-		for _, u := range p.users[start:end] {
-			var others []int
-			for j := start; j < end; j++ {
-				if j != u.idx {
-					others = append(others, j)
+		gs := newGroupState(len(p.groups), members)
+		for pos, m := range members {
+			others := make([]int, 0, len(members)-1)
+			rpos := make([]int, 0, len(members)-1)
+			for j, r := range members {
+				if r != m {
+					others, rpos = append(others, r), append(rpos, j)
 				}
 			}
-			u.group = &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: metrics.Group,
-				fanout: len(grp.Members) - 1, recipients: others}
+			st := &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: metrics.Group, recipients: others,
+				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: pos, rpos: rpos}
+			p.users[m].groups = append(p.users[m].groups, st)
 		}
 		p.groups = append(p.groups, grp)
-		start = end
 	}
 	if o.CrossPeer != "" {
-		// No recipients here: the peer's own process receives it.
+		// No recipients here: the peer's own process receives it, on
+		// however many devices it has; each process has the same.
 		peer := o.CrossPeer
-		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: 1}
+		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: o.Devices}
 	}
+	p.ledger.fanouts = make(map[string]*fanout)
 	for _, u := range p.users {
-		for _, st := range []*sendStream{u.direct, u.group, u.cross} {
-			if st == nil {
-				continue
-			}
+		for _, st := range u.streams() {
 			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
-			for _, r := range st.recipients {
-				rcpt := p.users[r]
-				rcpt.incoming = append(rcpt.incoming, link{st: st})
-				if rcpt.slow {
+			if st.fan != nil {
+				p.ledger.fanouts[st.key] = st.fan
+			}
+			owe := func(dev *device, pos int) {
+				dev.incoming = append(dev.incoming, link{st: st, pos: pos})
+				st.fanout++
+				if dev.u.slow {
 					st.slowFanout++
 				}
 			}
+			for i, r := range st.recipients {
+				pos := -1
+				if st.rpos != nil {
+					pos = st.rpos[i]
+				}
+				for _, dev := range p.users[r].devices {
+					owe(dev, pos)
+				}
+			}
+			if mirror && st != u.cross {
+				pos := -1
+				if st.grp != nil {
+					pos = st.pos
+				}
+				// Every device of the sender may send, so every
+				// one receives the stream; each message is owed to
+				// all but the one that sent it.
+				for _, dev := range u.devices {
+					dev.incoming = append(dev.incoming, link{st: st, pos: pos})
+				}
+				st.fanout += len(u.devices) - 1
+				st.mirrored = len(u.devices) - 1
+			}
 		}
 	}
+}
+
+// streams returns the user's send streams.
+func (u *user) streams() []*sendStream {
+	out := make([]*sendStream, 0, 2+len(u.groups))
+	if u.direct != nil {
+		out = append(out, u.direct)
+	}
+	out = append(out, u.groups...)
+	if u.cross != nil {
+		out = append(out, u.cross)
+	}
+	return out
+}
+
+// groupLayout returns the members of each group, as user indices: groups
+// of GroupSize in order, or the mix of Options.Groups. A mix places each
+// group on the users after the last group's, wrapping around, so that
+// with more places than users each user is in several groups and every
+// user in about as many.
+func (p *Population) groupLayout() [][]int {
+	o := p.opts
+	n := o.Users
+	var out [][]int
+	if len(o.Groups) == 0 {
+		// A last group of one joins the one before it, since a group
+		// of one delivers nothing.
+		for start := 0; start < n; {
+			end := min(start+o.GroupSize, n)
+			if n-end == 1 {
+				end = n
+			}
+			if end-start < 2 {
+				break
+			}
+			g := make([]int, 0, end-start)
+			for i := start; i < end; i++ {
+				g = append(g, i)
+			}
+			out = append(out, g)
+			start = end
+		}
+		return out
+	}
+	next := 0
+	for _, spec := range o.Groups {
+		size := min(spec.Size, n)
+		if size < 2 {
+			continue
+		}
+		for range spec.Count {
+			g := make([]int, size)
+			for k := range g {
+				g[k] = (next + k) % n
+			}
+			next = (next + size) % n
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// catchupGrace is how long a device lets a gap in a conversation stand
+// before it fetches it: a quarter of the deadline, at most a second, so
+// that a push held back by reordering still arrives as a push, and a
+// fetch still comes well within the deadline.
+func (p *Population) catchupGrace() time.Duration {
+	return min(p.opts.Deadline/4, time.Second)
 }
 
 // spread reports whether user i is one of a fraction f of the users,
@@ -242,6 +377,9 @@ func (p *Population) Plan() Plan {
 
 // Users returns the number of users.
 func (p *Population) Users() int { return len(p.users) }
+
+// Devices returns the number of devices of each user.
+func (p *Population) Devices() int { return p.opts.Devices }
 
 // Late reports whether user i logs in late.
 func (p *Population) Late(i int) bool { return p.users[i].late }
@@ -340,7 +478,7 @@ func (p *Population) Run(ctx context.Context) error {
 	o := p.opts
 	p.ctx = ctx
 	if !o.Block {
-		o.Set.Wanted.Set(float64(o.Users))
+		o.Set.Wanted.Set(float64(o.Users * o.Devices))
 	}
 	if err := p.provision(ctx); err != nil {
 		return err
@@ -355,19 +493,27 @@ func (p *Population) Run(ctx context.Context) error {
 		p.holdUntil.Store(start.Add(p.Ramp() + o.LateAfter + readyGrace).UnixNano())
 	}
 	for _, u := range p.users {
-		// Exits when ctx ends, after closing its session.
-		wg.Go(func() { p.runUser(ctx, u, start) })
+		for _, dev := range u.devices {
+			// Exits when ctx ends, after closing its session.
+			wg.Go(func() { p.runDevice(ctx, dev, start) })
+		}
 	}
-	if o.Rate > 0 {
+	if p.sends() {
 		shards := runtime.GOMAXPROCS(0)
 		for s := range shards {
 			// Exits when ctx ends.
 			wg.Go(func() { p.sender(ctx, s, shards, start) })
 		}
 	}
-	// Both exit when ctx ends.
-	wg.Go(func() { p.heartbeat(ctx) })
+	// Each exits when ctx ends.
+	wg.Go(func() { p.every(ctx, p.opts.Heartbeat, Session.Ping) })
 	wg.Go(func() { p.sweeper(ctx) })
+	if o.CatchUp {
+		wg.Go(func() { p.every(ctx, p.SyncEvery(), syncSession) })
+	}
+	if p.churn {
+		wg.Go(func() { p.regroup(ctx) })
+	}
 	wg.Wait()
 	if !o.Block {
 		o.Set.Ready.Set(0)
@@ -392,13 +538,18 @@ func (p *Population) Ramp() time.Duration {
 // meant to be all online.
 const maxRamp = 365 * 24 * time.Hour
 
-// heartbeat pings every online session once per Heartbeat, spread evenly
-// over the interval so that pings do not arrive at the server in a burst.
-func (p *Population) heartbeat(ctx context.Context) {
-	tick := min(p.opts.Heartbeat/10, time.Second)
-	// Rounded up, so that every session is pinged at least once per
-	// Heartbeat.
-	perTick := max(1, int((int64(len(p.users))*int64(tick)+int64(p.opts.Heartbeat)-1)/int64(p.opts.Heartbeat)))
+// every calls do on every online session once per period, spread evenly
+// over it so that the requests do not arrive at the server in a burst:
+// the heartbeat's pings, catch-up's syncs.
+func (p *Population) every(ctx context.Context, period time.Duration, do func(Session) error) {
+	var devs []*device
+	for _, u := range p.users {
+		devs = append(devs, u.devices...)
+	}
+	tick := min(period/10, time.Second)
+	// Rounded up, so that every session is served at least once per
+	// period.
+	perTick := max(1, int((int64(len(devs))*int64(tick)+int64(period)-1)/int64(period)))
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	next := 0
@@ -408,19 +559,32 @@ func (p *Population) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for range min(perTick, len(p.users)) {
-			u := p.users[next]
-			next = (next + 1) % len(p.users)
-			u.mu.Lock()
-			sess := u.sess
-			u.mu.Unlock()
+		for range min(perTick, len(devs)) {
+			dev := devs[next]
+			next = (next + 1) % len(devs)
+			dev.u.mu.Lock()
+			sess := dev.sess
+			dev.u.mu.Unlock()
 			if sess != nil {
-				// A failed ping surfaces in Serve, which classifies it.
-				_ = sess.Ping()
+				// A failure surfaces in Serve, which classifies it.
+				_ = do(sess)
 			}
 		}
 	}
 }
+
+// syncSession asks sess's server what its device missed, if its protocol can.
+func syncSession(sess Session) error {
+	if s, ok := sess.(Syncer); ok {
+		return s.Sync()
+	}
+	return nil
+}
+
+// SyncEvery is how often each online session asks its server what it
+// missed: four times per lost_after, so that a gap no later push reveals
+// is found and fetched before it would be counted lost.
+func (p *Population) SyncEvery() time.Duration { return p.opts.LostAfter / 4 }
 
 // Sleep waits for d or until ctx ends, and reports whether ctx is still
 // live.
@@ -436,4 +600,14 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// sends reports whether any user sends.
+func (p *Population) sends() bool {
+	for _, u := range p.users {
+		if u.interval > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -7,10 +7,12 @@ import (
 )
 
 // What a session reads: acks and rejections of the user's own messages,
-// and deliveries, which go to the user's inbox in the ledger.
+// and deliveries, which go to the device's inbox in the ledger. A device is
+// its sessions' Handler.
 
 // OnAck implements Handler.
-func (u *user) OnAck(ref uint64, _ Ack) {
+func (dev *device) OnAck(ref uint64, _ Ack) {
+	u := dev.u
 	now := time.Now().UnixNano()
 	u.mu.Lock()
 	f, ok := u.take(ref)
@@ -25,7 +27,11 @@ func (u *user) OnAck(ref uint64, _ Ack) {
 		return
 	}
 	u.p.opts.Set.Kind[f.st.kind].AckLatency.Observe(float64(now-f.sentAt) / 1e9)
-	u.p.ledger.Owe(f.st.kind, f.st.fanout-f.st.slowFanout, f.st.slowFanout)
+	normal, slow := f.st.fanout-f.st.slowFanout, f.st.slowFanout
+	if f.st.grp != nil {
+		normal, slow = u.p.oweGroup(f.st, f.seq, f.intended, now)
+	}
+	u.p.ledger.Owe(f.st.kind, normal, slow)
 	if obs := u.p.opts.Observer; obs != nil {
 		obs.Ack(ref, f.st.kind == metrics.Group, time.Duration(now-f.sentAt))
 	}
@@ -39,7 +45,8 @@ func (u *user) unacked(ref uint64, reason, code string) {
 }
 
 // OnReject implements Handler.
-func (u *user) OnReject(ref uint64, reason string) {
+func (dev *device) OnReject(ref uint64, reason string) {
+	u := dev.u
 	u.mu.Lock()
 	f, ok := u.take(ref)
 	if ok {
@@ -56,15 +63,19 @@ func (u *user) OnReject(ref uint64, reason string) {
 // OnDelivery implements Handler. Latency is measured to when the frame was
 // read off the socket when the adapter says so; the time from there to the
 // ledger is the prober's own receive lag, recorded apart.
-func (u *user) OnDelivery(d *Delivery) {
+func (dev *device) OnDelivery(d *Delivery) {
 	at := d.At
 	if at == 0 {
 		at = time.Now().UnixNano()
 	}
-	u.inbox.Receive(d.Body, at)
-	p := u.p
-	if u.slow {
-		u.readSlowly()
+	if d.Recovered {
+		dev.inbox.Recover(d.Body, at)
+	} else {
+		dev.inbox.Receive(d.Body, at)
+	}
+	p := dev.u.p
+	if dev.u.slow {
+		dev.readSlowly()
 		return
 	}
 	if h := p.opts.Health; h != nil && d.At != 0 {
@@ -74,16 +85,17 @@ func (u *user) OnDelivery(d *Delivery) {
 
 // readSlowly holds a slow reader's read loop: the frames behind this one
 // wait in the socket buffers, and then on the server.
-func (u *user) readSlowly() {
-	sr := u.p.opts.SlowReaders
-	if sr.Pause > 0 && u.nextPause >= 0 && time.Now().UnixNano() >= u.nextPause {
-		u.nextPause = -1
+func (dev *device) readSlowly() {
+	p := dev.u.p
+	sr := p.opts.SlowReaders
+	if sr.Pause > 0 && dev.nextPause >= 0 && time.Now().UnixNano() >= dev.nextPause {
+		dev.nextPause = -1
 		if sr.PauseEvery > 0 {
-			u.nextPause = time.Now().Add(sr.Pause + sr.PauseEvery).UnixNano()
+			dev.nextPause = time.Now().Add(sr.Pause + sr.PauseEvery).UnixNano()
 		}
-		Sleep(u.p.ctx, sr.Pause)
+		Sleep(p.ctx, sr.Pause)
 	}
 	if sr.ReadDelay > 0 {
-		Sleep(u.p.ctx, sr.ReadDelay)
+		Sleep(p.ctx, sr.ReadDelay)
 	}
 }

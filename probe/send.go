@@ -33,16 +33,15 @@ func (h *userHeap) Pop() any {
 // does, and each message carries its intended time.
 func (p *Population) sender(ctx context.Context, shard, shards int, start time.Time) {
 	o := p.opts
-	interval := int64(float64(time.Second) / o.Rate)
 	var h userHeap
 	for i := shard; i < len(p.users); i += shards {
 		u := p.users[i]
-		if (u.direct == nil && u.group == nil) || u.slow {
+		if (u.direct == nil && len(u.groups) == 0) || u.slow || u.interval == 0 {
 			continue
 		}
 		// First send: after the user's ramp slot, at a random phase, so
 		// that users do not send in lockstep.
-		u.next = start.UnixNano() + int64(o.Ramp)*int64(u.idx)/int64(o.Users) + rand.Int64N(interval) + 1
+		u.next = start.UnixNano() + int64(o.Ramp)*int64(u.idx)/int64(o.Users) + rand.Int64N(u.interval) + 1
 		h = append(h, u)
 	}
 	heap.Init(&h)
@@ -70,20 +69,34 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 			}
 			buf = p.send(u, u.next, buf)
 		}
-		u.next += interval
+		u.next += u.interval
 		heap.Fix(&h, 0)
 	}
 }
 
 // send writes one message of u with the given intended time, alternating
-// direct and group. buf is scratch space, returned for reuse.
+// direct and group, and taking the user's groups in turn. buf is scratch
+// space, returned for reuse.
 func (p *Population) send(u *user, intended int64, buf []byte) []byte {
 	u.mu.Lock()
 	st := u.direct
-	if u.group != nil && (u.toggle || st == nil) {
-		st = u.group
+	if len(u.groups) > 0 && (u.toggle || st == nil) {
+		// Not to a group the user has left: the server would refuse
+		// it, and rightly.
+		for range len(u.groups) {
+			g := u.groups[u.groupTurn%len(u.groups)]
+			u.groupTurn++
+			if g.inGroup() {
+				st = g
+				break
+			}
+		}
 	}
 	u.toggle = !u.toggle
+	if st == nil {
+		u.mu.Unlock()
+		return buf
+	}
 	buf, _, _ = p.sendOn(u, st, intended, buf)
 	return buf
 }
@@ -111,7 +124,10 @@ func (p *Population) SendNow(i int, group bool) (Sent, error) {
 	u := p.users[i]
 	st := u.direct
 	if group {
-		st = u.group
+		st = nil
+		if len(u.groups) > 0 {
+			st = u.groups[0]
+		}
 	}
 	if st == nil {
 		return Sent{}, fmt.Errorf("user %s has no %s peer", u.name, map[bool]string{false: "direct", true: "group"}[group])
@@ -128,12 +144,13 @@ func (p *Population) SendNow(i int, group bool) (Sent, error) {
 // reuse.
 func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte) ([]byte, Sent, error) {
 	set := p.opts.Set
-	sess := u.sess
-	if sess == nil {
+	dev := u.sender()
+	if dev == nil {
 		u.mu.Unlock()
 		set.SendErrors[metrics.SendOffline].Inc()
 		return buf, Sent{}, errOffline
 	}
+	sess := dev.sess
 	st.seq++
 	h := Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended}
 	h.VoidLo, h.VoidHi = st.takeVoid()
@@ -145,11 +162,20 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 		set.SendErrors[metrics.SendAckTimeout].Inc()
 		u.unacked(old.ref, metrics.SendAckTimeout, "")
 	}
-	u.inflight = append(u.inflight, flight{ref: ref, st: st, seq: st.seq, sentAt: time.Now().UnixNano()})
+	u.inflight = append(u.inflight, flight{ref: ref, st: st, dev: dev, seq: st.seq, sentAt: time.Now().UnixNano(), intended: intended})
 	u.mu.Unlock()
+	if p.mirror {
+		// Before the write: the other devices' copies may come back
+		// before Send returns, and this device must not see its own
+		// send as a gap.
+		dev.inbox.Sent(st.key, st.kind, h.Seq, intended, h.VoidLo, h.VoidHi)
+	}
+	if st.fan != nil {
+		st.fan.start(h.Seq, intended, p.onlineDevices(st))
+	}
 
 	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == metrics.Group, Fanout: st.fanout, Recipients: st.recipients}
-	buf = AppendBody(buf[:0], &h, p.opts.MessageSize)
+	buf = AppendBody(buf[:0], &h, p.bodySize(u))
 	m := Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
 	if err := sess.Send(&m); err != nil {
 		u.mu.Lock()
@@ -163,4 +189,39 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 	}
 	set.Kind[st.kind].Sent.Inc()
 	return buf, sent, nil
+}
+
+// sender returns the device the user's next message goes out on: the
+// user's online devices take turns, as a person picks up one or another,
+// so that each device's inbox sees the others' messages mirrored. nil if
+// none is online. Called with u.mu held.
+func (u *user) sender() *device {
+	n := len(u.devices)
+	for k := range n {
+		dev := u.devices[(u.devTurn+k)%n]
+		if dev.sess != nil {
+			u.devTurn += k + 1
+			return dev
+		}
+	}
+	return nil
+}
+
+// onlineDevices counts the online devices of the members st delivers to:
+// a group message's fan-out ends when the last of them has it. A few atomic
+// loads per device and nothing allocated, so that a message to a large
+// group costs the sender time linear in its members and no garbage.
+func (p *Population) onlineDevices(st *sendStream) int {
+	n := 0
+	for k, i := range st.recipients {
+		if p.churn && !st.grp.present[st.rpos[k]].Load() {
+			continue
+		}
+		for _, dev := range p.users[i].devices {
+			if dev.online.Load() {
+				n++
+			}
+		}
+	}
+	return n
 }

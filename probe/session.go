@@ -67,11 +67,13 @@ func (p *Population) backoff(attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(c)) + 1)
 }
 
-func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
+func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time) {
 	o := p.opts
+	u := dev.u
 	var at time.Time
-	if o.Users > 1 && o.Ramp > 0 {
-		at = start.Add(time.Duration(int64(o.Ramp) * int64(u.idx) / int64(o.Users)))
+	if all := o.Users * o.Devices; all > 1 && o.Ramp > 0 {
+		slot := u.idx*o.Devices + dev.idx
+		at = start.Add(time.Duration(int64(o.Ramp) * int64(slot) / int64(all)))
 	}
 	if u.late && start.Add(o.LateAfter).After(at) {
 		at = start.Add(o.LateAfter)
@@ -86,7 +88,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			return
 		}
 		t0 := time.Now()
-		sess, err := p.connect(ctx, u)
+		sess, err := p.connect(ctx, dev)
 		if obs != nil && ctx.Err() == nil {
 			obs.Login(u.idx, time.Since(t0), err)
 		}
@@ -95,7 +97,7 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 				return
 			}
 			reason := p.failed(err)
-			p.log.Debug("connect failed", "user", u.name, "reason", reason, "err", err)
+			p.log.Debug("connect failed", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
 			if !Sleep(ctx, p.backoff(attempt)) {
 				return
 			}
@@ -105,18 +107,20 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		o.Reach.Succeeded()
 		began := time.Now()
 		u.mu.Lock()
-		u.sess = sess
-		u.sessStart = time.Now().UnixNano()
+		dev.sess = sess
+		dev.sessStart = began.UnixNano()
 		u.mu.Unlock()
-		u.nextPause = 0
+		dev.inbox.onlineSince.Store(began.UnixNano())
+		dev.online.Store(true)
+		dev.nextPause = 0
 		u.everOnline.Store(true)
 		o.Set.Online.Inc()
-		if p.addOnline(1) == int64(o.Users) && !p.ready.Swap(true) {
+		if p.addOnline(1) == int64(o.Users*o.Devices) && !p.ready.Swap(true) {
 			if !o.Block {
 				o.Set.Ready.Set(1)
 			}
 			close(p.readyC)
-			p.log.Info("population online", "users", o.Users, "took", time.Since(start).Round(time.Millisecond))
+			p.log.Info("population online", "users", o.Users, "devices", o.Devices, "took", time.Since(start).Round(time.Millisecond))
 		}
 		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
 		var churned atomic.Bool
@@ -125,12 +129,14 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 			life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
 			lifetime = time.AfterFunc(life, func() { churned.Store(true); _ = sess.Close() })
 		}
-		err = sess.Serve(u)
+		err = sess.Serve(dev)
 		if lifetime != nil {
 			lifetime.Stop()
 		}
 		stop()
 		_ = sess.Close()
+		dev.online.Store(false)
+		dev.inbox.onlineSince.Store(0)
 		o.Set.Online.Dec()
 		p.addOnline(-1)
 		reason := ReasonOf(err)
@@ -141,11 +147,11 @@ func (p *Population) runUser(ctx context.Context, u *user, start time.Time) {
 		if obs != nil {
 			obs.Disconnect(u.idx, reason, err)
 		}
-		u.endSession()
+		dev.endSession()
 		if ctx.Err() != nil {
 			return
 		}
-		p.log.Debug("session ended", "user", u.name, "reason", reason, "err", err)
+		p.log.Debug("session ended", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
 		// A session that held for a while earns a fresh backoff; one the
 		// server kills at once keeps backing off, so a flapping server
 		// is not stormed.
@@ -167,16 +173,17 @@ func (p *Population) failed(err error) string {
 	return reason
 }
 
-// connect runs the driver's Connect on one of the population's dialers (see
-// dialers).
-func (p *Population) connect(ctx context.Context, u *user) (Session, error) {
-	// Slow readers dial as a slow link; a user keeps its source address
+// connect runs the driver's Connect for dev on one of the population's
+// dialers (see dialers).
+func (p *Population) connect(ctx context.Context, dev *device) (Session, error) {
+	u := dev.u
+	// Slow readers dial as a slow link; a device keeps its source address
 	// across reconnects.
-	link := Link{Slow: u.slow}
+	d := Device{Index: dev.idx, Link: Link{Slow: u.slow}, Catchup: dev.catchup}
 	if a := p.opts.SourceAddrs; len(a) > 0 {
-		link.Source = a[u.idx%len(a)]
+		d.Link.Source = a[(u.idx*p.opts.Devices+dev.idx)%len(a)]
 	}
-	return p.dialers.do(ctx, func() (Session, error) { return p.opts.Driver.Connect(ctx, u.name, link) })
+	return p.dialers.do(ctx, func() (Session, error) { return p.opts.Driver.Connect(ctx, u.name, d) })
 }
 
 // awaitConnect takes the token of one connect attempt, waiting as long as
@@ -215,19 +222,26 @@ func (p *Population) noteHeldBack(d time.Duration, waiting int64) {
 		"max_connect_rate", p.opts.MaxConnectRate, "waited", d.Round(time.Millisecond), "waiting", waiting)
 }
 
-// endSession writes off every message of the ended session that the server
-// never acknowledged.
-func (u *user) endSession() {
+// endSession writes off every message of the device's ended session that
+// the server never acknowledged.
+func (dev *device) endSession() {
+	u := dev.u
 	set := u.p.opts.Set
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.sess = nil
+	dev.sess = nil
+	n := 0
 	for _, f := range u.inflight {
+		if f.dev != dev {
+			u.inflight[n] = f
+			n++
+			continue
+		}
 		f.st.addVoid(f.seq)
 		u.unacked(f.ref, metrics.SendDisconnected, "")
 	}
-	if n := len(u.inflight); n > 0 {
-		set.SendErrors[metrics.SendDisconnected].Add(float64(n))
+	if lost := len(u.inflight) - n; lost > 0 {
+		set.SendErrors[metrics.SendDisconnected].Add(float64(lost))
 	}
-	u.inflight = u.inflight[:0]
+	u.inflight = u.inflight[:n]
 }

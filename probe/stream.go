@@ -11,56 +11,96 @@ import (
 // and the seqs written but never acknowledged (voids), which the next
 // messages carry so that receivers do not count them lost.
 
-// user is one simulated user: its session (when online), its two send
-// streams and its inbox.
+// user is one simulated user: its devices, its send streams and what it
+// has in flight.
 type user struct {
 	p     *Population
 	idx   int
 	name  string
 	nameB []byte
-	inbox *Inbox
+	// devices are the user's sessions' owners, population.devices of
+	// them, each logged in on its own.
+	devices []*device
 	// late users log in only LateAfter after the start.
 	late bool
-	// everOnline is set at the user's first login.
+	// everOnline is set at the user's first login on any device.
 	everOnline atomic.Bool
 	// slow users read deliberately slowly (a drill) and do not send.
 	slow bool
-	// nextPause (Unix ns) is when a slow reader next pauses; 0 is at its
-	// next delivery. Owned by the read loop.
-	nextPause int64
-	// incoming are the streams that deliver to this user, with the state
-	// of its lag on each; touched only by the sweep.
-	incoming []link
-	// sessStart (Unix ns) is when the current session logged in; guarded
-	// by mu.
-	sessStart int64
+	// class is the user's behaviour class, -1 without a mix; interval is
+	// the time between its sends (ns), 0 for a user who does not send.
+	class    int
+	interval int64
+	// outOf is the group stream of the group the user has left, nil
+	// while it is in all of its groups; owned by the regroup loop.
+	outOf *sendStream
 
-	// mu guards the fields below: the sender, the read loop (acks) and the
-	// sweeper (ack timeouts) all touch them.
+	// mu guards the fields below and each device's sess and sessStart:
+	// the sender, the read loops (acks) and the sweeper (ack timeouts)
+	// all touch them.
 	mu       sync.Mutex
-	sess     Session
 	direct   *sendStream
-	group    *sendStream
+	groups   []*sendStream
 	cross    *sendStream // to Options.CrossPeer, user 0 only
 	inflight []flight
 	toggle   bool
+	// groupTurn picks the group of the next group message; devTurn the
+	// device that sends the next message.
+	groupTurn, devTurn int
 
 	// next is the intended time of the next send, owned by the sender.
 	next int64
 }
 
+// device is one of a user's devices: a session when online, its inbox in
+// the ledger and its place in its conversations (catch-up), which outlive
+// the sessions.
+type device struct {
+	u     *user
+	idx   int // among the user's devices
+	inbox *Inbox
+	// catchup is nil when catch-up is off.
+	catchup *Catchup
+	// online is set while the device has a session, for the sender's
+	// count of the member devices a group message is owed to at once.
+	online atomic.Bool
+	// nextPause (Unix ns) is when a slow reader next pauses; 0 is at its
+	// next delivery. Owned by the read loop.
+	nextPause int64
+	// incoming are the streams that deliver to this device, with the
+	// state of its lag on each; touched only by the sweep.
+	incoming []link
+	// sess and sessStart (Unix ns, when the session logged in) are
+	// guarded by u.mu.
+	sess      Session
+	sessStart int64
+}
+
 // sendStream is one of a user's outgoing sequences. Its fields are guarded
 // by the sending user's mu.
 type sendStream struct {
-	name   []byte // "d.PEER" or "g.GROUP"
-	nameS  string // name, for Sent without an allocation per send
-	to     string
-	group  string
-	kind   metrics.Kind
+	name  []byte // "d.PEER" or "g.GROUP"
+	nameS string // name, for Sent without an allocation per send
+	to    string
+	group string
+	kind  metrics.Kind
+	// fanout is how many devices the server owes each message to: every
+	// device of every recipient, and the sender's other devices where
+	// the protocol mirrors a user's messages to them.
 	fanout int
-	// slowFanout is how many of the recipients are slow readers: their
+	// slowFanout is how many of those devices are slow readers': their
 	// expected deliveries are counted in the slow_reader cohort.
 	slowFanout int
+	// fan times the fan-out of a group stream's messages; nil for direct
+	// streams.
+	fan *fanout
+	// mirrored is how much of fanout is the sender's own other devices.
+	mirrored int
+	// grp is the group's membership, pos the sender's place in it and
+	// rpos each recipient's; nil for direct streams.
+	grp  *groupState
+	pos  int
+	rpos []int
 	// key is the inbox key of the stream ("RUN SENDER NAME"), from the
 	// index of its sender.
 	key  string
@@ -70,7 +110,8 @@ type sendStream struct {
 	// recipient's lag is timed from the ack of the first message it misses.
 	acked uint64
 	acks  [ackRing]ackStamp
-	// recipients are the indices of the users this stream delivers to.
+	// recipients are the indices of the users this stream delivers to,
+	// the sender not among them.
 	recipients []int
 	seq        uint64
 	// voids are the spans of seqs written but never acknowledged, sorted
@@ -79,12 +120,15 @@ type sendStream struct {
 	voidTurn int
 }
 
-// flight is a message written and not yet acknowledged.
+// flight is a message written and not yet acknowledged, by the device
+// that wrote it.
 type flight struct {
-	ref    uint64
-	st     *sendStream
-	seq    uint64
-	sentAt int64
+	ref      uint64
+	st       *sendStream
+	dev      *device
+	seq      uint64
+	sentAt   int64
+	intended int64
 }
 
 // ackRing is how many recent acks a stream remembers the time of. A
@@ -97,10 +141,13 @@ type ackStamp struct {
 	at  int64
 }
 
-// link is a recipient's view of one stream that delivers to it: waitSeq is
+// link is a receiving device's view of one stream that delivers to it: waitSeq is
 // the first seq it is waiting for (0: none) and since when (Unix ns).
 type link struct {
-	st      *sendStream
+	st *sendStream
+	// pos is the receiving user's place in the stream's group, -1 for a
+	// direct stream.
+	pos     int
 	waitSeq uint64
 	since   int64
 }

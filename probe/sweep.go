@@ -51,19 +51,23 @@ func (p *Population) Sweep(now time.Time) {
 			n++
 		}
 		u.inflight = u.inflight[:n]
-		online := u.sess != nil
-		sessStart := u.sessStart
 		u.mu.Unlock()
-		u.inbox.Sweep(ns)
-		lag, stalled := p.lag(u, online, sessStart, ns)
-		switch {
-		case !online:
-		case u.slow:
-			slowLag = max(slowLag, lag)
-		default:
-			set.DeliveryLag.Observe(float64(lag))
-			if stalled {
-				lagging++
+		for _, dev := range u.devices {
+			u.mu.Lock()
+			online := dev.sess != nil
+			sessStart := dev.sessStart
+			u.mu.Unlock()
+			dev.inbox.Sweep(ns)
+			lag, stalled := p.lag(dev, online, sessStart, ns)
+			switch {
+			case !online:
+			case u.slow:
+				slowLag = max(slowLag, lag)
+			default:
+				set.DeliveryLag.Observe(float64(lag))
+				if stalled {
+					lagging++
+				}
 			}
 		}
 	}
@@ -72,33 +76,40 @@ func (p *Population) Sweep(now time.Time) {
 	p.slowLag.Store(slowLag)
 }
 
-// lag returns how many messages the server acknowledged to u's streams that
-// u has not received, and whether one of them has waited, with nothing
+// lag returns how many messages the server acknowledged to dev's streams
+// that dev has not received, and whether one of them has waited, with nothing
 // later of its stream received, longer than the lag threshold while u was
 // online: a session the server has silently stopped serving. A message
 // lost on the way is not lag once a later one of its stream arrives; the
 // ledger counts it as lost.
-func (p *Population) lag(u *user, online bool, sessStart, now int64) (lag int64, stalled bool) {
+func (p *Population) lag(dev *device, online bool, sessStart, now int64) (lag int64, stalled bool) {
 	if !online {
-		for i := range u.incoming {
-			u.incoming[i].waitSeq = 0
+		for i := range dev.incoming {
+			dev.incoming[i].waitSeq = 0
 		}
 		return 0, false
 	}
 	seen := p.lagScratch[:0]
-	u.inbox.mu.Lock()
-	for _, l := range u.incoming {
+	dev.inbox.mu.Lock()
+	for _, l := range dev.incoming {
 		var m uint64
-		if st := u.inbox.streams[l.st.key]; st != nil {
+		if st := dev.inbox.streams[l.st.key]; st != nil {
 			m = st.maxSeen
 		}
 		seen = append(seen, m)
 	}
-	u.inbox.mu.Unlock()
+	dev.inbox.mu.Unlock()
 	p.lagScratch = seen
 	threshold := int64(p.opts.LagThreshold)
-	for i := range u.incoming {
-		l := &u.incoming[i]
+	deadline := int64(p.opts.Deadline)
+	for i := range dev.incoming {
+		l := &dev.incoming[i]
+		if p.churn && l.pos >= 0 && !l.st.grp.settled(l.pos, now, deadline) {
+			// Out of the group, or changing: nothing of it is owed
+			// now.
+			l.waitSeq = 0
+			continue
+		}
 		sender := p.users[l.st.from]
 		sender.mu.Lock()
 		acked := l.st.acked

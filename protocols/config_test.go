@@ -82,7 +82,7 @@ func TestExampleIsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lists are in the file but, being file-only, not in Keys().
-	want := slices.Sorted(slices.Values(append(ld.Keys(), "soak.profiles", "target.headers")))
+	want := slices.Sorted(slices.Values(append(ld.Keys(), "population.behaviours", "soak.profiles", "target.headers")))
 	if got := k.Keys(); !slices.Equal(got, want) {
 		t.Errorf("keys of %s = %v, want %v", example, got, want)
 	}

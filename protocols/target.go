@@ -400,6 +400,7 @@ func (t *Target) Connection(h probe.Health, reach *probe.Reach) probe.Connection
 		BackoffMin: p.Backoff.Initial, BackoffMax: p.Backoff.Max,
 		SourceAddrs: t.Sources, MaxConnectRate: p.MaxConnectRate,
 		Health: h, Reach: reach,
+		CatchUp: t.Config.Target.CatchUp != config.CatchUpOff,
 	}
 }
 

@@ -405,9 +405,9 @@ func renderDrillRows(r *Soak) []renderKV {
 		{"slow readers", fmt.Sprintf("%s of %s users (%s), who never send", renderCount(int64(d.SlowReaders)),
 			renderCount(int64(users)), renderPercent(d.Fraction))},
 		{"reading", d.Reading()},
-		{"deliveries", fmt.Sprintf("%s expected, %s delivered, %s lost, %s undelivered (%s loss), %s late",
-			renderCount(dl.Expected), renderCount(dl.Delivered), renderCount(dl.Lost), renderCount(dl.Undelivered),
-			renderPercent(dl.LossRatio), renderCount(dl.Late))},
+		{"deliveries", fmt.Sprintf("%s expected, %s delivered, %s%s lost, %s undelivered (%s loss), %s late",
+			renderCount(dl.Expected), renderCount(dl.Delivered), renderIf(r.CatchUp != "", renderCount(dl.Recovered)+" recovered, "),
+			renderCount(dl.Lost), renderCount(dl.Undelivered), renderPercent(dl.LossRatio), renderCount(dl.Late))},
 		{"latency", renderPercentiles(d.Latency)},
 		{"normal users' p99", renderLatency(d.NormalP99)},
 		{"disconnects", renderCountsTotal(d.Disconnects)},
@@ -465,4 +465,32 @@ func renderSaturationPeriods(r *Soak) [][]string {
 			renderOr(strings.Join(p.Causes, ", "), "-")})
 	}
 	return rows
+}
+
+// renderDeliveryHeader and renderDeliveryRow are the deliveries table of
+// the text and HTML reports: the counts, then the two completeness
+// figures side by side, real-time (pushed within the deadline) and
+// eventual (pushed or recovered by catch-up at all), and the loss ratio.
+// A report of a release before catch-up (no CatchUp) has neither, and
+// keeps the table it was written with.
+//
+// first names the first column: "deliveries" in the text report, "kind"
+// in the HTML one.
+func renderDeliveryHeader(r *Soak, first string) []string {
+	if r.CatchUp == "" {
+		return []string{first, "expected", "delivered", "lost", "undelivered", "late", "duplicate", "reordered", "loss"}
+	}
+	return []string{first, "expected", "delivered", "recovered", "lost", "undelivered", "late",
+		"duplicate", "reordered", "real-time", "eventual", "loss"}
+}
+
+func renderDeliveryRow(r *Soak, kind string, d Deliveries) []string {
+	if r.CatchUp == "" {
+		return []string{kind, renderCount(d.Expected), renderCount(d.Delivered), renderCount(d.Lost),
+			renderCount(d.Undelivered), renderCount(d.Late), renderCount(d.Duplicate), renderCount(d.Reordered),
+			renderPercent(d.LossRatio)}
+	}
+	return []string{kind, renderCount(d.Expected), renderCount(d.Delivered), renderCount(d.Recovered), renderCount(d.Lost),
+		renderCount(d.Undelivered), renderCount(d.Late), renderCount(d.Duplicate), renderCount(d.Reordered),
+		renderPercent(d.Realtime()), renderPercent(d.Eventual()), renderPercent(d.LossRatio)}
 }

@@ -45,6 +45,7 @@ type renderPageData struct {
 	Settings              []renderKV
 	Cards                 []renderCard
 	Thresholds            []renderThresholdRow
+	DeliveryHeader        []string
 	Deliveries            [][]string
 	Latency               [][]string
 	Rejected, Disconnects []renderKV
@@ -156,6 +157,15 @@ func renderNewPage(r *Soak) renderPageData {
 		{"rate", renderRate(pr.Rate) + " msg/s per user"},
 		{"deadline", renderLatency(pr.Deadline)},
 	}
+	if pr.Groups != "" {
+		p.Settings = append(p.Settings, renderKV{"group layout", pr.Groups})
+	}
+	if pr.Devices > 1 {
+		p.Settings = append(p.Settings, renderKV{"devices per user", renderCount(int64(pr.Devices))})
+	}
+	if r.CatchUp != "" {
+		p.Settings = append(p.Settings, renderKV{"catch-up", r.CatchUp})
+	}
 	if pr.LateLogins > 0 {
 		p.Settings = append(p.Settings, renderKV{"late logins", renderPercent(pr.LateLogins) + " after " + renderSpan(pr.LateAfter)})
 	}
@@ -185,13 +195,8 @@ func renderNewPage(r *Soak) renderPageData {
 				{"rejected", renderCount(renderTotal(m.Rejected))},
 			}},
 		{Title: "Deliveries", Big: renderPercent(all.LossRatio), Sub: "lost of " + renderCount(all.Expected) + " expected",
-			Bad: all.Lost+all.Undelivered > 0,
-			Rows: []renderKV{
-				{"delivered", renderCount(all.Delivered)},
-				{"lost + undelivered", renderCount(all.Lost + all.Undelivered)},
-				{"late", renderCount(all.Late) + " (" + renderPercent(all.LateRatio) + ")"},
-				{"duplicate", renderCount(all.Duplicate)},
-			}},
+			Bad:  all.Lost+all.Undelivered > 0,
+			Rows: deliveryCard(r, all)},
 		{Title: "Disconnects", Big: renderCount(disconnects), Sub: "our own shutdown excluded" + renderIf(r.Drill != nil, ", slow readers apart"),
 			Bad:  disconnects > 0,
 			Rows: renderKVs(r.Disconnects)},
@@ -205,11 +210,9 @@ func renderNewPage(r *Soak) renderPageData {
 		}
 		p.Thresholds = append(p.Thresholds, row)
 	}
+	p.DeliveryHeader = renderDeliveryHeader(r, "kind")
 	for _, k := range renderKeyOrder(r.Deliveries, renderDeliveryKinds...) {
-		d := r.Deliveries[k]
-		p.Deliveries = append(p.Deliveries, []string{k, renderCount(d.Expected), renderCount(d.Delivered),
-			renderCount(d.Lost), renderCount(d.Undelivered), renderCount(d.Late), renderCount(d.Duplicate),
-			renderCount(d.Reordered), renderPercent(d.LossRatio)})
+		p.Deliveries = append(p.Deliveries, renderDeliveryRow(r, k, r.Deliveries[k]))
 	}
 	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
 		l := r.Latency[k]
@@ -429,7 +432,7 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 <section aria-labelledby="h-deliveries">
 <h2 id="h-deliveries">Deliveries</h2>
 {{if .Deliveries}}<table>
-<thead><tr><th>kind</th><th>expected</th><th>delivered</th><th>lost</th><th>undelivered</th><th>late</th><th>duplicate</th><th>reordered</th><th>loss</th></tr></thead>
+<thead><tr>{{range .DeliveryHeader}}<th>{{.}}</th>{{end}}</tr></thead>
 <tbody>
 {{range .Deliveries}}<tr>{{range $i, $c := .}}{{if eq $i 0}}<td class="name">{{$c}}</td>{{else}}<td>{{$c}}</td>{{end}}{{end}}</tr>
 {{end}}</tbody>
@@ -476,3 +479,23 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 </body>
 </html>
 `
+
+// deliveryCard is the rows of the summary's deliveries card: with
+// catch-up, real-time and eventual completeness and the recovered count
+// first; a report of a release before catch-up keeps the rows it had.
+func deliveryCard(r *Soak, all Deliveries) []renderKV {
+	rows := []renderKV{
+		{"delivered", renderCount(all.Delivered)},
+		{"lost + undelivered", renderCount(all.Lost + all.Undelivered)},
+		{"late", renderCount(all.Late) + " (" + renderPercent(all.LateRatio) + ")"},
+		{"duplicate", renderCount(all.Duplicate)},
+	}
+	if r.CatchUp == "" {
+		return rows
+	}
+	return append([]renderKV{
+		{"real-time completeness", renderPercent(all.Realtime())},
+		{"eventual completeness", renderPercent(all.Eventual())},
+		{"recovered by catch-up (" + r.CatchUp + ")", renderCount(all.Recovered)},
+	}, rows...)
+}

@@ -67,12 +67,9 @@ func WriteText(w io.Writer, r *Soak) error {
 	})
 	tw.printf("\n")
 
-	rows := [][]string{{"deliveries", "expected", "delivered", "lost", "undelivered", "late", "duplicate", "reordered", "loss"}}
+	rows := [][]string{renderDeliveryHeader(r, "deliveries")}
 	for _, k := range renderKeyOrder(r.Deliveries, renderDeliveryKinds...) {
-		d := r.Deliveries[k]
-		rows = append(rows, []string{k, renderCount(d.Expected), renderCount(d.Delivered), renderCount(d.Lost),
-			renderCount(d.Undelivered), renderCount(d.Late), renderCount(d.Duplicate), renderCount(d.Reordered),
-			renderPercent(d.LossRatio)})
+		rows = append(rows, renderDeliveryRow(r, k, r.Deliveries[k]))
 	}
 	if len(rows) == 1 {
 		tw.printf("deliveries  none\n")

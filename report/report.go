@@ -36,6 +36,12 @@ type Soak struct {
 	// PhaseSend, PhaseDrain).
 	Phases []Phase `json:"phases"`
 
+	// CatchUp is target.catch_up during the run, "on" or "off": on, a
+	// device fetched what it missed and Deliveries count it recovered.
+	// Reports of releases before catch-up have none, and render as they
+	// did.
+	CatchUp string `json:"catch_up,omitempty"`
+
 	Users    Users    `json:"users"`
 	Messages Messages `json:"messages"`
 	// Deliveries by kind: "direct", "group" and "all", to normal users
@@ -71,14 +77,19 @@ type Soak struct {
 
 // Profile is the soak profile a run used, as configured.
 type Profile struct {
-	Name      string        `json:"name"`
-	Users     int           `json:"users"`
-	GroupSize int           `json:"group_size"`
-	Rate      float64       `json:"rate"` // messages per second per user
-	Ramp      time.Duration `json:"ramp_ns"`
-	Duration  time.Duration `json:"duration_ns"`
-	Drain     time.Duration `json:"drain_ns"`
-	Deadline  time.Duration `json:"deadline_ns"`
+	Name      string `json:"name"`
+	Users     int    `json:"users"`
+	GroupSize int    `json:"group_size"`
+	// Groups is the group layout (COUNTxSIZE entries) when the profile
+	// had one; Devices is the sessions per user, 0 in reports of
+	// releases before devices (one each).
+	Groups   string        `json:"groups,omitempty"`
+	Devices  int           `json:"devices,omitempty"`
+	Rate     float64       `json:"rate"` // messages per second per user
+	Ramp     time.Duration `json:"ramp_ns"`
+	Duration time.Duration `json:"duration_ns"`
+	Drain    time.Duration `json:"drain_ns"`
+	Deadline time.Duration `json:"deadline_ns"`
 	// LateLogins is the fraction of users who log in only after LateAfter,
 	// so messages sent to them meanwhile test offline delivery.
 	LateLogins float64       `json:"late_logins"`
@@ -90,12 +101,15 @@ type Profile struct {
 
 // Thresholds are the limits a run must stay within to pass.
 type Thresholds struct {
-	MaxLoss        float64       `json:"max_loss"` // ratio of expected deliveries
-	MaxLate        float64       `json:"max_late"` // ratio of deliveries
-	P99Ack         time.Duration `json:"p99_ack_ns"`
-	P99Delivery    time.Duration `json:"p99_delivery_ns"`
-	MinOnlineRatio float64       `json:"min_online_ratio"`
-	MaxDisconnects int64         `json:"max_disconnects"`
+	MaxLoss float64 `json:"max_loss"` // ratio of expected deliveries
+	MaxLate float64 `json:"max_late"` // ratio of deliveries
+	// MinRealtimeCompleteness bounds Deliveries.Realtime; 0 does not
+	// judge it.
+	MinRealtimeCompleteness float64       `json:"min_realtime_completeness"`
+	P99Ack                  time.Duration `json:"p99_ack_ns"`
+	P99Delivery             time.Duration `json:"p99_delivery_ns"`
+	MinOnlineRatio          float64       `json:"min_online_ratio"`
+	MaxDisconnects          int64         `json:"max_disconnects"`
 }
 
 // Phase is the start of one phase of the run.
@@ -142,12 +156,19 @@ type Messages struct {
 	Rejected map[string]int64 `json:"rejected"`
 }
 
-// Deliveries counts deliveries of one kind. Lost is what the ledger wrote
-// off during the run; Undelivered is what was still missing when the drain
-// ended. The verdict's loss ratio counts both.
+// Deliveries counts deliveries of one kind. Delivered counts pushes, on
+// time or late; Recovered what a device fetched by catch-up instead. Lost
+// is what the ledger wrote off during the run; Undelivered is what was
+// still missing when the drain ended. The verdict's loss ratio counts both.
+//
+// Two completeness figures follow, side by side: real-time (pushed within
+// the deadline: Delivered - Late, per Expected) and eventual (pushed or
+// recovered at all: 1 - LossRatio). A server that drops pushes but keeps
+// its store misses the first only; one that loses data misses both.
 type Deliveries struct {
 	Expected    int64   `json:"expected"`
 	Delivered   int64   `json:"delivered"`
+	Recovered   int64   `json:"recovered"`
 	Lost        int64   `json:"lost"`
 	Undelivered int64   `json:"undelivered"`
 	Late        int64   `json:"late"`
@@ -155,7 +176,16 @@ type Deliveries struct {
 	Reordered   int64   `json:"reordered"`
 	LossRatio   float64 `json:"loss_ratio"` // (Lost + Undelivered) / Expected
 	LateRatio   float64 `json:"late_ratio"` // Late / Delivered
+	// RealtimeMissRatio is what was not pushed within the deadline (late,
+	// recovered, lost or undelivered) per Expected.
+	RealtimeMissRatio float64 `json:"realtime_miss_ratio"`
 }
+
+// Realtime returns the real-time completeness, 1 - RealtimeMissRatio.
+func (d Deliveries) Realtime() float64 { return 1 - d.RealtimeMissRatio }
+
+// Eventual returns the eventual completeness, 1 - LossRatio.
+func (d Deliveries) Eventual() float64 { return 1 - d.LossRatio }
 
 // Percentiles of one latency, in nanoseconds in JSON. Count is the number
 // of observations; the others are zero when it is.
@@ -297,10 +327,17 @@ type Check struct {
 	Kind     string `json:"kind"`
 	Pass     bool   `json:"pass"`
 	Expected int    `json:"expected"`
-	// Delivered counts deliveries within the deadline.
+	// Delivered counts deliveries pushed within the deadline: the
+	// round's real-time completeness is Delivered / Expected.
 	Delivered int `json:"delivered"`
+	// Recovered counts deliveries a recipient fetched by catch-up
+	// instead, within the deadline: complete eventually, but a failed
+	// round, since nothing was pushed. (Delivered + Recovered) / Expected
+	// is the round's eventual completeness.
+	Recovered int `json:"recovered,omitempty"`
 	// Reasons the check failed: "session_down", "no_ack",
-	// "not_delivered", "late", "duplicated"; empty when it passed.
+	// "not_delivered", "late", "duplicated", "recovered"; empty when it
+	// passed.
 	Reasons []string `json:"reasons,omitempty"`
 	// MaxLatency is the slowest delivery of the round.
 	MaxLatency time.Duration `json:"max_latency_ns"`

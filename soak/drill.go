@@ -30,7 +30,7 @@ func drillOf(p config.Profile, slow int, d counts, obs *observer, maxLag int64, 
 		CloseCodes:     map[string]int64{},
 	}
 	for _, k := range d.slow {
-		k.Undelivered = max(0, k.Expected-k.Delivered-k.Lost)
+		k.Undelivered = max(0, k.Expected-k.Delivered-k.Recovered-k.Lost)
 		addTo(&dr.Deliveries, k)
 	}
 	setRatios(&dr.Deliveries)

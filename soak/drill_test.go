@@ -66,11 +66,11 @@ func (d splitDriver) Provision(ctx context.Context, plan probe.Plan) error {
 	return d.slow.Provision(ctx, plan)
 }
 
-func (d splitDriver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
+func (d splitDriver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
 	if d.isSlow[user] {
-		return d.slow.Connect(ctx, user, link)
+		return d.slow.Connect(ctx, user, dev)
 	}
-	return d.normal.Connect(ctx, user, link)
+	return d.normal.Connect(ctx, user, dev)
 }
 
 // slowUsers returns the names of the users a runner with the test prefix

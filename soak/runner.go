@@ -142,6 +142,9 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		Users:        p.Users,
 		Ramp:         p.Ramp,
 		GroupSize:    p.GroupSize,
+		Groups:       p.GroupLayout(),
+		Behaviours:   p.Behaviours,
+		Devices:      p.Devices,
 		Rate:         p.Rate,
 		Deadline:     p.Deadline,
 		LostAfter:    p.LostAfter,
@@ -180,6 +183,10 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		ID: report.NewRunID(start), Kind: "soak", Target: o.Target, Start: start,
 		Profile: profileOf(p),
 		Users:   report.Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
+		CatchUp: config.CatchUpOff,
+	}
+	if o.Connection.CatchUp {
+		rep.CatchUp = config.CatchUpOn
 	}
 	before := snapshot(set)
 	log := o.Logger.With("profile", p.Name, "run", rep.ID)
@@ -287,7 +294,7 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 	var all report.Deliveries
 	for i, k := range metrics.Kinds {
 		dk := d.kind[i].Deliveries
-		dk.Undelivered = max(0, dk.Expected-dk.Delivered-dk.Lost)
+		dk.Undelivered = max(0, dk.Expected-dk.Delivered-dk.Recovered-dk.Lost)
 		setRatios(&dk)
 		rep.Deliveries[k] = dk
 		addTo(&all, dk)
@@ -339,6 +346,12 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 	rep.Thresholds = []report.Threshold{
 		ratioRow("max_loss", t.MaxLoss, all.LossRatio, all.LossRatio <= t.MaxLoss),
 		ratioRow("max_late", t.MaxLate, all.LateRatio, all.LateRatio <= t.MaxLate),
+	}
+	if t.MinRealtimeCompleteness > 0 {
+		rt := all.Realtime()
+		rep.Thresholds = append(rep.Thresholds, ratioRow("min_realtime_completeness", t.MinRealtimeCompleteness, rt, rt >= t.MinRealtimeCompleteness))
+	}
+	rep.Thresholds = append(rep.Thresholds, []report.Threshold{
 		durationRow("p99_ack", t.P99Ack, rep.Latency["ack"].P99),
 		durationRow("p99_delivery", t.P99Delivery, allDeliv.P99),
 		ratioRow("min_online_ratio", t.MinOnlineRatio, rep.Users.MinOnlineRatio, rep.Users.MinOnlineRatio >= t.MinOnlineRatio),
@@ -348,7 +361,7 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 			LimitValue: float64(p.Users), ActualValue: float64(rep.Users.LoggedIn), Pass: rep.Users.LoggedIn == p.Users},
 		{Name: "deliveries", Limit: "≥ 1", Actual: fmt.Sprint(all.Delivered),
 			LimitValue: 1, ActualValue: float64(all.Delivered), Pass: all.Delivered >= 1},
-	}
+	}...)
 	if slow > 0 {
 		rep.Drill = drillOf(p, slow, d, obs, s.slowLag(), allDeliv.P99)
 	}
@@ -378,7 +391,7 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 	}
 	rep.Notes = append(rep.Notes,
 		"Latency is measured from each message's intended send time (open loop), so a sender that fell behind shows as latency.",
-		"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages.",
+		"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages (one per recipient device); eventual completeness is its complement. Real-time completeness counts only what was pushed within the deadline: a message a device fetched by catch-up (recovered) is complete eventually but not in real time.",
 		"Percentiles come from HDR histograms with 3 significant digits; min_online_ratio is the lowest sampled ratio of normal users online to normal users due online during the send phase.",
 	)
 	switch {
@@ -404,10 +417,10 @@ func pct(v float64) string { return fmt.Sprintf("%.4g%%", 100*v) }
 func profileOf(p config.Profile) report.Profile {
 	t := p.Thresholds
 	return report.Profile{
-		Name: p.Name, Users: p.Users, GroupSize: p.GroupSize, Rate: p.Rate, Ramp: p.Ramp,
+		Name: p.Name, Users: p.Users, GroupSize: p.GroupSize, Groups: p.Groups, Devices: p.Devices, Rate: p.Rate, Ramp: p.Ramp,
 		Duration: p.Duration, Drain: p.Drain, Deadline: p.Deadline,
 		LateLogins: p.LateLogins, LateAfter: p.LateAfter,
-		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
+		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, MinRealtimeCompleteness: t.MinRealtimeCompleteness, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
 			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects},
 	}
 }
@@ -420,12 +433,17 @@ func setRatios(d *report.Deliveries) {
 	if d.Delivered > 0 {
 		d.LateRatio = float64(d.Late) / float64(d.Delivered)
 	}
+	if d.Expected > 0 {
+		onTime := max(0, d.Delivered-d.Late)
+		d.RealtimeMissRatio = max(0, float64(d.Expected-onTime)/float64(d.Expected))
+	}
 }
 
 // addTo adds o's counts to d's; ratios are left for setRatios.
 func addTo(d *report.Deliveries, o report.Deliveries) {
 	d.Expected += o.Expected
 	d.Delivered += o.Delivered
+	d.Recovered += o.Recovered
 	d.Lost += o.Lost
 	d.Undelivered += o.Undelivered
 	d.Late += o.Late
@@ -469,6 +487,7 @@ func cohortCounts(k metrics.RecvSet) report.Deliveries {
 	return report.Deliveries{
 		Expected:  int64(metrics.Value(k.Expected)),
 		Delivered: int64(metrics.Value(k.Delivered)),
+		Recovered: int64(metrics.Value(k.Recovered)),
 		Lost:      int64(metrics.Value(k.Lost)),
 		Late:      int64(metrics.Value(k.Late)),
 		Duplicate: int64(metrics.Value(k.Duplicate)),
@@ -495,6 +514,7 @@ func minus(d, b report.Deliveries) report.Deliveries {
 	return report.Deliveries{
 		Expected:  d.Expected - b.Expected,
 		Delivered: d.Delivered - b.Delivered,
+		Recovered: d.Recovered - b.Recovered,
 		Lost:      d.Lost - b.Lost,
 		Late:      d.Late - b.Late,
 		Duplicate: d.Duplicate - b.Duplicate,

@@ -7,8 +7,15 @@
 // Groups are channels of the group namespace (chat:GROUP); direct messages
 // go over user-limited channels of the direct namespace (dm:#alice,bob,
 // the two users sorted), which only the users named after the '#' may
-// subscribe to. Centrifugo delivers a publication to every subscriber, the
-// publisher included: a session skips its own.
+// subscribe to. Centrifugo delivers a publication to every subscribed
+// connection, the publisher's own included: a session skips what its
+// device published (info.client names the connection), and delivers what
+// the user's other devices did (MirrorsOwn).
+//
+// With catch-up (probe.Device.Catchup), a device resubscribes with
+// recovery from the offset and epoch it reached, fetches a gap in a
+// channel's offsets with the history command, and asks each channel's top
+// on Sync: see catchup.go.
 package centrifugo
 
 import (
@@ -30,7 +37,10 @@ import (
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
-var _ probe.Driver = (*Driver)(nil)
+var (
+	_ probe.Driver = (*Driver)(nil)
+	_ probe.Mirror = (*Driver)(nil)
+)
 
 // Options configures the driver.
 type Options struct {
@@ -63,14 +73,10 @@ type Options struct {
 	// reading must not block the sender, which serves other users too,
 	// for longer.
 	WriteTimeout time.Duration
-	// Recover asks Centrifugo, when a user subscribes again after a
-	// disconnect, for the publications it missed meanwhile (the
-	// namespaces need history and allow_recovery). They arrive with
-	// their original intended send time, so the ledger counts them late
-	// rather than lost.
-	Recover bool
 	// MaxFrame bounds one received frame. Default 4 MiB: a subscribe
-	// reply recovers up to 300 publications in one frame.
+	// reply recovers up to 300 publications in one frame
+	// (client.recovery_max_publication_limit), a history reply
+	// historyPage.
 	MaxFrame int64
 	// Logger receives debug logs of the server's own gaps; nil discards.
 	Logger *slog.Logger
@@ -92,29 +98,47 @@ type Driver struct {
 	chans probe.Memberships[string]
 
 	mu sync.Mutex
-	// state maps a user to the stream positions its sessions reached. It
-	// outlives sessions, so that a reconnect can tell, from the offsets,
-	// what the server published while the user was away.
-	state map[string]*userState
+	// state maps a device to what its sessions saw. It outlives sessions,
+	// so that a reconnect can tell, from the offsets, what the server
+	// published while the device was away. Per device, not per user: a
+	// user's devices are connections of their own, each with its own
+	// place in every channel.
+	state map[devKey]*devState
 
 	gaps, missed, recovered atomic.Uint64
 }
 
-// userState is one user's position in each of its channels.
-type userState struct {
-	mu  sync.Mutex
-	pos map[string]*position
+// devKey names one device of one user.
+type devKey struct {
+	user  string
+	index int
 }
 
-// position is the last offset a user's session saw in a channel, within
+// devState is what one device's sessions leave the next: its position in
+// each channel, and the client ids its latest sessions had.
+type devState struct {
+	mu  sync.Mutex
+	pos map[string]*position
+	// clients are the ids Centrifugo gave the device's last sessions,
+	// the newest last: a publication whose info.client is one of them
+	// is the device's own, echoed (live, or recovered after a
+	// reconnect), and the ledger is owed it nowhere on this device.
+	clients []string
+}
+
+// maxClients bounds devState.clients: a recovery or a history page reaches
+// back a few sessions at most, and an own publication older than that is
+// only counted ignored by the ledger.
+const maxClients = 8
+
+// position is the last offset a device's session saw in a channel, within
 // the channel's epoch. known is false until a subscription told the epoch.
+// It feeds ServerStats only; what the device holds, for catch-up, is its
+// probe.Catchup's.
 type position struct {
 	offset uint64
 	epoch  string
 	known  bool
-	// recovered is the highest offset a recovery delivered: the live
-	// stream may bring those again, and they are not new deliveries.
-	recovered uint64
 }
 
 // closeGrace is how long Close waits for the server's close reply.
@@ -166,7 +190,7 @@ func New(o Options) (*Driver, error) {
 			CloseGrace: closeGrace,
 		}),
 		groupPrefix: []byte(o.GroupNamespace + ":"),
-		state:       map[string]*userState{},
+		state:       map[devKey]*devState{},
 	}, nil
 }
 
@@ -183,8 +207,8 @@ type ServerStats struct {
 	// whose epoch held. A session's own publications are included: the
 	// offsets number every publication of a channel.
 	Missed uint64
-	// Recovered counts publications received through recovery on a
-	// resubscribe.
+	// Recovered counts publications received through catch-up: the
+	// recovery of a resubscribe, and history fetches.
 	Recovered uint64
 }
 
@@ -254,19 +278,28 @@ func (d *Driver) Provision(_ context.Context, plan probe.Plan) error {
 	return nil
 }
 
-// Connect implements probe.Driver: it logs user in and subscribes to the
-// user's channels, and returns once every subscription is confirmed, so
-// that a user counted online receives what is sent to it.
-func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
+// MirrorsOwn implements probe.Mirror: every connection subscribed to a
+// channel gets each of its publications, so what one device of a user
+// publishes reaches the user's other devices too.
+func (d *Driver) MirrorsOwn() bool { return true }
+
+// Connect implements probe.Driver: it logs user in as device dev and
+// subscribes to the user's channels, and returns once every subscription
+// is confirmed, so that a device counted online receives what is sent to
+// it. Devices of one user connect independently, at the same time if they
+// like: Centrifugo holds any number of connections per user (but for
+// client.user_connection_limit, see closeReason).
+func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
 	chans := d.chans.Of(user)
+	k := devKey{user, dev.Index}
 	d.mu.Lock()
-	st := d.state[user]
+	st := d.state[k]
 	if st == nil {
-		st = &userState{pos: map[string]*position{}}
-		d.state[user] = st
+		st = &devState{pos: map[string]*position{}}
+		d.state[k] = st
 	}
 	d.mu.Unlock()
-	s, err := d.connect(ctx, user, chans, st, link)
+	s, err := d.connect(ctx, user, chans, st, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -288,9 +321,12 @@ func (d *Driver) token(user string) (string, error) {
 	return s, nil
 }
 
-func (d *Driver) connect(ctx context.Context, user string, chans []string, st *userState, link probe.Link) (*session, error) {
-	s := &session{d: d, user: user, userB: []byte(user), st: st}
-	_, err := wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
+func (d *Driver) connect(ctx context.Context, user string, chans []string, st *devState, dev probe.Device) (*session, error) {
+	s := &session{d: d, user: user, userB: []byte(user), st: st, cu: dev.Catchup, chans: chans}
+	if s.cu != nil {
+		s.marks = make(map[string]streamMark, len(chans))
+	}
+	_, err := wsconn.Open(ctx, d.conn, dev.Link, user, func(c *wsconn.Conn) error {
 		s.conn = c
 		return s.handshake(chans)
 	})

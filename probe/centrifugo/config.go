@@ -18,9 +18,8 @@ type Config struct {
 	DirectNamespace string `koanf:"direct_namespace"`
 	// TokenTTL is the lifetime of the connection JWTs imcanary signs.
 	TokenTTL time.Duration `koanf:"token_ttl"`
-	// Recover asks the server, on resubscribe, for what was published while
-	// a session was away; recovered messages count as late, not lost.
-	Recover bool `koanf:"recover"`
+	// Recovery on resubscribe and history fetches are target.catch_up's,
+	// as for every protocol whose server keeps history.
 }
 
 // DefaultConfig is the section's default.
@@ -40,7 +39,6 @@ var Adapter = probe.Adapter{
 			"group_namespace":  "channel namespace of group chats",
 			"direct_namespace": "namespace of user-limited direct channels",
 			"token_ttl":        "lifetime of the connection tokens imcanary signs",
-			"recover":          "recover missed publications on resubscribe (counted late)",
 		},
 		Validate: func(section any) []*config.ValidationError {
 			c := section.(Config)
@@ -64,7 +62,7 @@ var Adapter = probe.Adapter{
 		c := t.Section.(Config)
 		return New(Options{
 			URL: t.URL, Header: t.Header, Secret: t.Secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,
-			TokenTTL: c.TokenTTL, Heartbeat: t.Heartbeat, Recover: c.Recover,
+			TokenTTL: c.TokenTTL, Heartbeat: t.Heartbeat,
 		})
 	},
 }

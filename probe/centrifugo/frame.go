@@ -25,6 +25,7 @@ const (
 	resSubscribe
 	resPublish
 	resRefresh
+	resHistory
 )
 
 // Kinds of push.
@@ -59,13 +60,17 @@ type msg struct {
 	reason []byte
 }
 
-// result is the union of the connect, subscribe and refresh results.
+// result is the union of the connect, subscribe, refresh and history
+// results.
 type result struct {
+	// client is the connection's id (connect): Centrifugo names the
+	// publisher's connection in every publication's info.client.
+	client                                          []byte
 	epoch                                           []byte
 	offset, ping, ttl                               uint64
 	pong, expires, recoverable, recovered, wasRecov bool
 	// pubsLo and pubsHi delimit the raw publications array of a
-	// subscribe result in the frame; parsePubs reads it.
+	// subscribe or history result in the frame; parsePubs reads it.
 	pubsLo, pubsHi int
 }
 
@@ -74,6 +79,7 @@ type pub struct {
 	// body is data.b, the probe body; nil if data has no string "b".
 	body   []byte
 	user   []byte // info.user, the publisher
+	client []byte // info.client, the publisher's connection
 	epoch  []byte
 	offset uint64
 }
@@ -116,6 +122,8 @@ func (p *parser) message(m *msg) error {
 			err = p.result(m, resPublish)
 		case "refresh":
 			err = p.result(m, resRefresh)
+		case "history":
+			err = p.result(m, resHistory)
 		default:
 			err = p.Skip(0)
 		}
@@ -224,7 +232,7 @@ func (p *parser) pubObject(pb *pub) error {
 				err = p.data(pb)
 			}
 		case "info":
-			pb.user = nil
+			pb.user, pb.client = nil, nil
 			if !p.Null() {
 				err = p.info(pb)
 			}
@@ -279,9 +287,12 @@ func (p *parser) info(pb *pub) error {
 		if err != nil || !ok {
 			return err
 		}
-		if string(key) == "user" {
+		switch string(key) {
+		case "user":
 			pb.user, err = p.Str()
-		} else {
+		case "client":
+			pb.client, err = p.Str()
+		default:
 			err = p.Skip(0)
 		}
 		if err != nil {
@@ -290,8 +301,8 @@ func (p *parser) info(pb *pub) error {
 	}
 }
 
-// result reads a connect, subscribe, publish or refresh result: the fields
-// of all of them that imcanary uses share one struct.
+// result reads a connect, subscribe, publish, refresh or history result:
+// the fields of all of them that imcanary uses share one struct.
 func (p *parser) result(m *msg, kind int) error {
 	m.result, m.res = resNone, result{}
 	if p.Null() {
@@ -308,6 +319,8 @@ func (p *parser) result(m *msg, kind int) error {
 			return err
 		}
 		switch string(key) {
+		case "client":
+			r.client, err = p.Str()
 		case "epoch":
 			r.epoch, err = p.Str()
 		case "offset":
@@ -347,7 +360,8 @@ func (p *parser) result(m *msg, kind int) error {
 }
 
 // parsePubs calls fn for each publication of a raw publications array, as
-// a subscribe result recovers them. It stops at fn's first error.
+// a subscribe result recovers them and a history result returns them. It
+// stops at fn's first error.
 func parsePubs(b []byte, fn func(*pub) error) error {
 	p := parser{jsonscan.Scanner{B: b}}
 	p.WS()

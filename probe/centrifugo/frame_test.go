@@ -371,7 +371,7 @@ func TestHandleFrameAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &userState{pos: map[string]*position{"chat:imcanary-g3": {epoch: "EP", known: true}}}
+	st := &devState{pos: map[string]*position{"chat:imcanary-g3": {epoch: "EP", known: true}}}
 	s := &session{d: d, user: "imcanary-u1", userB: []byte("imcanary-u1"), st: st, acks: map[uint32]uint64{}}
 	var h countHandler
 	var got atomic.Int64

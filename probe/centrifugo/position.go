@@ -3,18 +3,19 @@ package centrifugo
 import (
 	"bytes"
 	"fmt"
+	"time"
 
 	"github.com/imcanary/imcanary/probe"
 )
 
-// A user's positions in its channels: the offsets and epochs Centrifugo
-// numbers publications with, checked as the server's own sequence, and the
-// recovery of what a session missed while it was away.
+// A device's positions in its channels: the offsets and epochs Centrifugo
+// numbers publications with, checked as the server's own sequence
+// (ServerStats), and the publications a resubscribe recovered.
 
 // subscribed takes the position a subscribe reply gives for ch, counting
-// what the server published that this user's earlier sessions never saw,
-// and delivers the publications it recovered (to h, or, during the
-// handshake, to Serve later).
+// what the server published that this device's earlier sessions never saw,
+// places the device in ch for catch-up, and delivers the publications it
+// recovered (to h, or, during the handshake, to Serve later).
 func (s *session) subscribed(ch string, r *result, pubs []byte, h probe.Handler) error {
 	st := s.st
 	st.mu.Lock()
@@ -54,18 +55,11 @@ func (s *session) subscribed(ch string, r *result, pubs []byte, h probe.Handler)
 			// until deliverRecovered has handed the recovered ones
 			// over: if the handshake fails, or the session ends
 			// before Serve gets to them, the next subscription
-			// recovers them again instead of asking from past them,
-			// which would lose them with no count anywhere.
+			// counts them again.
 		}
 		pos.known = true
 	} else {
 		pos.known = false
-	}
-	// The epoch whose position deliverRecovered moves; none without
-	// positioning.
-	epoch := ""
-	if pos.known {
-		epoch = pos.epoch
 	}
 	st.mu.Unlock()
 	if gap {
@@ -75,23 +69,30 @@ func (s *session) subscribed(ch string, r *result, pubs []byte, h probe.Handler)
 			"user", s.user, "channel", ch, "epoch_changed", epochChanged,
 			"last_seen", prev, "offset", r.offset, "missed", missed, "recovering", r.wasRecov)
 	}
+	// Catch-up's place moves now for what needs no delivery first (a
+	// first subscription, a lost stream, nothing recovered), else once
+	// the recovered publications are delivered, as the position does.
 	if len(pubs) == 0 {
+		s.placed(ch, string(r.epoch), r.offset, false)
 		return nil
 	}
+	s.placed(ch, string(r.epoch), r.offset, true)
 	if h == nil {
-		return s.keepEarly(early{ch: ch, raw: pubs, epoch: epoch, top: r.offset})
+		return s.keepEarly(early{ch: ch, raw: pubs, epoch: string(r.epoch), top: r.offset})
 	}
-	return s.deliverRecovered(ch, pubs, epoch, r.offset, h)
+	return s.deliverRecovered(ch, pubs, string(r.epoch), r.offset, h)
 }
 
-// deliverRecovered delivers the publications of a subscribe reply, then
-// moves the user's position in ch up to the reply's offset top, if still
-// in epoch (none: no position to move). Only once they are delivered: see
-// subscribed.
+// deliverRecovered delivers the publications a subscribe reply recovered in
+// ch, then moves the device's position in ch up to the reply's offset top,
+// if still in epoch, and tells catch-up where the stream stands. Only once
+// they are delivered: see subscribed.
 func (s *session) deliverRecovered(ch string, pubs []byte, epoch string, top uint64, h probe.Handler) error {
 	chb := []byte(ch)
+	last := uint64(0)
 	err := parsePubs(pubs, func(pb *pub) error {
 		s.d.recovered.Add(1)
+		last = max(last, pb.offset)
 		s.onPub(chb, pb, h, true)
 		return nil
 	})
@@ -105,52 +106,59 @@ func (s *session) deliverRecovered(ch string, pubs []byte, epoch string, top uin
 	st.mu.Lock()
 	if pos := st.pos[ch]; pos != nil && pos.known && pos.epoch == epoch {
 		pos.offset = max(pos.offset, top)
-		pos.recovered = max(pos.recovered, top)
 	}
 	st.mu.Unlock()
+	// Centrifugo answers a full recovery with the offset it was asked
+	// from, the publications bringing the stream to its top: the top is
+	// the higher of the two.
+	s.behind(ch, epoch, max(top, last))
 	return nil
 }
 
-// onPub tracks a publication's offset and delivers it, unless it is the
-// user's own or one the user's position shows was delivered already.
-// recovered says it came in a subscribe reply.
+// onPub tracks a publication's offset, tells catch-up the device holds it,
+// and delivers it unless the device published it itself. recovered says it
+// was fetched (a subscribe's recovery, a history page), not pushed.
 func (s *session) onPub(ch []byte, pb *pub, h probe.Handler, recovered bool) {
-	if pb.offset != 0 && !s.track(ch, pb, recovered) {
-		// At or below the position in the same epoch: offsets
-		// number a channel's publications within an epoch, so this
-		// one was delivered already, as when the live stream
-		// repeats one a recovery brought. Delivered again, the
-		// ledger would count it a duplicate.
-		return
+	if pb.offset != 0 {
+		s.track(ch, pb, recovered)
+		if s.cu != nil {
+			if m, ok := s.marks[string(ch)]; ok {
+				s.cu.Got(ch, pb.offset+m.shift, time.Now().UnixNano())
+			}
+		}
 	}
-	if bytes.Equal(pb.user, s.userB) {
-		// Our own publication, echoed because we are subscribed: the
-		// ledger expects a message only at its recipients.
+	if s.ownEcho(pb.client) {
+		// This device's own publication, echoed because it is
+		// subscribed: its inbox holds it already (or, with one device,
+		// is owed it nowhere). One of the user's other devices'
+		// publications is delivered: the user's devices mirror each
+		// other (MirrorsOwn).
 		return
 	}
 	d := &s.delivery
-	d.From, d.Group, d.Body, d.ServerSeq = pb.user, bytes.HasPrefix(ch, s.d.groupPrefix), pb.body, pb.offset
+	d.From, d.Group, d.Body, d.ServerSeq, d.Recovered = pb.user, bytes.HasPrefix(ch, s.d.groupPrefix), pb.body, pb.offset, recovered
 	h.OnDelivery(d)
 }
 
-// track advances the user's position in ch and counts a gap when the
-// offsets skip or the epoch changes under a live subscription. It reports
-// whether pb is fresh: false for an offset at or below a known position in
-// the same epoch, a publication already delivered. The gaps of recovered
-// publications are not counted here: subscribed counted them from the
-// reply's offset.
-func (s *session) track(ch []byte, pb *pub, recovered bool) (fresh bool) {
+// track advances the device's position in ch and counts a gap when the
+// offsets skip or the epoch changes under a live subscription. The gaps of
+// fetched publications are not counted here: subscribed counted them from
+// the reply's offset, and a history page fills a gap already counted.
+// Every publication is delivered, one at or below the position too: a
+// server that pushes one twice is at fault, and the ledger counts the
+// duplicate; a push of what catch-up fetched (or the reverse) it counts
+// as the overlap it is.
+func (s *session) track(ch []byte, pb *pub, recovered bool) {
 	st := s.st
 	st.mu.Lock()
 	pos := st.pos[string(ch)]
 	if pos == nil || !pos.known {
 		st.mu.Unlock()
-		return true
+		return
 	}
 	prev := pos.offset
 	var missed uint64
 	gap := false
-	fresh = true
 	switch {
 	case len(pb.epoch) > 0 && pos.epoch != "" && string(pb.epoch) != pos.epoch:
 		gap = true
@@ -160,14 +168,7 @@ func (s *session) track(ch []byte, pb *pub, recovered bool) (fresh bool) {
 		pos.offset = pb.offset
 	case pb.offset == pos.offset+1:
 		pos.offset = pb.offset
-	case pb.offset <= pos.recovered:
-		// A publication a recovery already delivered, which the live
-		// stream also brought: the server's overlap, not a duplicate.
-		fresh = false
 	}
-	// Any other offset at or below the position is delivered again: a
-	// server that pushes the same publication twice is at fault, and the
-	// ledger counts the duplicate.
 	st.mu.Unlock()
 	if gap && !recovered {
 		s.d.gaps.Add(1)
@@ -175,5 +176,4 @@ func (s *session) track(ch []byte, pb *pub, recovered bool) (fresh bool) {
 		s.d.log.Debug("server offsets skipped publications", "user", s.user, "channel", string(ch),
 			"last_seen", prev, "offset", pb.offset, "missed", missed)
 	}
-	return fresh
 }

@@ -35,7 +35,7 @@ func TestServerGaps(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +57,9 @@ func TestServerGaps(t *testing.T) {
 	}
 }
 
-// TestReconnectCountsMissed: a user's second session learns from the
+// TestReconnectCountsMissed: a device's second session learns from the
 // subscribe reply's offset what was published while it was away; with
-// Recover it asks for it from the last offset it saw.
+// catch-up it asks for it from the last offset it saw.
 func TestReconnectCountsMissed(t *testing.T) {
 	for _, recover := range []bool{false, true} {
 		t.Run(fmt.Sprintf("recover=%v", recover), func(t *testing.T) {
@@ -95,9 +95,10 @@ func TestReconnectCountsMissed(t *testing.T) {
 				fc.close(websocket.CloseGoingAway, "")
 				fc.drain()
 			})
-			d := newTestDriver(t, url, func(o *Options) { o.Recover = recover })
+			d := newTestDriver(t, url, nil)
+			dev := testDevice(recover)
 			for range 2 {
-				s, err := d.Connect(context.Background(), "u1", probe.Link{})
+				s, err := d.Connect(context.Background(), "u1", dev)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -121,7 +122,7 @@ func TestReconnectCountsMissed(t *testing.T) {
 					t.Errorf("ServerStats() = %+v, want %+v", st, want)
 				}
 				if g1.Subscribe.Recover {
-					t.Errorf("subscribe %s asks to recover with Recover off", g1.raw)
+					t.Errorf("subscribe %s asks to recover with catch-up off", g1.raw)
 				}
 				return
 			}
@@ -177,7 +178,7 @@ func TestRecoveredDeliveredInOrder(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,16 +247,17 @@ func TestRecoveredDuringFailedHandshakeRecoveredAgain(t *testing.T) {
 			fc.drain()
 		}
 	})
-	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	d := newTestDriver(t, url, nil)
+	dev := testDevice(true)
+	s, err := d.Connect(context.Background(), "u1", dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	serve(t, s, &recorder{})
-	if _, err := d.Connect(context.Background(), "u1", probe.Link{}); err == nil || !strings.Contains(err.Error(), "refused") {
+	if _, err := d.Connect(context.Background(), "u1", dev); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("second Connect() = %v, want the refused subscribe", err)
 	}
-	s, err = d.Connect(context.Background(), "u1", probe.Link{})
+	s, err = d.Connect(context.Background(), "u1", dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,9 +312,10 @@ func TestRecoveredNotServedRecoveredAgain(t *testing.T) {
 		fc.close(websocket.CloseGoingAway, "")
 		fc.drain()
 	})
-	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
+	d := newTestDriver(t, url, nil)
+	dev := testDevice(true)
 	for i := range 3 {
-		s, err := d.Connect(context.Background(), "u1", probe.Link{})
+		s, err := d.Connect(context.Background(), "u1", dev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,10 +336,11 @@ func TestRecoveredNotServedRecoveredAgain(t *testing.T) {
 	}
 }
 
-// TestRecoveredThenLiveDeliveredOnce: a live push of a publication a
+// TestRecoveredThenLiveBothDelivered: a live push of a publication a
 // recovery already brought (same epoch, offset at the position) is
-// delivered once, not counted a duplicate by the ledger.
-func TestRecoveredThenLiveDeliveredOnce(t *testing.T) {
+// delivered again, as a push: the ledger, which knows the first copy was
+// fetched, counts the overlap as catch-up's, not as a duplicate.
+func TestRecoveredThenLiveBothDelivered(t *testing.T) {
 	var mu sync.Mutex
 	conns := 0
 	url := startFake(t, func(fc *fakeConn) {
@@ -365,10 +369,11 @@ func TestRecoveredThenLiveDeliveredOnce(t *testing.T) {
 		fc.close(websocket.CloseGoingAway, "")
 		fc.drain()
 	})
-	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
+	d := newTestDriver(t, url, nil)
+	dev := testDevice(true)
 	var rec recorder
 	for i := range 2 {
-		s, err := d.Connect(context.Background(), "u1", probe.Link{})
+		s, err := d.Connect(context.Background(), "u1", dev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,12 +383,12 @@ func TestRecoveredThenLiveDeliveredOnce(t *testing.T) {
 			serve(t, s, &rec)
 		}
 	}
-	var seqs []uint64
-	for _, dl := range rec.got() {
-		seqs = append(seqs, dl.seq)
+	var seqs []string
+	for i, dl := range rec.got() {
+		seqs = append(seqs, fmt.Sprintf("%d/%v", dl.seq, rec.fetched()[i]))
 	}
-	if fmt.Sprint(seqs) != "[11 12 13]" {
-		t.Errorf("delivered offsets = %v, want [11 12 13]: 12 once", seqs)
+	if got := strings.Join(seqs, " "); got != "11/true 12/true 12/false 13/false" {
+		t.Errorf("delivered offset/recovered = %v, want 11/true 12/true 12/false 13/false", got)
 	}
 	if got, want := d.ServerStats(), (ServerStats{Recovered: 2}); got != want {
 		t.Errorf("ServerStats() = %+v, want %+v", got, want)
@@ -411,8 +416,9 @@ func TestInsufficientStateResubscribes(t *testing.T) {
 		fc.close(websocket.CloseGoingAway, "")
 		fc.drain()
 	})
-	d := newTestDriver(t, url, func(o *Options) { o.Recover = true })
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	d := newTestDriver(t, url, nil)
+	dev := testDevice(true)
+	s, err := d.Connect(context.Background(), "u1", dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +470,7 @@ func TestTokenRefresh(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,22 +17,42 @@ import (
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
-// session is one logged-in connection.
+// session is one logged-in connection of one device.
 type session struct {
 	d     *Driver
 	conn  *wsconn.Conn
 	user  string
 	userB []byte
-	st    *userState
+	st    *devState
+	// chans are the channels the session subscribes to; not modified.
+	chans []string
 	// h is the handler of Serve's frames.
 	h probe.Handler
 
+	// cu is the device's place in its channels, nil with catch-up off.
+	cu *probe.Catchup
+	// marks is the session's copy of the stream mark of each channel it
+	// keeps in cu (see streamMark); own are the client ids of the
+	// device's sessions, this one's last (devState.clients). Both are
+	// owned by the goroutine that runs the handshake, then by Serve's.
+	marks map[string]streamMark
+	own   [][]byte
+	// tops holds, per channel, the stream top the last sync reply gave,
+	// applied at the next one (see onSync); dueAt (Unix ns) is when Due
+	// is next asked, dues its scratch. Serve's.
+	tops  map[string]uint64
+	dueAt int64
+	dues  []probe.Fetch
+
 	ids atomic.Uint32
 	// pmu guards the commands awaiting a reply: publishes (id to the
-	// caller's ref) and resubscribes (id to channel).
-	pmu  sync.Mutex
-	acks map[uint32]uint64
-	subs map[uint32]string
+	// caller's ref), resubscribes (id to channel), history fetches and
+	// syncs (catchup.go).
+	pmu     sync.Mutex
+	acks    map[uint32]uint64
+	subs    map[uint32]string
+	fetches map[uint32]*fetch
+	syncs   map[uint32]string
 
 	// Owned by the goroutine that runs the handshake, then by Serve.
 	early     []early
@@ -167,6 +187,7 @@ func (s *session) handshakeFrame(frame []byte, hs *loginState) error {
 			}
 			hs.connected = true
 			s.connected(&m.res)
+			s.ownClient(m.res.client)
 			if err := s.subscribeAll(hs.chans, hs.subs); err != nil {
 				return err
 			}
@@ -227,24 +248,22 @@ func (s *session) subscribeAll(chans []string, subs map[uint32]string) error {
 
 // appendSubscribe appends a subscribe command. Every subscription asks
 // for positioning, so that the reply carries the channel's epoch and
-// offset; with Recover, one that has a known position also asks for what
-// was published since.
+// offset; with catch-up, one where the device has a place also asks for
+// what was published since (the device's Catchup position and mark).
 func (s *session) appendSubscribe(b []byte, id uint32, ch string) []byte {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendUint(b, uint64(id), 10)
 	b = append(b, `,"subscribe":{"channel":`...)
 	b = jsonscan.AppendString(b, ch)
 	b = append(b, `,"positioned":true`...)
-	if s.d.opts.Recover {
+	if s.cu != nil {
 		b = append(b, `,"recoverable":true`...)
-		s.st.mu.Lock()
-		if pos := s.st.pos[ch]; pos != nil && pos.known && pos.epoch != "" {
+		if offset, m, ok := s.place(ch); ok {
 			b = append(b, `,"recover":true,"offset":`...)
-			b = strconv.AppendUint(b, pos.offset, 10)
+			b = strconv.AppendUint(b, offset, 10)
 			b = append(b, `,"epoch":`...)
-			b = jsonscan.AppendString(b, pos.epoch)
+			b = jsonscan.AppendString(b, m.epoch)
 		}
-		s.st.mu.Unlock()
 	}
 	return append(b, "}}"...)
 }
@@ -342,6 +361,9 @@ func (s *session) Frame(b []byte, at int64) error {
 	if err := s.handleFrame(b, s.h); err != nil {
 		return err
 	}
+	if err := s.fetchDue(at); err != nil {
+		return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("history: %w", err)}
+	}
 	// The server pings every 25 s, so frames come often enough for this
 	// check to refresh the token well before it expires.
 	if s.refreshAt != 0 && time.Now().UnixNano() >= s.refreshAt {
@@ -397,7 +419,8 @@ func (s *session) handleFrame(b []byte, h probe.Handler) error {
 }
 
 // onReply handles the reply to a command sent from a running session: a
-// publish (ack or rejection), a resubscribe or a token refresh.
+// publish (ack or rejection), a resubscribe, a history fetch or sync, or a
+// token refresh.
 func (s *session) onReply(m *msg, frame []byte, h probe.Handler) error {
 	if m.id > 1<<32-1 {
 		return nil
@@ -412,8 +435,24 @@ func (s *session) onReply(m *msg, frame []byte, h probe.Handler) error {
 	if isSub {
 		delete(s.subs, id)
 	}
+	f, isFetch := s.fetches[id]
+	if isFetch {
+		delete(s.fetches, id)
+	}
+	syncCh, isSync := s.syncs[id]
+	if isSync {
+		delete(s.syncs, id)
+	}
 	s.pmu.Unlock()
 	switch {
+	case isFetch:
+		if err := s.onFetch(f, m, frame, h); err != nil {
+			return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+		}
+	case isSync:
+		if err := s.onSync(syncCh, m); err != nil {
+			return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+		}
 	case isAck && m.hasErr:
 		h.OnReject(ref, strconv.FormatUint(m.errCode, 10)+" "+string(m.errMsg))
 	case isAck:
@@ -445,7 +484,7 @@ func (s *session) onReply(m *msg, frame []byte, h probe.Handler) error {
 // onUnsubscribe handles the server unsubscribing the session from a
 // channel. Codes from 2500 advise resubscribing, as for insufficient state
 // (2500), when the server saw this subscriber fall behind the stream: the
-// session resubscribes at once, recovering if configured, and the reply
+// session resubscribes at once, recovering with catch-up, and the reply
 // shows what was skipped. Lower codes are final; the session ends, and the
 // reconnect subscribes again.
 func (s *session) onUnsubscribe(m *msg) error {
@@ -490,6 +529,14 @@ const (
 	// CloseInsufficientState is "insufficient state": the server saw a
 	// gap in a channel's stream it could not repair.
 	CloseInsufficientState = 3010
+	// CloseConnectionLimit is "connection limit". Centrifugo v6.9.1
+	// sends it in two cases: to a new connection of a user already at
+	// client.user_connection_limit, which is refused at login, and to the
+	// connections a user already had when a new one logs in under
+	// client.subscribe_to_user_personal_channel.single_connection,
+	// which are displaced. An established session closed with it is the
+	// latter: the same user logged in elsewhere.
+	CloseConnectionLimit = 3504
 )
 
 // closeReason classifies a close (or disconnect push) the server sent.
@@ -501,6 +548,9 @@ func closeReason(d *Driver, code int, text string) *probe.Disconnect {
 		d.gaps.Add(1)
 		return &probe.Disconnect{Reason: metrics.ReasonServerClose, Code: code,
 			Text: text + ": the server detected a gap in a channel stream"}
+	case CloseConnectionLimit:
+		return &probe.Disconnect{Reason: metrics.ReasonConflict, Code: code,
+			Text: text + ": the user logged in elsewhere (single_connection)"}
 	}
 	return &probe.Disconnect{Reason: metrics.ReasonServerClose, Code: code, Text: text}
 }
@@ -516,10 +566,16 @@ const (
 )
 
 // loginClosed classes a close or disconnect during the login: a refused
-// token is unauthorized, anything else keeps err as it is.
+// token is unauthorized, anything else keeps err as it is (protocol). A
+// connection limit at login is the user's client.user_connection_limit,
+// which the login, not an earlier session, ran into: said so, not
+// classed conflict, which is for a session displaced.
 func loginClosed(code int, err error) error {
-	if code == closeInvalidToken {
+	switch code {
+	case closeInvalidToken:
 		return probe.Unauthorized(err)
+	case CloseConnectionLimit:
+		return fmt.Errorf("%w: the user has as many connections as client.user_connection_limit allows", err)
 	}
 	return err
 }

@@ -47,7 +47,7 @@ func FuzzServe(f *testing.F) {
 			fc.close(3000, "end of fuzz input")
 			fc.drain()
 		})
-		s, err := newTestDriver(t, url, nil).Connect(context.Background(), "u1", probe.Link{})
+		s, err := newTestDriver(t, url, nil).Connect(context.Background(), "u1", probe.Device{})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}

@@ -49,6 +49,14 @@ type command struct {
 	Refresh *struct {
 		Token string `json:"token"`
 	} `json:"refresh"`
+	History *struct {
+		Channel string `json:"channel"`
+		Limit   int    `json:"limit"`
+		Since   *struct {
+			Offset uint64 `json:"offset"`
+			Epoch  string `json:"epoch"`
+		} `json:"since"`
+	} `json:"history"`
 	raw string
 }
 
@@ -176,6 +184,15 @@ var testPlan = probe.Plan{
 	Direct: []probe.Pair{{From: "u1", To: "u2"}, {From: "u2", To: "u1"}},
 }
 
+// testDevice returns device 0 of a user, with a Catchup of a short grace
+// if catchUp: reused across Connects, it is one device logging in again.
+func testDevice(catchUp bool) probe.Device {
+	if !catchUp {
+		return probe.Device{}
+	}
+	return probe.Device{Catchup: probe.NewCatchup(20 * time.Millisecond)}
+}
+
 func newTestDriver(t *testing.T, url string, mod func(*Options)) *Driver {
 	t.Helper()
 	o := Options{URL: url, Secret: testSecret, Heartbeat: time.Second, DialTimeout: 3 * time.Second, TokenTTL: time.Hour}
@@ -210,6 +227,8 @@ type recorder struct {
 	// was unset or later than their OnDelivery.
 	ats   []int64
 	badAt []string
+	// recovered holds each delivery's Recovered.
+	recovered []bool
 }
 
 func (r *recorder) OnAck(ref uint64, _ probe.Ack) {
@@ -231,6 +250,7 @@ func (r *recorder) OnDelivery(d *probe.Delivery) {
 	r.mu.Lock()
 	r.deliveries = append(r.deliveries, delivered{string(d.From), d.Group, string(d.Body), d.ServerSeq})
 	r.ats = append(r.ats, d.At)
+	r.recovered = append(r.recovered, d.Recovered)
 	if now := time.Now().UnixNano(); d.At == 0 || d.At > now {
 		r.badAt = append(r.badAt, fmt.Sprintf("%q: At %d, OnDelivery at %d", d.Body, d.At, now))
 	}
@@ -247,6 +267,13 @@ func (r *recorder) stamps(t *testing.T) []int64 {
 		t.Errorf("delivery %s: want At set and at most the time of OnDelivery", b)
 	}
 	return append([]int64(nil), r.ats...)
+}
+
+// fetched returns each delivery's Recovered so far.
+func (r *recorder) fetched() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.recovered...)
 }
 
 func (r *recorder) got() []delivered {
@@ -289,7 +316,8 @@ func TestConnectFlow(t *testing.T) {
 		subsC <- fc.subscribes(2, positioned("EP", 7))
 		sentAt <- time.Now().UnixNano()
 		fc.send(`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 from u2"},"info":{"user":"u2","client":"x"},"offset":8}}}` + "\n" +
-			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 own"},"info":{"user":"u1","client":"y"},"offset":9}}}` + "\n" +
+			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 own"},"info":{"user":"u1","client":"c1"},"offset":9}}}` + "\n" +
+			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 sibling"},"info":{"user":"u1","client":"y"},"offset":10}}}` + "\n" +
 			`{"push":{"channel":"dm:#u1,u2","pub":{"data":{"b":"esc \"q\" \\ \u00e9 \n"},"info":{"user":"u2"},"offset":8}}}` + "\n" +
 			`{"push":{"channel":"chat:g1","join":{"info":{"user":"u3"}}}}` + "\n" +
 			`{}`)
@@ -303,7 +331,7 @@ func TestConnectFlow(t *testing.T) {
 	})
 	d := newTestDriver(t, url, nil)
 	start := time.Now()
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -327,14 +355,15 @@ func TestConnectFlow(t *testing.T) {
 	disc := serve(t, s, &rec)
 	want := []delivered{
 		{"u2", true, "imc1 from u2", 8},
+		{"u1", true, "imc1 sibling", 10},
 		{"u2", false, "esc \"q\" \\ é \n", 8},
 	}
 	if got := rec.got(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("deliveries = %+v, want %+v (own publication skipped)", got, want)
+		t.Errorf("deliveries = %+v, want %+v (this connection's own publication skipped, the user's other device's delivered)", got, want)
 	}
-	// One frame, one read: both publications share its stamp.
-	if ats, sent := rec.stamps(t), <-sentAt; len(ats) != 2 || ats[0] != ats[1] || ats[0] < sent {
-		t.Errorf("delivery At = %v, want two equal stamps, at or after the server's write at %d", ats, sent)
+	// One frame, one read: every publication shares its stamp.
+	if ats, sent := rec.stamps(t), <-sentAt; len(ats) != 3 || ats[0] != ats[1] || ats[1] != ats[2] || ats[0] < sent {
+		t.Errorf("delivery At = %v, want three equal stamps, at or after the server's write at %d", ats, sent)
 	}
 	select {
 	case p := <-pong:
@@ -384,7 +413,7 @@ func TestSendAckReject(t *testing.T) {
 		fc.drain()
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,6 +474,8 @@ func TestDisconnectReasons(t *testing.T) {
 		{name: "insufficient state", server: closeWith(3010, "insufficient state"), reason: metrics.ReasonServerClose, code: 3010, text: "gap"},
 		{name: "shutdown", server: closeWith(3001, "shutdown"), reason: metrics.ReasonServerClose, code: 3001, text: "shutdown"},
 		{name: "no pong", server: closeWith(3012, "no pong"), reason: metrics.ReasonServerClose, code: 3012},
+		{name: "displaced by the same user", server: closeWith(3504, "connection limit"), reason: metrics.ReasonConflict, code: 3504, text: "logged in elsewhere"},
+		{name: "force reconnect", server: closeWith(3011, "force reconnect"), reason: metrics.ReasonServerClose, code: 3011},
 		{name: "going away", server: closeWith(websocket.CloseGoingAway, ""), reason: metrics.ReasonServerClose, code: 1001},
 		{name: "connection dropped", server: func(fc *fakeConn) { fc.c.NetConn().Close() }, reason: metrics.ReasonError},
 		{name: "disconnect push slow", server: send(`{"push":{"disconnect":{"code":3008,"reason":"slow","reconnect":true}}}`),
@@ -466,7 +497,7 @@ func TestDisconnectReasons(t *testing.T) {
 				tt.server(fc)
 			})
 			d := newTestDriver(t, url, nil)
-			s, err := d.Connect(context.Background(), "u1", probe.Link{})
+			s, err := d.Connect(context.Background(), "u1", probe.Device{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -501,7 +532,7 @@ func TestMalformedFrameClosesSession(t *testing.T) {
 		close(closed)
 	})
 	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,6 +575,11 @@ func TestConnectErrors(t *testing.T) {
 			fc.close(3500, "invalid token")
 			fc.drain()
 		}), `server closed the connection: 3500 "invalid token"`},
+		{"user connection limit", startFake(t, func(fc *fakeConn) {
+			_, _ = fc.read()
+			fc.close(3504, "connection limit")
+			fc.drain()
+		}), `3504 "connection limit": the user has as many connections as client.user_connection_limit allows`},
 		{"subscribe refused", startFake(t, func(fc *fakeConn) {
 			fc.acceptConnect(connectOK)
 			fc.subscribes(2, func(cmd command) string {
@@ -572,7 +608,7 @@ func TestConnectErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newTestDriver(t, tt.url, func(o *Options) { o.DialTimeout = 2 * time.Second; o.MaxFrame = 4096 })
-			if _, err := d.Connect(context.Background(), "u1", probe.Link{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := d.Connect(context.Background(), "u1", probe.Device{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
 			}
 		})
@@ -585,7 +621,7 @@ func TestConnectTimeout(t *testing.T) {
 	url := startFake(t, func(fc *fakeConn) { fc.drain() })
 	d := newTestDriver(t, url, func(o *Options) { o.DialTimeout = 300 * time.Millisecond })
 	start := time.Now()
-	_, err := d.Connect(context.Background(), "u1", probe.Link{})
+	_, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err == nil {
 		t.Fatal("Connect() = nil against a silent server")
 	}
@@ -670,7 +706,7 @@ func TestWriteTimeoutEndsSession(t *testing.T) {
 		time.Sleep(5 * time.Second)
 	})
 	d := newTestDriver(t, url, func(o *Options) { o.WriteTimeout = 200 * time.Millisecond })
-	s, err := d.Connect(context.Background(), "u1", probe.Link{})
+	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,11 @@ type attempts struct {
 	at []time.Time
 }
 
-func (a *attempts) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
+func (a *attempts) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
 	a.mu.Lock()
 	a.at = append(a.at, time.Now())
 	a.mu.Unlock()
-	return a.Driver.Connect(ctx, user, link)
+	return a.Driver.Connect(ctx, user, dev)
 }
 
 // peak returns the most attempts begun within any one second.
@@ -141,7 +141,7 @@ func TestTargetOutages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := drv.Connect(context.Background(), "t-u0", probe.Link{}); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
+	if _, err := drv.Connect(context.Background(), "t-u0", probe.Device{}); err == nil || !strings.Contains(err.Error(), "HTTP 503") {
 		t.Errorf("Connect against a refusing server = %v, want an error naming HTTP 503", err)
 	}
 	fail0 = metrics.Value(fx.set.ConnectFail)

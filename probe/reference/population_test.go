@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -60,6 +61,15 @@ type popConfig struct {
 	// dials: a proxy in between.
 	via      func(addr string) string
 	observer probe.Observer
+	// catchUp turns catch-up on; devices, groups and lifetime are the
+	// population's Devices, Groups and SessionLifetime.
+	catchUp    bool
+	devices    int
+	groups     []config.GroupSpec
+	lifetime   time.Duration
+	behaviours []config.Behaviour
+	// target, if set, adjusts the target's options.
+	target func(*refserver.Options)
 }
 
 func startTarget(t *testing.T, addr string, o refserver.Options) (*refserver.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
@@ -91,7 +101,11 @@ func startTarget(t *testing.T, addr string, o refserver.Options) (*refserver.Ser
 func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 	t.Helper()
 	fx := &fixture{t: t}
-	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", refserver.Options{Faults: f, SendQueue: pc.sendQueue, SendBuffer: pc.sendBuffer})
+	to := refserver.Options{Faults: f, SendQueue: pc.sendQueue, SendBuffer: pc.sendBuffer}
+	if pc.target != nil {
+		pc.target(&to)
+	}
+	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", to)
 	fx.srv, fx.ln, fx.addr, fx.stopT = srv, ln, ln.Addr().String(), stopT
 	dial := fx.addr
 	if pc.via != nil {
@@ -127,18 +141,23 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 			BackoffMax:     300 * time.Millisecond,
 			Health:         fx.health,
 			MaxConnectRate: pc.maxConnectRate,
+			CatchUp:        pc.catchUp,
 		},
-		Set:         fx.set,
-		Prefix:      "t",
-		Users:       pc.users,
-		GroupSize:   pc.groupSize,
-		Rate:        pc.rate,
-		Ramp:        100 * time.Millisecond,
-		Deadline:    pc.deadline,
-		LostAfter:   pc.lostAfter,
-		MessageSize: pc.messageSize,
-		SlowReaders: pc.slow,
-		Observer:    pc.observer,
+		Set:             fx.set,
+		Prefix:          "t",
+		Users:           pc.users,
+		GroupSize:       pc.groupSize,
+		Rate:            pc.rate,
+		Ramp:            100 * time.Millisecond,
+		Deadline:        pc.deadline,
+		LostAfter:       pc.lostAfter,
+		MessageSize:     pc.messageSize,
+		SlowReaders:     pc.slow,
+		Observer:        pc.observer,
+		Devices:         pc.devices,
+		Groups:          pc.groups,
+		SessionLifetime: pc.lifetime,
+		Behaviours:      pc.behaviours,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +183,13 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 	return fx
 }
 
+// soakStep sends for d, sweeping as the sweeper does.
+func (fx *fixture) soakStep(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		fx.pop.Sweep(time.Now())
+	}
+}
+
 // soak sends for d, then pauses sending and waits until every acked message
 // is accounted for (delivered or lost) or until lostAfter has passed twice.
 func (fx *fixture) soak(d, lostAfter time.Duration) {
@@ -174,7 +200,7 @@ func (fx *fixture) soak(d, lostAfter time.Duration) {
 		time.Sleep(50 * time.Millisecond)
 		fx.pop.Sweep(time.Now())
 		c := fx.counts()
-		if c.expected > 0 && c.delivered+c.lost == c.expected {
+		if c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected {
 			// Wait one more lost_after for duplicates and stragglers.
 			time.Sleep(lostAfter)
 			fx.pop.Sweep(time.Now())
@@ -184,7 +210,7 @@ func (fx *fixture) soak(d, lostAfter time.Duration) {
 }
 
 type totals struct {
-	sent, expected, delivered, lost, late, dup, reordered float64
+	sent, expected, delivered, recovered, lost, late, dup, reordered float64
 }
 
 // counts returns the normal users' counts (and everything sent).
@@ -197,6 +223,7 @@ func (fx *fixture) cohort(i int) totals {
 		c.sent += metrics.Value(k.Sent)
 		c.expected += metrics.Value(k.Cohort[i].Expected)
 		c.delivered += metrics.Value(k.Cohort[i].Delivered)
+		c.recovered += metrics.Value(k.Cohort[i].Recovered)
 		c.lost += metrics.Value(k.Cohort[i].Lost)
 		c.late += metrics.Value(k.Cohort[i].Late)
 		c.dup += metrics.Value(k.Cohort[i].Duplicate)

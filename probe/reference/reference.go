@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -57,6 +58,71 @@ type Driver struct {
 	// them: a restarted target has forgotten its groups, and idempotent
 	// re-creation heals that without a provisioning pass.
 	groupsOf probe.Memberships[probe.Group]
+	// convsOf holds each user's conversations by the server's names
+	// ("d:a:b", "g:NAME"), for catch-up: a device has a place in each
+	// from its first login on, even one nothing was said in yet.
+	convsOf probe.Memberships[string]
+	// regrouped is set once a group's members changed at run time
+	// (probe.Regrouper): logins then stop re-creating their groups, which
+	// would race the change with a member list of before it.
+	regrouped atomic.Bool
+	// regroupMu serialises membership changes.
+	regroupMu sync.Mutex
+}
+
+var _ probe.Regrouper = (*Driver)(nil)
+
+// SetMembers implements probe.Regrouper: the group frame replaces the
+// group's members, sent by a short-lived session of the provisioning user
+// and confirmed by the server's ok.
+func (d *Driver) SetMembers(ctx context.Context, g probe.Group) error {
+	d.regroupMu.Lock()
+	defer d.regroupMu.Unlock()
+	d.regrouped.Store(true)
+	s, err := d.connect(ctx, g.Name+"-provisioner", nil, probe.Link{})
+	if err != nil {
+		return fmt.Errorf("group %s: %w", g.Name, err)
+	}
+	stop := s.conn.Interrupt(ctx)
+	defer stop()
+	defer s.conn.Abort()
+	if err := s.writeGroup(g, "m"); err != nil {
+		return fmt.Errorf("group %s: %w", g.Name, err)
+	}
+	var f frame
+	for {
+		buf, _, err := s.conn.Read(d.conn.DialTimeout)
+		if err != nil {
+			return fmt.Errorf("group %s: %w", g.Name, err)
+		}
+		err = parseFrame(*buf, &f)
+		typ, id, code, msg := string(f.typ), string(f.id), string(f.code), string(f.message)
+		wsconn.Release(buf)
+		switch {
+		case err != nil:
+			return fmt.Errorf("group %s: %w", g.Name, err)
+		case id != "m":
+			// A push to the provisioner: not its business.
+		case typ == "ok":
+			return nil
+		case typ == "error":
+			return fmt.Errorf("target refused group %s: %s: %s", g.Name, code, msg)
+		}
+	}
+}
+
+var _ probe.Mirror = (*Driver)(nil)
+
+// MirrorsOwn implements probe.Mirror: the reference server delivers what a
+// user sends to the user's other sessions.
+func (d *Driver) MirrorsOwn() bool { return true }
+
+// directConv is the server's name of the direct conversation of a and b.
+func directConv(a, b string) string {
+	if b < a {
+		a, b = b, a
+	}
+	return "d:" + a + ":" + b
 }
 
 // closeGrace is how long Close waits for the target's close reply.
@@ -89,6 +155,18 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		}
 	}
 	d.groupsOf.Replace(plan.Users, groupsOf)
+	convsOf := make(map[string][]string)
+	for _, g := range plan.Groups {
+		for _, m := range g.Members {
+			convsOf[m] = append(convsOf[m], "g:"+g.Name)
+		}
+	}
+	for _, pr := range plan.Direct {
+		c := directConv(pr.From, pr.To)
+		convsOf[pr.From] = append(convsOf[pr.From], c)
+		convsOf[pr.To] = append(convsOf[pr.To], c)
+	}
+	d.convsOf.Replace(plan.Users, convsOf)
 	if len(plan.Groups) == 0 {
 		return nil
 	}
@@ -147,10 +225,19 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 }
 
 // Connect implements probe.Driver.
-func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
-	s, err := d.connect(ctx, user, d.groupsOf.Of(user), link)
+func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
+	s, err := d.connect(ctx, user, d.groupsOf.Of(user), dev.Link)
 	if err != nil {
 		return nil, err
+	}
+	if dev.Catchup != nil {
+		s.cu, s.convs = dev.Catchup, d.convsOf.Of(user)
+		// Where the device stands is asked at once: what it missed
+		// while away is fetched before the first sync is due.
+		if err := s.Sync(); err != nil {
+			s.conn.Abort()
+			return nil, fmt.Errorf("catch-up: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -161,6 +248,9 @@ func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group,
 		s.conn = c
 		if err := s.login(user); err != nil {
 			return err
+		}
+		if d.regrouped.Load() {
+			return nil
 		}
 		for i, g := range groups {
 			if err := s.writeGroup(g, "g"+strconv.Itoa(i)); err != nil {
@@ -184,7 +274,30 @@ type session struct {
 	f        frame
 	delivery probe.Delivery
 	h        probe.Handler
+
+	// cu is the device's catch-up state, nil when catch-up is off;
+	// convs are its user's conversations.
+	cu    *probe.Catchup
+	convs []string
+	// asked are the history requests in flight, Serve's alone; nextFetch
+	// numbers them; due is scratch for Catchup.Due.
+	asked     []fetch
+	nextFetch uint64
+	due       []probe.Fetch
 }
+
+// fetch is one history request in flight: its id, what it asked for, and
+// the highest seq its answer has brought so far.
+type fetch struct {
+	id    uint64
+	conv  string
+	after uint64
+	got   uint64
+}
+
+// maxAsked bounds the history requests a session has in flight: a device
+// far behind fetches a page at a time rather than flood the server.
+const maxAsked = 16
 
 func (s *session) login(user string) error {
 	token := "open"
@@ -282,25 +395,149 @@ func (s *session) Frame(b []byte, at int64) error {
 	case "msg":
 		d := &s.delivery
 		d.From, d.Group, d.Body, d.ServerSeq, d.At = f.from, len(f.group) > 0, f.body, f.seq, at
+		d.Recovered = false
+		if s.cu != nil {
+			if id, ok := fetchID(f.id); ok {
+				// An answer to a history request, not a push.
+				d.Recovered = true
+				if i := s.findAsked(id); i >= 0 {
+					s.asked[i].got = max(s.asked[i].got, f.seq)
+				}
+			}
+			s.cu.Got(f.conv, f.seq, at)
+		}
 		s.h.OnDelivery(d)
+		if s.cu != nil {
+			return s.fetchDue(at)
+		}
+	case "seqs":
+		if s.cu == nil {
+			return nil
+		}
+		err := eachConv(f.convs, func(conv []byte, last uint64) { s.cu.Behind(string(conv), last, at) })
+		if err != nil {
+			return err
+		}
+		// A conversation the server lists none of yet still has its
+		// place from now: its first message is then owed.
+		for _, c := range s.convs {
+			s.cu.Behind(c, 0, at)
+		}
+		return s.fetchDue(at)
+	case "ok":
+		if id, ok := fetchID(f.id); ok && s.cu != nil {
+			return s.answered(id, f, at)
+		}
 	case "ack":
 		if ref, ok := parseRef(f.id); ok {
 			s.h.OnAck(ref, probe.Ack{ServerID: f.msgID, Seq: f.seq})
+		}
+		if s.cu != nil {
+			// The device's own message takes a seq of its
+			// conversation too, which no push brings back to it.
+			s.cu.Got(f.conv, f.seq, at)
 		}
 	case "error":
 		if ref, ok := parseRef(f.id); ok {
 			s.h.OnReject(ref, string(f.code))
 		}
+		if id, ok := fetchID(f.id); ok && s.cu != nil {
+			// Refused (no longer a member): not asked again, and
+			// what it would have brought is lost.
+			if i := s.findAsked(id); i >= 0 {
+				a := s.asked[i]
+				s.cu.Answered(a.conv, a.after, a.after+probe.MaxFetch)
+				s.asked = append(s.asked[:i], s.asked[i+1:]...)
+			}
+		}
 	}
 	return nil
+}
+
+// Sync implements probe.Syncer: it asks the server for the newest seq of
+// each of the user's conversations, and the answer opens a gap wherever
+// the device is behind.
+func (s *session) Sync() error {
+	if s.cu == nil {
+		return nil
+	}
+	return s.conn.Write([]byte(`{"type":"seqs","id":"sync"}`))
+}
+
+// answered closes the history request id: the server sent all it holds
+// for the device after the request's after, up to the conversation's
+// newest seq, or, with more, up to the last one it sent.
+func (s *session) answered(id uint64, f *frame, at int64) error {
+	i := s.findAsked(id)
+	if i < 0 {
+		return nil
+	}
+	a := s.asked[i]
+	s.asked = append(s.asked[:i], s.asked[i+1:]...)
+	if f.more && a.got > a.after {
+		s.cu.Answered(a.conv, a.after, a.got)
+		return s.ask(probe.Fetch{Conv: a.conv, After: a.got, N: probe.MaxFetch})
+	}
+	s.cu.Answered(a.conv, a.after, max(f.last, a.got))
+	return s.fetchDue(at)
+}
+
+// fetchDue asks for every gap of the device that is due, within maxAsked.
+func (s *session) fetchDue(now int64) error {
+	if len(s.asked) >= maxAsked {
+		return nil
+	}
+	s.due = s.cu.Due(now, s.due[:0], maxAsked-len(s.asked))
+	for _, f := range s.due {
+		if err := s.ask(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ask writes one history request.
+func (s *session) ask(f probe.Fetch) error {
+	s.nextFetch++
+	id := s.nextFetch
+	b := append([]byte(`{"type":"history","id":"h`), strconv.FormatUint(id, 10)...)
+	b = append(b, `","conv":`...)
+	b = jsonscan.AppendString(b, f.Conv)
+	b = append(b, `,"after":`...)
+	b = strconv.AppendUint(b, f.After, 10)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, int64(f.N), 10)
+	b = append(b, '}')
+	s.asked = append(s.asked, fetch{id: id, conv: f.Conv, after: f.After})
+	return s.conn.Write(b)
+}
+
+func (s *session) findAsked(id uint64) int {
+	for i, a := range s.asked {
+		if a.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// fetchID parses the id of a history request, "h" and a number.
+func fetchID(b []byte) (uint64, bool) {
+	if len(b) < 2 || b[0] != 'h' {
+		return 0, false
+	}
+	return parseRef(b[1:])
 }
 
 // Ended implements wsconn.Protocol: the server's 4008 is its slow-consumer
 // close.
 func (s *session) Ended(err error) *probe.Disconnect {
 	return wsconn.Ended(err, func(code int, text string) *probe.Disconnect {
-		if code == refserver.CloseSlowConsumer {
+		switch code {
+		case refserver.CloseSlowConsumer:
 			return &probe.Disconnect{Reason: metrics.ReasonSlowConsumer, Code: code, Text: text}
+		case refserver.CloseConflict:
+			return &probe.Disconnect{Reason: metrics.ReasonConflict, Code: code, Text: text}
 		}
 		return nil
 	})

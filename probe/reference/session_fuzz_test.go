@@ -56,7 +56,7 @@ func FuzzServe(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := drv.Connect(context.Background(), "u1", probe.Link{})
+		s, err := drv.Connect(context.Background(), "u1", probe.Device{})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}

@@ -95,7 +95,7 @@ func TestDisconnectReasons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := drv.Connect(context.Background(), "u1", probe.Link{})
+			s, err := drv.Connect(context.Background(), "u1", probe.Device{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -241,7 +241,7 @@ func TestConnectErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = drv.Connect(context.Background(), "u1", probe.Link{})
+			_, err = drv.Connect(context.Background(), "u1", probe.Device{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Connect() = %v, want an error containing %q", err, tt.want)
 			}
@@ -275,7 +275,7 @@ func TestWriteTimeoutEndsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := drv.Connect(context.Background(), "u1", probe.Link{})
+	s, err := drv.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestDeliveryAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := drv.Connect(context.Background(), "u1", probe.Link{})
+	s, err := drv.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}

@@ -16,13 +16,14 @@ func TestBouncedMessageIsNotAcked(t *testing.T) {
 		p.login("alice")
 		p.expect(`id="7"`)
 		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
-		// Prosody bounces, then answers the <r/>: h covers presence (1) and message (2).
+		// Prosody bounces, then answers the <r/>: h covers the carbons
+		// request (1), presence (2) and message (3).
 		p.send(`<message from='nobody@localhost' to='alice@localhost/imcanary' type='error' id='7' xmlns='jabber:client'><error type='cancel'><service-unavailable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></message>`)
-		p.send(`<a xmlns='urn:xmpp:sm:3' h='2'/>`)
+		p.send(`<a xmlns='urn:xmpp:sm:3' h='3'/>`)
 		p.drain()
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestAckBeyondSentEndsSession(t *testing.T) {
 		p.drain()
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func TestConnectErrors(t *testing.T) {
 			if err := drv.Provision(context.Background(), probe.Plan{Groups: []probe.Group{{Name: "room", Members: []string{"alice"}}}}); err != nil {
 				t.Fatal(err)
 			}
-			_, err = drv.Connect(context.Background(), "alice", probe.Link{})
+			_, err = drv.Connect(context.Background(), "alice", probe.Device{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Connect() = %v, want an error containing %q", err, tt.want)
 			}
@@ -101,7 +101,7 @@ func TestConnectErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := drv.Connect(context.Background(), "alice", probe.Link{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := drv.Connect(context.Background(), "alice", probe.Device{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Connect() = %v, want an error containing %q", tt.name, err, tt.want)
 		}
 	}
@@ -127,7 +127,7 @@ func TestNewAndNames(t *testing.T) {
 		if err := drv.Provision(context.Background(), probe.Plan{Users: []string{name}}); err == nil {
 			t.Errorf("Provision(user %q) = nil, want an error", name)
 		}
-		if _, err := drv.Connect(context.Background(), name, probe.Link{}); err == nil || !strings.Contains(err.Error(), "login") {
+		if _, err := drv.Connect(context.Background(), name, probe.Device{}); err == nil || !strings.Contains(err.Error(), "login") {
 			t.Errorf("Connect(%q) = %v, want a name error", name, err)
 		}
 	}

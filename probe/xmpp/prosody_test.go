@@ -37,10 +37,28 @@ func prosodyURL(t *testing.T) string {
 	return url
 }
 
+// prosodyArchiveURL is the Prosody that archives messages (XEP-0313),
+// which catch-up reads: .ci/run starts it apart, since archiving makes
+// every message much slower on Prosody and the load tests would measure
+// that.
+func prosodyArchiveURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("IMCANARYTEST_PROSODY_ARCHIVE_URL")
+	if url == "" {
+		t.Skip("set IMCANARYTEST_PROSODY_ARCHIVE_URL (.ci/run starts an archiving Prosody)")
+	}
+	return url
+}
+
 func prosodyDriver(t *testing.T, password string) *xmpp.Driver {
 	t.Helper()
+	return prosodyDriverAt(t, prosodyURL(t), password)
+}
+
+func prosodyDriverAt(t *testing.T, url, password string) *xmpp.Driver {
+	t.Helper()
 	drv, err := xmpp.New(xmpp.Options{
-		URL:      prosodyURL(t),
+		URL:      url,
 		Domain:   "localhost",
 		Password: func(u string) string { return password + u },
 		Register: true,
@@ -66,7 +84,7 @@ type recordingDriver struct {
 	at map[string]time.Time
 }
 
-func (r *recordingDriver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
+func (r *recordingDriver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
 	r.mu.Lock()
 	hold := r.hold[user]
 	delete(r.hold, user)
@@ -76,7 +94,7 @@ func (r *recordingDriver) Connect(ctx context.Context, user string, link probe.L
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s, err := r.Driver.Connect(ctx, user, link)
+	s, err := r.Driver.Connect(ctx, user, dev)
 	if err == nil {
 		r.mu.Lock()
 		r.last[user] = s
@@ -108,7 +126,7 @@ type observer struct {
 	loginErrs  int
 	acks       []time.Duration
 	deliveries []time.Duration
-	outcomes   [3]int
+	outcomes   map[probe.Outcome]int
 }
 
 func (o *observer) Login(_ int, took time.Duration, err error) {
@@ -134,6 +152,9 @@ func (o *observer) Unacked(uint64, string, string) {}
 func (o *observer) Received(_ int, _ *probe.Header, latency time.Duration, out probe.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.outcomes == nil {
+		o.outcomes = map[probe.Outcome]int{}
+	}
 	o.outcomes[out]++
 	if out == probe.Delivered {
 		o.deliveries = append(o.deliveries, latency)
@@ -158,6 +179,11 @@ type popConfig struct {
 	paused           bool
 	deadline         time.Duration
 	lostAfter        time.Duration
+	// devices per user (0: 1), catch-up, and the mean session lifetime
+	// (0: no churn).
+	devices  int
+	catchUp  bool
+	lifetime time.Duration
 }
 
 // population is a running probe.Population against Prosody.
@@ -182,18 +208,21 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *population {
 			Heartbeat:  5 * time.Second,
 			BackoffMin: 20 * time.Millisecond,
 			BackoffMax: 300 * time.Millisecond,
+			CatchUp:    pc.catchUp,
 		},
-		Set:         p.set,
-		Prefix:      pc.prefix,
-		Users:       pc.users,
-		GroupSize:   pc.groupSize,
-		Rate:        pc.rate,
-		Ramp:        pc.ramp,
-		Deadline:    pc.deadline,
-		LostAfter:   pc.lostAfter,
-		MessageSize: 200,
-		Observer:    p.obs,
-		StartPaused: pc.paused,
+		Devices:         pc.devices,
+		SessionLifetime: pc.lifetime,
+		Set:             p.set,
+		Prefix:          pc.prefix,
+		Users:           pc.users,
+		GroupSize:       pc.groupSize,
+		Rate:            pc.rate,
+		Ramp:            pc.ramp,
+		Deadline:        pc.deadline,
+		LostAfter:       pc.lostAfter,
+		MessageSize:     200,
+		Observer:        p.obs,
+		StartPaused:     pc.paused,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +249,7 @@ func (p *population) settle(lostAfter time.Duration) {
 		time.Sleep(50 * time.Millisecond)
 		p.pop.Sweep(time.Now())
 		c := p.counts(-1)
-		if c.expected > 0 && c.delivered+c.lost == c.expected && p.pop.Inflight() == 0 {
+		if c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected && p.pop.Inflight() == 0 {
 			break
 		}
 	}
@@ -229,7 +258,7 @@ func (p *population) settle(lostAfter time.Duration) {
 }
 
 type totals struct {
-	sent, expected, delivered, lost, late, dup, reordered float64
+	sent, expected, delivered, recovered, lost, late, dup, reordered float64
 }
 
 // counts sums kind k (0 direct, 1 group), or both for -1.
@@ -242,6 +271,7 @@ func (p *population) counts(k int) totals {
 		c.sent += metrics.Value(ks.Sent)
 		c.expected += metrics.Value(ks.Cohort[metrics.Normal].Expected)
 		c.delivered += metrics.Value(ks.Cohort[metrics.Normal].Delivered)
+		c.recovered += metrics.Value(ks.Cohort[metrics.Normal].Recovered)
 		c.lost += metrics.Value(ks.Cohort[metrics.Normal].Lost)
 		c.late += metrics.Value(ks.Cohort[metrics.Normal].Late)
 		c.dup += metrics.Value(ks.Cohort[metrics.Normal].Duplicate)
@@ -399,7 +429,7 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	// owed to nobody, and still delivered. Each such write-off, counted
 	// in this run, explains one direct delivery or four group ones more
 	// than expected.
-	writtenOff := p.sendErrors()[metrics.SendDisconnected]
+	writtenOff := p.sendErrors()[metrics.SendDisconnected] + p.sendErrors()[metrics.SendAckTimeout]
 	if extra := direct.delivered - direct.expected; direct.lost != 0 || extra < 0 || extra > writtenOff {
 		t.Errorf("direct: lost %v, delivered %v of %v with %v written off: offline storage must deliver every acked message",
 			direct.lost, direct.delivered, direct.expected, writtenOff)
@@ -444,15 +474,15 @@ func TestProsodyProvisioning(t *testing.T) {
 		}
 	}
 	other := prosodyDriver(t, "other-")
-	if _, err := other.Connect(ctx, "prov-a", probe.Link{}); err == nil || !strings.Contains(err.Error(), "not-authorized") {
+	if _, err := other.Connect(ctx, "prov-a", probe.Device{}); err == nil || !strings.Contains(err.Error(), "not-authorized") {
 		t.Errorf("Connect with another password = %v, want not-authorized", err)
 	}
 
-	a, err := drv.Connect(ctx, "prov-a", probe.Link{})
+	a, err := drv.Connect(ctx, "prov-a", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := drv.Connect(ctx, "prov-b", probe.Link{})
+	b, err := drv.Connect(ctx, "prov-b", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,11 +564,11 @@ func TestProsodySlowReader(t *testing.T) {
 	if err := drv.Provision(ctx, probe.Plan{Users: []string{"slow-r", "slow-s"}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := drv.Connect(ctx, "slow-r", probe.Link{})
+	r, err := drv.Connect(ctx, "slow-r", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := drv.Connect(ctx, "slow-s", probe.Link{})
+	s, err := drv.Connect(ctx, "slow-s", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +600,7 @@ func TestProsodySlowReader(t *testing.T) {
 	}
 	t.Logf("stalled reader ended: %v", err)
 
-	r2, err := drv.Connect(ctx, "slow-r", probe.Link{})
+	r2, err := drv.Connect(ctx, "slow-r", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,11 +645,11 @@ func TestProsodyResume(t *testing.T) {
 	if err := drv.Provision(ctx, probe.Plan{Users: []string{"res-a", "res-b"}, Groups: []probe.Group{{Name: "res-g", Members: []string{"res-a", "res-b"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := drv.Connect(ctx, "res-a", probe.Link{})
+	a, err := drv.Connect(ctx, "res-a", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := drv.Connect(ctx, "res-b", probe.Link{})
+	b, err := drv.Connect(ctx, "res-b", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -658,7 +688,7 @@ func TestProsodyResume(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the sender's acks", func() bool { a, _, _ := rb.snapshot(); return len(a) == int(ref) })
 
-	a2, err := drv.Connect(ctx, "res-a", probe.Link{})
+	a2, err := drv.Connect(ctx, "res-a", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -702,7 +732,7 @@ func TestProsodyWrongPassword(t *testing.T) {
 	if err := prosodyDriver(t, "right-").Provision(ctx, probe.Plan{Users: []string{user}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := prosodyDriver(t, "wrong-").Connect(ctx, user, probe.Link{})
+	_, err := prosodyDriver(t, "wrong-").Connect(ctx, user, probe.Device{})
 	if err == nil {
 		t.Fatal("Connect with the wrong password succeeded")
 	}
@@ -710,4 +740,148 @@ func TestProsodyWrongPassword(t *testing.T) {
 		t.Errorf("FailureReason(%v) = %q, want %q", err, got, metrics.ConnectUnauthorized)
 	}
 	t.Logf("%v: %s", err, probe.DescribeFailure(probe.FailureReason(err), err.Error()))
+}
+
+// devicesDriver records which devices have logged in, for a population
+// with churn, which may never have every device online at once (Ready),
+// and passes the driver's probe.Mirror on.
+type devicesDriver struct {
+	*xmpp.Driver
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (d *devicesDriver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
+	s, err := d.Driver.Connect(ctx, user, dev)
+	if err == nil {
+		d.mu.Lock()
+		d.seen[user+"/"+strconv.Itoa(dev.Index)] = true
+		d.mu.Unlock()
+	}
+	return s, err
+}
+
+func (d *devicesDriver) loggedIn() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.seen)
+}
+
+// startChurn starts a paused population on dd and resumes sending once
+// every device has logged in: with churn, every device online at once
+// (Ready) may take long to happen.
+func startChurn(t *testing.T, dd *devicesDriver, pc popConfig) *population {
+	t.Helper()
+	p := startPopulation(t, dd, pc)
+	all := pc.users * max(1, pc.devices)
+	waitFor(t, 30*time.Second, "every device to log in", func() bool { return dd.loggedIn() == all })
+	p.pop.SetSending(true)
+	return p
+}
+
+func (p *population) ignored(reason string) float64 {
+	return metrics.Value(p.set.Ignored[reason])
+}
+
+// checkAccounted checks that every delivery the server owed for an acked
+// message arrived once, pushed or recovered, and none was lost or came
+// twice. A message whose ack was lost with its sender's session, or came
+// too late, was written off (owed to nobody) and may still arrive, to at
+// most fanout devices each: the excess the run's own write-offs explain.
+func checkAccounted(t *testing.T, p *population, name string, fanout int) totals {
+	t.Helper()
+	c := p.counts(-1)
+	writtenOff := p.sendErrors()[metrics.SendDisconnected] + p.sendErrors()[metrics.SendAckTimeout]
+	if extra := c.delivered + c.recovered - c.expected; extra < 0 || extra > float64(fanout)*writtenOff {
+		t.Errorf("%s: delivered %v + recovered %v against expected %v, %v written off: want every owed delivery once (at most %v more)",
+			name, c.delivered, c.recovered, c.expected, writtenOff, float64(fanout)*writtenOff)
+	}
+	if c.lost != 0 || c.dup != 0 {
+		t.Errorf("%s: lost %v, duplicates %v, want 0 and 0", name, c.lost, c.dup)
+	}
+	return c
+}
+
+// TestProsodyCatchUpChurn: users log out and back in every few seconds
+// (churn) while their room-mates keep talking. A room delivers only to
+// its occupants, so what a member misses while away is lost without
+// catch-up (TestProsodyReceiverKilled counts it so); with it, the member's
+// next session fetches it from the room's archive (XEP-0313) and the
+// ledger counts it recovered. Direct messages come back from offline
+// storage or the user's own archive. Nothing may be lost or counted twice.
+func TestProsodyCatchUpChurn(t *testing.T) {
+	dd := &devicesDriver{Driver: prosodyDriverAt(t, prosodyArchiveURL(t), "imc-"), seen: map[string]bool{}}
+	const deadline, lostAfter = 2 * time.Second, 6 * time.Second
+	p := startChurn(t, dd, popConfig{prefix: "churn", users: 10, groupSize: 5, rate: 4, ramp: 500 * time.Millisecond,
+		paused: true, deadline: deadline, lostAfter: lostAfter, catchUp: true, lifetime: 3 * time.Second})
+	time.Sleep(10 * time.Second)
+	p.settle(lostAfter)
+	direct, group := p.counts(0), p.counts(1)
+	churns := p.disconnects(metrics.ReasonChurn)
+	t.Logf("direct %+v; group %+v; %v churns, %v connects; send errors %v; ignored as catch-up overlap %v",
+		direct, group, churns, metrics.Value(p.set.ConnectOK), p.sendErrors(), p.ignored(metrics.IgnoredCatchUp))
+	if churns < float64(p.pop.Users()) {
+		t.Fatalf("%v churns, want at least one per user for the test to mean anything", churns)
+	}
+	// A group message reaches the four other members.
+	checkAccounted(t, p, "all", 4)
+	if group.recovered < 1 {
+		t.Errorf("group: recovered %v, want the room messages members missed while away", group.recovered)
+	}
+	if o := p.disconnects(metrics.ReasonError) + p.disconnects(metrics.ReasonServerClose) + p.disconnects(metrics.ReasonConflict); o != 0 {
+		t.Errorf("%v sessions ended other than by churn or shutdown, want 0", o)
+	}
+}
+
+// TestProsodyDevices: every user keeps two devices online. A direct
+// message is owed to both of the recipient's devices, which Prosody
+// delivers to every resource of the bare JID, and to the sender's other
+// device, which gets it as a <sent/> carbon (XEP-0280); a group message to
+// every other occupant, the sender's other device among them. With churn
+// (lifetime > 0), a device away while its sibling takes a direct message,
+// which then goes to no offline storage, fetches it from the user's
+// archive, and one away from a room from the room's.
+func TestProsodyDevices(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lifetime time.Duration
+	}{
+		{"steady", 0},
+		{"churn", 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dd := &devicesDriver{Driver: prosodyDriverAt(t, prosodyArchiveURL(t), "imc-"), seen: map[string]bool{}}
+			const deadline, lostAfter = 2 * time.Second, 6 * time.Second
+			pc := popConfig{prefix: "dev" + tc.name, users: 10, groupSize: 5, rate: 4, ramp: 500 * time.Millisecond,
+				paused: true, deadline: deadline, lostAfter: lostAfter, devices: 2, catchUp: true, lifetime: tc.lifetime}
+			var p *population
+			if tc.lifetime == 0 {
+				p = startPopulation(t, dd, pc)
+				waitFor(t, 30*time.Second, "population online", p.pop.Ready)
+				p.pop.SetSending(true)
+			} else {
+				p = startChurn(t, dd, pc)
+			}
+			time.Sleep(8 * time.Second)
+			p.settle(lostAfter)
+			direct, group := p.counts(0), p.counts(1)
+			t.Logf("direct %+v; group %+v; %v churns; send errors %v; ignored as own %v, as catch-up overlap %v",
+				direct, group, p.disconnects(metrics.ReasonChurn), p.sendErrors(), p.ignored(metrics.IgnoredOwn), p.ignored(metrics.IgnoredCatchUp))
+			// Each acked message is owed to the recipients' devices and
+			// the sender's other one: 2+1 direct, 4×2+1 group.
+			for kind, per := range map[int]float64{0: 3, 1: 9} {
+				acked := float64(histCount(p.set.Kind[kind].AckLatency))
+				if c := p.counts(kind); acked == 0 || c.expected != per*acked {
+					t.Errorf("kind %d: expected %v for %v acked messages, want %v each", kind, c.expected, acked, per)
+				}
+			}
+			checkAccounted(t, p, "all", 9)
+			if tc.lifetime > 0 && (direct.recovered < 1 || group.recovered < 1) {
+				t.Errorf("recovered direct %v, group %v: want what devices missed while away", direct.recovered, group.recovered)
+			}
+			if o := p.disconnects(metrics.ReasonError) + p.disconnects(metrics.ReasonServerClose) + p.disconnects(metrics.ReasonConflict); o != 0 {
+				t.Errorf("%v sessions ended other than by churn or shutdown, want 0", o)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -16,12 +17,21 @@ import (
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
-// session is one logged-in stream.
+// session is one logged-in stream: one device of one user.
 type session struct {
 	d    *Driver
 	conn *wsconn.Conn
 	user string
-	nick string
+	// bare is the user's JID, resource the device's (as the server bound
+	// it), nick its name in the user's rooms, and index the device's
+	// index; key names the device in the driver's resumption state.
+	bare     string
+	resource string
+	nick     string
+	index    int
+	key      string
+	// cat is the device's catch-up state, nil when catch-up is off.
+	cat *catchup
 
 	// The connection's write lock (Conn.WriteWith) guards the outbound
 	// stanza count: the sender, the read loop's SM answers and Close all
@@ -143,6 +153,9 @@ func (s *session) login(rooms []string, prev smState) error {
 		// joining maps each room not yet joined to the id of its
 		// owner-form request, "" while its self-presence is awaited.
 		joining = make(map[string]string, len(rooms))
+		// carbonsWait is set while the answer to enabling message
+		// carbons is awaited.
+		carbonsWait bool
 	)
 	for _, r := range rooms {
 		joining[strings.ToLower(r)] = ""
@@ -159,6 +172,19 @@ func (s *session) login(rooms []string, prev smState) error {
 			return fmt.Errorf("stream error: %s", st.errorText())
 		case kindClose:
 			return errors.New("server closed the stream")
+		case kindIQ:
+			if carbonsWait && st.id == "carbons" && (st.typ == "result" || st.typ == "error") {
+				carbonsWait = false
+				if st.typ == "error" && s.index > 0 {
+					// Without carbons the device would miss what its
+					// siblings send, which the population owes it.
+					return fmt.Errorf("server refused message carbons (XEP-0280), which a user's second device needs: %s", st.errorText())
+				}
+				if state == loginJoin && len(joining) == 0 {
+					state = loginDone
+				}
+				return nil
+			}
 		}
 		switch state {
 		case loginFeatures:
@@ -215,7 +241,7 @@ func (s *session) login(rooms []string, prev smState) error {
 				return s.write(resumeStanza(prev.id, prev.h), false)
 			}
 			state = loginBind
-			return s.write(bindStanza(resource), false)
+			return s.write(bindStanza(s.resource), false)
 		case loginResume:
 			switch st.kind {
 			case kindResumed:
@@ -230,7 +256,7 @@ func (s *session) login(rooms []string, prev smState) error {
 				state = loginDone
 			case kindFailed:
 				state = loginBind
-				return s.write(bindStanza(resource), false)
+				return s.write(bindStanza(s.resource), false)
 			}
 		case loginBind:
 			if st.kind != kindIQ || st.id != "bind" {
@@ -238,6 +264,10 @@ func (s *session) login(rooms []string, prev smState) error {
 			}
 			if st.typ != "result" {
 				return fmt.Errorf("bind: %s", st.errorText())
+			}
+			if _, r := splitJID(string(st.jid)); r != "" {
+				// The server may bind another resource than asked.
+				s.resource = r
 			}
 			// Stream management first, so that the messages the
 			// server flushes at our initial presence (offline storage)
@@ -249,6 +279,15 @@ func (s *session) login(rooms []string, prev smState) error {
 			if err != nil {
 				return err
 			}
+			// Carbons before presence, so that no message sent by a
+			// sibling device once this one is available is missed.
+			// Always, whatever the number of devices: the driver is
+			// not told it, and a user with one resource gets no
+			// carbons, so it costs one iq a login and nothing else.
+			if err := s.write(carbonsEnable, true); err != nil {
+				return err
+			}
+			carbonsWait = true
 			if err := s.write(initialPresence, true); err != nil {
 				return err
 			}
@@ -271,7 +310,7 @@ func (s *session) login(rooms []string, prev smState) error {
 				return err
 			}
 		}
-		if state == loginJoin && len(joining) == 0 {
+		if state == loginJoin && len(joining) == 0 && !carbonsWait {
 			state = loginDone
 		}
 		return nil
@@ -446,6 +485,7 @@ func (s *session) handleStanza(st *stanza) error {
 	case kindMessage:
 		s.in++
 		s.message(st, h, d)
+		return nil
 	case kindPresence:
 		s.in++
 		if _, nick := splitJID(st.from); st.typ == "unavailable" && st.removed && (st.self || nick == s.nick) {
@@ -457,8 +497,13 @@ func (s *session) handleStanza(st *stanza) error {
 		}
 	case kindIQ:
 		s.in++
-		if st.typ == "get" || st.typ == "set" {
+		switch {
+		case st.typ == "get" || st.typ == "set":
 			if err := s.write(iqReply(st), true); err != nil && err != errClosing {
+				return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+			}
+		case s.cat != nil && strings.HasPrefix(st.id, queryPrefix):
+			if err := s.writeQueries(s.cat.answered(st, s.now())); err != nil && err != errClosing {
 				return &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
 			}
 		}
@@ -496,6 +541,15 @@ func (s *session) handleStanza(st *stanza) error {
 
 // message handles a message stanza.
 func (s *session) message(st *stanza, h probe.Handler, d *probe.Delivery) {
+	d.Recovered = false
+	switch st.wrap {
+	case wrapResult:
+		s.recovered(st, h, d)
+		return
+	case wrapSent, wrapReceived:
+		s.carbon(st, h, d)
+		return
+	}
 	switch st.typ {
 	case "error":
 		if ref, ok := parseRef(st.id); ok {
@@ -511,10 +565,13 @@ func (s *session) message(st *stanza, h probe.Handler, d *probe.Delivery) {
 		}
 		return
 	case "groupchat":
-		_, nick := splitJID(st.from)
+		bare, nick := splitJID(st.from)
 		if nick == "" || !st.hasBody {
 			// The room itself: subject, notices.
 			return
+		}
+		if s.cat != nil && !st.history {
+			s.cat.pushed(bare, st.sidBy(bare), s.now())
 		}
 		if nick == s.nick {
 			// Our own message reflected by the room: its ack.
@@ -534,6 +591,9 @@ func (s *session) message(st *stanza, h probe.Handler, d *probe.Delivery) {
 	default:
 		if !st.hasBody {
 			return
+		}
+		if s.cat != nil {
+			s.cat.pushed(s.cat.self, st.sidBy(s.cat.self), s.now())
 		}
 		s.fromBuf = append(s.fromBuf[:0], localpart(st.from)...)
 		d.Group = false
@@ -567,7 +627,7 @@ func (s *session) acknowledge(hv uint32, h probe.Handler) {
 func (s *session) end(err error) error {
 	var d *probe.Disconnect
 	keep := errors.As(err, &d) && d.Reason != metrics.ReasonShutdown && s.streamCond == ""
-	s.d.forget(s.user, smState{id: s.smID, h: s.in}, keep)
+	s.d.forget(s.key, smState{id: s.smID, h: s.in}, keep)
 	return err
 }
 
@@ -588,10 +648,15 @@ func (s *session) Ended(err error) *probe.Disconnect {
 			text += ": " + s.streamText
 		}
 		reason := metrics.ReasonServerClose
+		switch {
 		// ejabberd's and Prosody's wording for a client that does not
 		// keep up with its stream.
-		if s.streamCond == "policy-violation" || strings.Contains(s.streamText, "Too many unacked stanzas") {
+		case s.streamCond == "policy-violation" || strings.Contains(s.streamText, "Too many unacked stanzas"):
 			reason = metrics.ReasonSlowConsumer
+		// The same resource logged in elsewhere (RFC 6120 §4.9.3.3):
+		// the server's policy, not a fault.
+		case s.streamCond == "conflict":
+			reason = metrics.ReasonConflict
 		}
 		d := &probe.Disconnect{Reason: reason, Code: code, Text: text}
 		if code == 0 {
@@ -626,4 +691,95 @@ func parseRef(id string) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(id, 10, 64)
 	return n, err == nil
+}
+
+// carbon handles a carbon copy (XEP-0280): a message another resource of
+// the user sent (<sent/>) or received (<received/>), delivered as the
+// message it forwards.
+func (s *session) carbon(st *stanza, h probe.Handler, d *probe.Delivery) {
+	// XEP-0280 §11: only the user's own account sends carbons; anyone
+	// else's is forged.
+	if !strings.EqualFold(st.from, s.bare) || !st.fwd || !st.fwdHasBody {
+		return
+	}
+	switch st.fwdType {
+	case "groupchat", "error", "headline":
+		return
+	}
+	if s.cat != nil {
+		s.cat.pushed(s.cat.self, st.sidBy(s.cat.self), s.now())
+	}
+	if st.wrap == wrapSent {
+		// Sent by a sibling device: from the user itself, which the
+		// ledger owes to this device when the population has several.
+		s.fromBuf = append(s.fromBuf[:0], s.user...)
+	} else {
+		s.fromBuf = append(s.fromBuf[:0], localpart(st.fwdFrom)...)
+	}
+	d.From, d.Group, d.Body, d.ServerSeq = s.fromBuf, false, st.fwdBody, 0
+	h.OnDelivery(d)
+}
+
+// recovered handles an archive result (XEP-0313): a message the device
+// fetched, delivered as recovered. Its own messages (its resource's in the
+// user's archive, its nick's in a room's) are not: the device holds them.
+func (s *session) recovered(st *stanza, h probe.Handler, d *probe.Delivery) {
+	if s.cat == nil {
+		return
+	}
+	jid, room, ok := s.cat.result(st)
+	if !ok || !st.fwd || !st.fwdHasBody {
+		return
+	}
+	if room {
+		bare, nick := splitJID(st.fwdFrom)
+		if st.fwdType != "groupchat" || nick == "" || nick == s.nick || !strings.EqualFold(bare, jid) {
+			return
+		}
+		s.fromBuf = append(s.fromBuf[:0], nick...)
+		d.Group = true
+	} else {
+		switch st.fwdType {
+		case "groupchat", "error", "headline":
+			return
+		}
+		bare, res := splitJID(st.fwdFrom)
+		if strings.EqualFold(bare, s.bare) && res == s.resource {
+			return
+		}
+		s.fromBuf = append(s.fromBuf[:0], localpart(st.fwdFrom)...)
+		d.Group = false
+	}
+	d.From, d.Body, d.ServerSeq, d.Recovered = s.fromBuf, st.fwdBody, 0, true
+	h.OnDelivery(d)
+	d.Recovered = false
+}
+
+// Sync implements probe.Syncer: it asks each of the device's archives for
+// what it holds after the device's place, unless a query of it is under
+// way. The answers come through Serve.
+func (s *session) Sync() error {
+	if s.cat == nil {
+		return nil
+	}
+	return s.writeQueries(s.cat.syncAll(time.Now().Unix()))
+}
+
+// writeQueries writes archive queries, stanzas the server counts.
+func (s *session) writeQueries(qs [][]byte) error {
+	for _, q := range qs {
+		if err := s.write(q, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// now is the time of the frame being handled, in Unix seconds: marks
+// are kept to the second.
+func (s *session) now() int64 {
+	if at := s.delivery.At; at != 0 {
+		return at / int64(time.Second)
+	}
+	return time.Now().Unix()
 }

@@ -43,7 +43,7 @@ func FuzzServe(f *testing.F) {
 			p.send(string(frame))
 			p.closeWith(websocket.CloseNormalClosure, "end of fuzz input")
 		})
-		s, err := newDriver(t, url).Connect(context.Background(), "alice", probe.Link{})
+		s, err := newDriver(t, url).Connect(context.Background(), "alice", probe.Device{})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}

@@ -32,6 +32,9 @@ const (
 	srvEnabled  = `<enabled xmlns='urn:xmpp:sm:3'/>`
 	srvClose    = `<close xmlns='urn:ietf:params:xml:ns:xmpp-framing'/>`
 	srvR        = `<r xmlns='urn:xmpp:sm:3'/>`
+	srvCarbons  = `<iq type='result' id='carbons' xmlns='jabber:client'/>`
+	// cliCarbons is the client's request for message carbons.
+	cliCarbons = `<iq xmlns="jabber:client" type="set" id="carbons"><enable xmlns="urn:xmpp:carbons:2"/></iq>`
 )
 
 func srvBindResult(user string) string {
@@ -126,6 +129,8 @@ func (p *peer) login(user string, rooms ...string) {
 	p.send(srvBindResult(user))
 	p.expect(`<enable xmlns="urn:xmpp:sm:3"/>`)
 	p.send(srvEnabled)
+	p.expect(cliCarbons)
+	p.send(srvCarbons)
 	p.expect(`<presence xmlns="jabber:client"/>`)
 	for _, r := range rooms {
 		p.expect(`<presence xmlns="jabber:client" to="` + r + `@conference.localhost/` + user + `"><x xmlns="http://jabber.org/protocol/muc"><history maxstanzas="0"/></x></presence>`)
@@ -237,6 +242,9 @@ func (r *recorder) OnDelivery(d *probe.Delivery) {
 	if d.Group {
 		kind = "group"
 	}
+	if d.Recovered {
+		kind = "recovered " + kind
+	}
 	r.deliveries = append(r.deliveries, fmt.Sprintf("%s %s %s", kind, d.From, d.Body))
 	r.ats = append(r.ats, d.At)
 	if now := time.Now().UnixNano(); d.At == 0 || d.At > now {
@@ -333,7 +341,7 @@ func TestLogin(t *testing.T) {
 		probe.Group{Name: "newroom", Members: []string{"alice", "bob"}},
 		probe.Group{Name: "oldroom", Members: []string{"alice", "carol"}})
 	t0 := time.Now()
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -361,17 +369,23 @@ func TestStreamManagement(t *testing.T) {
 	sentAt := make(chan int64, 1)
 	url, peers := fakeServer(t, func(p *peer) {
 		p.login("alice")
-		// Three stanzas and a request in one frame: h must be 3.
+		// Three stanzas and a request in one frame, after the answer to
+		// the carbons request: h must be 4.
 		sentAt <- time.Now().UnixNano()
 		p.send(`<message from='bob@localhost/imcanary' type='chat' id='m1' xmlns='jabber:client'><body>hi</body></message>` +
 			`<presence from='bob@localhost/imcanary' xmlns='jabber:client'/>` +
 			`<iq type='result' id='x' xmlns='jabber:client'/>` + srvR)
-		if a := p.read(); a != `<a xmlns="urn:xmpp:sm:3" h="3"/>` {
-			t.Errorf("answer to <r/> = %q, want h=3", a)
+		for a := p.read(); a != `<a xmlns="urn:xmpp:sm:3" h="4"/>`; a = p.read() {
+			// An ack sent unasked, for the carbons answer, may come
+			// first.
+			if a != `<a xmlns="urn:xmpp:sm:3" h="1"/>` {
+				t.Errorf("answer to <r/> = %q, want h=4", a)
+				break
+			}
 		}
-		// The client's stanzas: initial presence (1), then 101 (2),
-		// 104 to the room (3), 102 (4), 103 (5). Each direct message is
-		// followed by a request.
+		// The client's stanzas: the carbons request (1), initial
+		// presence (2), then 101 (3), 104 to the room (4), 102 (5),
+		// 103 (6). Each direct message is followed by a request.
 		p.expect(`id="101"`)
 		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
 		p.expect(`type="groupchat" to="room@conference.localhost" id="104"`)
@@ -379,13 +393,13 @@ func TestStreamManagement(t *testing.T) {
 		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
 		p.expect(`id="103"`)
 		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
-		p.send(`<a xmlns='urn:xmpp:sm:3' h='4'/>`)
-		p.send(`<message from='room@conference.localhost/alice' id='104' type='groupchat' xmlns='jabber:client'><body>g</body></message>`)
 		p.send(`<a xmlns='urn:xmpp:sm:3' h='5'/>`)
+		p.send(`<message from='room@conference.localhost/alice' id='104' type='groupchat' xmlns='jabber:client'><body>g</body></message>`)
+		p.send(`<a xmlns='urn:xmpp:sm:3' h='6'/>`)
 		p.drain()
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,17 +471,18 @@ func TestDeliveries(t *testing.T) {
 			// stream) is no reason to end our session.
 			`<presence type='unavailable' xmlns='jabber:client' from='room@conference.localhost/bob'><status>Kicked: recipient unavailable</status><x xmlns='http://jabber.org/protocol/muc#user'><status code='333'/><item affiliation='none' role='none'/></x></presence>`,
 			srvR)
-		// The room's self-presence, eight messages and a presence.
-		for f := p.read(); f != `<a xmlns="urn:xmpp:sm:3" h="10"/>`; f = p.read() {
+		// The carbons answer, the room's self-presence, eight messages
+		// and a presence.
+		for f := p.read(); f != `<a xmlns="urn:xmpp:sm:3" h="11"/>`; f = p.read() {
 			if f == "" {
-				t.Error("no <a h=\"10\"/> for the self-presence, eight messages and a presence")
+				t.Error("no <a h=\"11\"/> for the carbons answer, the self-presence, eight messages and a presence")
 				return
 			}
 		}
 		p.drain()
 	})
 	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,20 +528,21 @@ func TestDeliveryAtDuringLogin(t *testing.T) {
 		p.expect(`id="bind"`)
 		p.send(srvBindResult("alice"))
 		p.expect(`<enable xmlns="urn:xmpp:sm:3"/>`)
+		p.expect(cliCarbons)
 		p.expect(`<presence xmlns="jabber:client"/>`)
 		p.expect(`to="room@conference.localhost/alice"`)
 		sentAt <- time.Now().UnixNano()
 		p.send(srvEnabled + `<message from='carol@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 early</body></message>`)
 		time.Sleep(gap)
 		joinedAt <- time.Now().UnixNano()
-		p.send(srvSelf("room", "alice", false))
+		p.send(srvCarbons + srvSelf("room", "alice", false))
 		time.Sleep(2 * gap)
 		sentAt <- time.Now().UnixNano()
 		p.send(`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 late</body></message>`)
 		p.drain()
 	})
 	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +589,7 @@ func TestDisconnectReasons(t *testing.T) {
 			server: endWith(streamError("resource-constraint", "Too many unacked stanzas remaining, session can't be resumed"), srvClose),
 			reason: metrics.ReasonSlowConsumer, code: 1000, text: "resource-constraint: Too many unacked stanzas"},
 		{name: "conflict", server: endWith(streamError("conflict", "Replaced by new connection"), srvClose),
-			reason: metrics.ReasonServerClose, code: 1000, text: "conflict: Replaced by new connection"},
+			reason: metrics.ReasonConflict, code: 1000, text: "conflict: Replaced by new connection"},
 		{name: "system shutdown", server: endWith(streamError("system-shutdown", "Server is shutting down"), srvClose),
 			reason: metrics.ReasonServerClose, code: 1000, text: "system-shutdown"},
 		{name: "stream error without a close frame", server: func(p *peer) {
@@ -605,7 +621,7 @@ func TestDisconnectReasons(t *testing.T) {
 				tt.server(p)
 			})
 			drv := newDriver(t, url)
-			s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+			s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -634,7 +650,7 @@ func TestWriteTimeoutEndsSession(t *testing.T) {
 		time.Sleep(5 * time.Second)
 	})
 	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -43,6 +44,11 @@ const (
 	nsData            = "jabber:x:data"
 	nsDelay           = "urn:xmpp:delay"
 	nsPing            = "urn:xmpp:ping"
+	nsMAM             = "urn:xmpp:mam:2"
+	nsRSM             = "http://jabber.org/protocol/rsm"
+	nsForward         = "urn:xmpp:forward:0"
+	nsCarbons         = "urn:xmpp:carbons:2"
+	nsStanzaID        = "urn:xmpp:sid:0"
 )
 
 // Parser limits. Prosody's own c2s stanza limit is 256 KiB; its deepest
@@ -134,6 +140,27 @@ type stanza struct {
 	jid  []byte
 	ping bool
 
+	// wrap says what a message wraps: an archive result (XEP-0313), whose
+	// query and archive id are mamQuery and mamID, or a carbon copy
+	// (XEP-0280) of a message sent or received by another resource.
+	wrap            wrapKind
+	mamQuery, mamID string
+	// fwd is set by the forwarded message inside the wrapper (XEP-0297):
+	// its attributes, its body, and the stanza-id it carries.
+	fwd                     bool
+	fwdFrom, fwdType, fwdID string
+	fwdBody                 []byte
+	fwdHasBody              bool
+	// sids are the XEP-0359 stanza-ids of the message (its archive ids,
+	// by archive), the forwarded message's for a carbon.
+	sids  [maxSIDs]stanzaID
+	nsids int
+
+	// An iq's MAM <fin/>: whether the archive says the query is
+	// complete, and the RSM id of the last result it sent.
+	fin, finComplete bool
+	rsmLast          []byte
+
 	// Stream features.
 	featBind, featSM, featRegister bool
 	mechPlain, mechSCRAM           bool
@@ -146,6 +173,23 @@ type stanza struct {
 	scratch []byte
 }
 
+// wrapKind is what a message wraps in a <forwarded/>.
+type wrapKind uint8
+
+const (
+	wrapNone wrapKind = iota
+	wrapResult
+	wrapSent
+	wrapReceived
+)
+
+// stanzaID is one XEP-0359 <stanza-id/>: the archive by and its id there.
+type stanzaID struct{ by, id string }
+
+// maxSIDs bounds the stanza-ids kept of one message; Prosody adds one per
+// archive and strips those that claim an archive it owns.
+const maxSIDs = 4
+
 func (st *stanza) reset() {
 	*st = stanza{
 		body:    st.body[:0],
@@ -153,7 +197,27 @@ func (st *stanza) reset() {
 		jid:     st.jid[:0],
 		sasl:    st.sasl[:0],
 		scratch: st.scratch[:0],
+		fwdBody: st.fwdBody[:0],
+		rsmLast: st.rsmLast[:0],
 	}
+}
+
+// addSID keeps a stanza-id, past maxSIDs none.
+func (st *stanza) addSID(attrs []xml.Attr) {
+	if st.nsids < maxSIDs {
+		st.sids[st.nsids] = stanzaID{by: attr(attrs, "by"), id: attr(attrs, "id")}
+		st.nsids++
+	}
+}
+
+// sidBy returns the id the archive by gave the message, or "".
+func (st *stanza) sidBy(by string) string {
+	for _, s := range st.sids[:st.nsids] {
+		if s.id != "" && strings.EqualFold(s.by, by) {
+			return s.id
+		}
+	}
+	return ""
 }
 
 // stanzaPool holds parse states. A session takes one per frame, so that an
@@ -176,6 +240,13 @@ const (
 	capMechanisms    // features <mechanisms/>
 	capMechanism     // <mechanisms><mechanism/></mechanisms>
 	capSASL          // the text of <challenge/> or <success/>
+	capWrap          // message <result/> (MAM) or <sent/>, <received/> (carbons)
+	capForwarded     // <forwarded/> in one of those
+	capFwdMessage    // the <message/> forwarded
+	capFwdBody       // its <body/>
+	capFin           // iq <fin/> (MAM)
+	capRSM           // <fin><set/></fin>
+	capRSMLast       // <set><last/></set>
 )
 
 // topKind classifies a top-level element by its expanded name.
@@ -312,6 +383,10 @@ func parseFrame(frame []byte, st *stanza, fn func(*stanza) error) error {
 				st.scratch = append(st.scratch, t...)
 			case capSASL:
 				st.sasl = append(st.sasl, t...)
+			case capFwdBody:
+				st.fwdBody = append(st.fwdBody, t...)
+			case capRSMLast:
+				st.rsmLast = append(st.rsmLast, t...)
 			}
 		case xml.ProcInst, xml.Directive:
 			return errDirective
@@ -367,6 +442,20 @@ func (st *stanza) child(depth int, parent capture, t xml.StartElement) capture {
 				return capBind
 			case st.kind == kindIQ && n.Space == nsPing && n.Local == "ping":
 				st.ping = true
+			case st.kind == kindIQ && n.Space == nsMAM && n.Local == "fin":
+				st.fin, st.finComplete = true, attr(t.Attr, "complete") == "true"
+				return capFin
+			case st.kind == kindMessage && n.Space == nsStanzaID && n.Local == "stanza-id":
+				st.addSID(t.Attr)
+			case st.kind == kindMessage && st.wrap == wrapNone && n.Space == nsMAM && n.Local == "result":
+				st.wrap, st.mamQuery, st.mamID = wrapResult, attr(t.Attr, "queryid"), attr(t.Attr, "id")
+				return capWrap
+			case st.kind == kindMessage && st.wrap == wrapNone && n.Space == nsCarbons && (n.Local == "sent" || n.Local == "received"):
+				st.wrap = wrapSent
+				if n.Local == "received" {
+					st.wrap = wrapReceived
+				}
+				return capWrap
 			}
 		case kindFeatures:
 			switch {
@@ -430,6 +519,35 @@ func (st *stanza) child(depth int, parent capture, t xml.StartElement) capture {
 	case capBind:
 		if n.Space == nsBind && n.Local == "jid" {
 			return capJID
+		}
+	case capWrap:
+		if n.Space == nsForward && n.Local == "forwarded" {
+			return capForwarded
+		}
+	case capForwarded:
+		// One message per <forwarded/> (XEP-0297); a second is not read.
+		if n.Space == nsClient && n.Local == "message" && !st.fwd {
+			st.fwd = true
+			st.fwdFrom, st.fwdType, st.fwdID = attr(t.Attr, "from"), attr(t.Attr, "type"), attr(t.Attr, "id")
+			return capFwdMessage
+		}
+	case capFwdMessage:
+		switch {
+		case n.Space == nsClient && n.Local == "body" && !st.fwdHasBody:
+			st.fwdHasBody = true
+			return capFwdBody
+		case n.Space == nsStanzaID && n.Local == "stanza-id":
+			// A carbon's archive id is on the message it forwards.
+			st.addSID(t.Attr)
+		}
+	case capFin:
+		if n.Space == nsRSM && n.Local == "set" {
+			return capRSM
+		}
+	case capRSM:
+		if n.Space == nsRSM && n.Local == "last" {
+			st.rsmLast = st.rsmLast[:0]
+			return capRSMLast
 		}
 	case capMechanisms:
 		if n.Space == nsSASL && n.Local == "mechanism" {
@@ -652,4 +770,44 @@ func iqReply(st *stanza) []byte {
 		return append(b, `"/>`...)
 	}
 	return append(b, `"><error type="cancel"><service-unavailable xmlns="`+nsStanzaErrors+`"/></error></iq>`...)
+}
+
+// carbonsEnable turns on message carbons (XEP-0280) for the session.
+var carbonsEnable = []byte(`<iq xmlns="jabber:client" type="set" id="carbons"><enable xmlns="` + nsCarbons + `"/></iq>`)
+
+// mamQuery asks the archive to (a room's bare JID, or "" for the user's
+// own) for a page of mamPage messages archived after the id after, or,
+// with after "", since start (Unix seconds; 0: from the archive's
+// beginning). tail instead asks for the newest message alone, whose id is
+// where a device with no place in the archive starts. The iq id and the
+// queryid are both id.
+func mamQuery(dst []byte, id, to, after string, start int64, tail bool) []byte {
+	dst = append(dst, `<iq xmlns="jabber:client" type="set" id="`...)
+	dst = appendEscapedString(dst, id)
+	if to != "" {
+		dst = append(dst, `" to="`...)
+		dst = appendEscapedString(dst, to)
+	}
+	dst = append(dst, `"><query xmlns="`+nsMAM+`" queryid="`...)
+	dst = appendEscapedString(dst, id)
+	dst = append(dst, `">`...)
+	if start > 0 && after == "" && !tail {
+		dst = append(dst, `<x xmlns="`+nsData+`" type="submit"><field var="FORM_TYPE" type="hidden"><value>`+nsMAM+`</value></field><field var="start"><value>`...)
+		dst = time.Unix(start, 0).UTC().AppendFormat(dst, "2006-01-02T15:04:05Z")
+		dst = append(dst, `</value></field></x>`...)
+	}
+	dst = append(dst, `<set xmlns="`+nsRSM+`"><max>`...)
+	switch {
+	case tail:
+		dst = append(dst, `1</max><before/>`...)
+	case after != "":
+		dst = strconv.AppendInt(dst, mamPage, 10)
+		dst = append(dst, `</max><after>`...)
+		dst = appendEscapedString(dst, after)
+		dst = append(dst, `</after>`...)
+	default:
+		dst = strconv.AppendInt(dst, mamPage, 10)
+		dst = append(dst, `</max>`...)
+	}
+	return append(dst, `</set></query></iq>`...)
 }

@@ -43,7 +43,7 @@ func TestHostileFrames(t *testing.T) {
 				p.drain()
 			})
 			drv := newDriver(t, url)
-			s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+			s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
@@ -158,7 +158,7 @@ func TestSendNeverFragments(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	drv := newDriver(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/xmpp-websocket")
-	s, err := drv.Connect(context.Background(), "alice", probe.Link{})
+	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {
 		t.Fatal(err)
 	}

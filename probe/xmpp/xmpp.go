@@ -12,6 +12,13 @@
 // XMPP has no per-conversation sequence the monitor could use (stanza-ids
 // are opaque, SM counts are per stream), so gaps are found by the sequence
 // in the probe body alone.
+//
+// A user's devices are sessions of their own: each binds its own resource
+// and joins the user's rooms under its own nick, and every session enables
+// message carbons (XEP-0280), so what one device sends or receives
+// directly reaches the others. With catch-up on, each device fetches what
+// it missed from the message archives (XEP-0313) of its account and its
+// rooms: see mam.go.
 package xmpp
 
 import (
@@ -28,7 +35,11 @@ import (
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
 
-var _ probe.Driver = (*Driver)(nil)
+var (
+	_ probe.Driver = (*Driver)(nil)
+	_ probe.Mirror = (*Driver)(nil)
+	_ probe.Syncer = (*session)(nil)
+)
 
 // Options configures the driver.
 type Options struct {
@@ -79,8 +90,9 @@ type Driver struct {
 	roomsOf probe.Memberships[string]
 
 	mu sync.Mutex
-	// resumable maps a user to the stream management state of its last
-	// stream that ended other than by Close, when Options.Resume is set.
+	// resumable maps a user's device ("user/index") to the stream
+	// management state of its last stream that ended other than by
+	// Close, when Options.Resume is set.
 	resumable map[string]smState
 }
 
@@ -97,8 +109,9 @@ const (
 	// write buffer holds it whole, so no stanza goes out as fragments:
 	// Prosody refuses continuation frames (RFC 7395 §3.3.3 forbids them).
 	maxStanza = 64 << 10
-	// resource is every session's resource. One fixed name makes a new
-	// login replace a stale session of the same user (Prosody's default
+	// resource is the resource of each user's first device, and the
+	// stem of its others' (see resourceOf). A fixed name makes a new
+	// login replace a stale session of the same device (Prosody's default
 	// conflict policy kicks the old one) rather than sit beside it and
 	// receive copies of its messages.
 	resource = "imcanary"
@@ -264,38 +277,82 @@ func registerIndex(id string, n int) (int, bool) {
 }
 
 // Connect implements probe.Driver.
-func (d *Driver) Connect(ctx context.Context, user string, link probe.Link) (probe.Session, error) {
+func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
 	if err := checkLocal(user); err != nil {
 		return nil, fmt.Errorf("login %q: %w", user, err)
 	}
 	rooms := d.roomsOf.Of(user)
+	key := user + "/" + strconv.Itoa(dev.Index)
 	d.mu.Lock()
-	prev := d.resumable[user]
+	prev := d.resumable[key]
 	// A resumption is tried once: if it fails, the state is stale.
-	delete(d.resumable, user)
+	delete(d.resumable, key)
 	d.mu.Unlock()
 
-	s := &session{d: d, user: user, nick: user}
-	_, err := wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
+	s := &session{d: d, user: user, bare: user + "@" + d.opts.Domain, resource: resourceOf(dev.Index),
+		nick: nickOf(user, dev.Index), index: dev.Index, key: key}
+	_, err := wsconn.Open(ctx, d.conn, dev.Link, user, func(c *wsconn.Conn) error {
 		s.conn = c
 		return s.login(rooms, prev)
 	})
 	if err != nil {
 		return nil, err
 	}
+	if dev.Catchup != nil {
+		s.cat = newCatchup(dev.Catchup, s.bare, rooms)
+		// What the device missed while away is asked for at once,
+		// not at the first Sync.
+		if err := s.Sync(); err != nil {
+			s.conn.Abort()
+			return nil, fmt.Errorf("catch-up: %w", err)
+		}
+	}
 	return s, nil
 }
 
-// forget drops what the driver remembers of user's stream, or keeps it for
-// a resumption.
-func (d *Driver) forget(user string, st smState, keep bool) {
+// MirrorsOwn implements probe.Mirror: every session enables message
+// carbons (XEP-0280), so a direct message one device sends reaches the
+// user's other devices as a <sent/> carbon, and each device is an
+// occupant of its own in the user's rooms, so the room delivers a group
+// message to the sender's other devices as to anyone. A device other than
+// the first fails its login on a server that refuses carbons.
+func (d *Driver) MirrorsOwn() bool { return true }
+
+// resourceOf is device i's resource. The first device keeps the name a
+// single-device population has always used; a device that logs in again
+// binds the same resource, so the server replaces a stale session of it
+// (Prosody: the old one gets a conflict stream error) rather than keep
+// both.
+func resourceOf(i int) string {
+	if i == 0 {
+		return resource
+	}
+	return resource + "-" + strconv.Itoa(i)
+}
+
+// nickOf is device i's nickname in the user's rooms: each device is an
+// occupant of its own, so that the room reflects a message only to the
+// device that sent it (its ack) and delivers it to the others as to any
+// other member. Prosody also lets one bare JID join under one nick from
+// several resources, but then a device cannot tell its own reflection
+// from a sibling's message, nor its own archived messages from theirs.
+func nickOf(user string, i int) string {
+	if i == 0 {
+		return user
+	}
+	return user + "#" + strconv.Itoa(i)
+}
+
+// forget drops what the driver remembers of a device's stream, or keeps
+// it for a resumption.
+func (d *Driver) forget(key string, st smState, keep bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if keep && d.opts.Resume && st.id != "" {
-		d.resumable[user] = st
+		d.resumable[key] = st
 		return
 	}
-	delete(d.resumable, user)
+	delete(d.resumable, key)
 }
 
 // checkLocal checks that s can be used verbatim as the localpart of a JID

@@ -1,0 +1,286 @@
+package probe
+
+import (
+	"sync"
+	"time"
+)
+
+// Catch-up: what a real client does when it reconnects, or sees a gap in a
+// conversation's sequence, is fetch what it missed from the server's store
+// (a history range, a channel's recovery, a message archive). Catchup is
+// the client's side of that, shared by the adapters: which server
+// sequences of each conversation the device holds, and which it still
+// lacks. The adapter says what arrived (Got) and what the server says it
+// has (Behind), asks for what is Due, and reports each fetched message to
+// its Handler with Delivery.Recovered set; the ledger then counts it as
+// recovered rather than delivered.
+
+// Catchup limits, per device: memory grows with the conversations a device
+// is in and the gaps open in them, never with uptime.
+const (
+	// maxCatchupConvs bounds the conversations a device keeps a place in;
+	// a server that invents conversations gets no catch-up for the rest.
+	maxCatchupConvs = 4096
+	// maxConvGaps bounds the open gaps of one conversation. Past it the two
+	// closest merge: the fetch then asks for more than is missing, never
+	// for less.
+	maxConvGaps = 16
+	// MaxFetch is the most messages one fetch asks for; a longer gap is
+	// fetched a page at a time.
+	MaxFetch = 500
+)
+
+// Catchup is one device's place in each of its conversations: the highest
+// server sequence it holds, the protocol's own marker of that position
+// (Centrifugo's epoch, an archive id), and the gaps below it. It outlives
+// the device's sessions, as a real client's local store does, so that a
+// device that logs in again knows where to resume. Safe for concurrent
+// use.
+type Catchup struct {
+	// grace is how long a gap stays open before it is fetched: a push
+	// held back by reordering within it still arrives as a push.
+	grace int64
+	// retry is how long a fetch may go unanswered before it is asked
+	// again.
+	retry int64
+
+	mu    sync.Mutex
+	convs map[string]*cursor
+	// open counts the gaps of every conversation, so that the common case,
+	// nothing missing, costs Due one load.
+	open int
+}
+
+type cursor struct {
+	// known is set once the device has a place in the conversation: its
+	// first message, or the server's word of where the conversation
+	// stands (Behind).
+	known bool
+	seq   uint64
+	mark  string
+	gaps  []gap
+}
+
+// gap is a span of sequences the device lacks: since is when it was seen
+// to be missing, asked when it was last fetched (0: never).
+type gap struct {
+	lo, hi       uint64
+	since, asked int64
+}
+
+// NewCatchup returns an empty Catchup whose gaps are fetched once they are
+// grace old.
+func NewCatchup(grace time.Duration) *Catchup {
+	return &Catchup{grace: int64(grace), retry: max(4*int64(grace), int64(time.Second)), convs: make(map[string]*cursor)}
+}
+
+// conv returns conv's cursor, creating it; nil past maxCatchupConvs.
+// Indexing with string(conv) does not allocate; only a new conversation
+// does.
+func (c *Catchup) conv(conv []byte) *cursor {
+	cur := c.convs[string(conv)]
+	if cur == nil && len(c.convs) < maxCatchupConvs {
+		cur = &cursor{}
+		c.convs[string(conv)] = cur
+	}
+	return cur
+}
+
+// Got records that the device now holds seq of conv, pushed or fetched, at
+// now (Unix ns). A seq past the one after the highest held opens a gap
+// for those between. The first seq seen of a conversation the device had
+// no place in opens none: the device joined it there.
+func (c *Catchup) Got(conv []byte, seq uint64, now int64) {
+	if seq == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.conv(conv)
+	if cur == nil {
+		return
+	}
+	switch {
+	case !cur.known:
+		cur.known, cur.seq = true, seq
+	case seq > cur.seq:
+		if seq > cur.seq+1 {
+			c.addGap(cur, cur.seq+1, seq-1, now)
+		}
+		cur.seq = seq
+	default:
+		c.fill(cur, seq, seq)
+	}
+}
+
+// Behind records that the server's newest seq of conv is last (a login or
+// sync answer): whatever lies above what the device holds is missing, and
+// due at once, since no push of it is on its way. A conversation the device
+// had no place in starts at last, 0 for one with nothing in it yet: a
+// device catches up from its first login on, and what was sent before
+// that is the server's offline delivery to measure, not the device's to
+// fetch.
+func (c *Catchup) Behind(conv string, last uint64, now int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.conv([]byte(conv))
+	switch {
+	case cur == nil:
+	case !cur.known:
+		cur.known, cur.seq = true, last
+	case last > cur.seq:
+		c.addGap(cur, cur.seq+1, last, now-c.grace)
+		cur.seq = last
+	}
+}
+
+// Answered records that the server answered a fetch of conv after after
+// with everything it holds up to upTo: what the device still lacks in
+// (after, upTo] the server does not have for it, and is not asked again.
+// The ledger counts it lost once lost_after has passed.
+func (c *Catchup) Answered(conv string, after, upTo uint64) {
+	if upTo <= after {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.convs[conv]; cur != nil {
+		c.fill(cur, after+1, upTo)
+	}
+}
+
+// Position returns the highest seq of conv the device holds and the
+// protocol's marker set with it (see SetMark).
+func (c *Catchup) Position(conv string) (seq uint64, mark string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.convs[conv]; cur != nil {
+		return cur.seq, cur.mark
+	}
+	return 0, ""
+}
+
+// SetMark keeps the protocol's own marker of the device's position in conv
+// (Centrifugo's stream epoch, the id of the last archived message).
+func (c *Catchup) SetMark(conv, mark string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.conv([]byte(conv)); cur != nil {
+		cur.mark = mark
+	}
+}
+
+// Fetch is one range of one conversation to fetch: the messages with seq
+// above After, at most N of them.
+type Fetch struct {
+	Conv  string
+	After uint64
+	N     int
+}
+
+// Due appends to dst the fetches of up to n gaps open for at least the
+// grace and not asked for within the retry time, marks them asked at now,
+// and returns dst. It is cheap when nothing is missing.
+func (c *Catchup) Due(now int64, dst []Fetch, n int) []Fetch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open == 0 {
+		return dst
+	}
+	for conv, cur := range c.convs {
+		for i := range cur.gaps {
+			g := &cur.gaps[i]
+			if now-g.since < c.grace || (g.asked != 0 && now-g.asked < c.retry) {
+				continue
+			}
+			if n--; n < 0 {
+				return dst
+			}
+			g.asked = now
+			dst = append(dst, Fetch{Conv: conv, After: g.lo - 1, N: int(min(g.hi-g.lo+1, MaxFetch))})
+		}
+	}
+	return dst
+}
+
+// Missing returns how many seqs the device lacks over all its
+// conversations.
+func (c *Catchup) Missing() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, cur := range c.convs {
+		for _, g := range cur.gaps {
+			n += g.hi - g.lo + 1
+		}
+	}
+	return n
+}
+
+// addGap opens [lo, hi] in cur, merging the two closest gaps past
+// maxConvGaps.
+func (c *Catchup) addGap(cur *cursor, lo, hi uint64, since int64) {
+	cur.gaps = append(cur.gaps, gap{lo: lo, hi: hi, since: since})
+	c.open++
+	if len(cur.gaps) <= maxConvGaps {
+		return
+	}
+	j := 0
+	for k := 1; k+1 < len(cur.gaps); k++ {
+		if cur.gaps[k+1].lo-cur.gaps[k].hi < cur.gaps[j+1].lo-cur.gaps[j].hi {
+			j = k
+		}
+	}
+	a, b := cur.gaps[j], cur.gaps[j+1]
+	cur.gaps[j] = gap{lo: a.lo, hi: b.hi, since: min(a.since, b.since)}
+	cur.gaps = append(cur.gaps[:j+1], cur.gaps[j+2:]...)
+	c.open--
+}
+
+// fill removes [lo, hi] from cur's gaps, splitting a gap it falls inside.
+func (c *Catchup) fill(cur *cursor, lo, hi uint64) {
+	for i := 0; i < len(cur.gaps); i++ {
+		g := cur.gaps[i]
+		if hi < g.lo || lo > g.hi {
+			continue
+		}
+		switch {
+		case lo <= g.lo && hi >= g.hi:
+			cur.gaps = append(cur.gaps[:i], cur.gaps[i+1:]...)
+			c.open--
+			i--
+		case lo <= g.lo:
+			cur.gaps[i].lo = hi + 1
+		case hi >= g.hi:
+			cur.gaps[i].hi = lo - 1
+		default:
+			// Inside: split in two, the upper half after the lower.
+			up := g
+			up.lo = hi + 1
+			cur.gaps[i].hi = lo - 1
+			cur.gaps = append(cur.gaps, gap{})
+			copy(cur.gaps[i+2:], cur.gaps[i+1:])
+			cur.gaps[i+1] = up
+			c.open++
+			i++
+			if len(cur.gaps) > maxConvGaps {
+				// Merge back rather than forget: the fetch
+				// re-asks a seq held, which the ledger
+				// ignores, and loses nothing.
+				cur.gaps[i-1].hi = cur.gaps[i].hi
+				cur.gaps = append(cur.gaps[:i], cur.gaps[i+1:]...)
+				c.open--
+				i--
+			}
+		}
+	}
+}
+
+// Syncer is a Session that can ask its server what its device has missed.
+// The population calls Sync on every online session once per catch-up
+// interval, so that a gap at the end of a conversation, with no later push
+// to reveal it, is still found and fetched before lost_after. Sync writes
+// its request and returns; the answers come through Serve.
+type Syncer interface {
+	Sync() error
+}

@@ -1,0 +1,150 @@
+package probe
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCatchup scripts what a device sees of one conversation and checks
+// which fetches come due.
+func TestCatchup(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	ms := int64(time.Millisecond)
+	type step struct {
+		got, behind, answeredAfter, answeredUpTo uint64
+		at                                       int64 // ms
+		// due, when set, is checked: the fetches due at this step.
+		due   []Fetch
+		check bool
+	}
+	tests := []struct {
+		name    string
+		steps   []step
+		missing uint64
+	}{
+		{
+			name:  "in order: nothing due",
+			steps: []step{{got: 1}, {got: 2}, {got: 3, at: 500, check: true}},
+		},
+		{
+			name: "gap fetched after the grace, not before",
+			steps: []step{
+				{got: 1}, {got: 4, at: 10},
+				{at: 50, check: true},
+				{at: 200, check: true, due: []Fetch{{Conv: "c", After: 1, N: 2}}},
+				// Asked: not again until the retry time.
+				{at: 300, check: true},
+			},
+			missing: 2,
+		},
+		{
+			name: "a reordered push closes its gap within the grace",
+			steps: []step{
+				{got: 1}, {got: 3, at: 10}, {got: 2, at: 20},
+				{at: 500, check: true},
+			},
+		},
+		{
+			name: "behind is due at once",
+			steps: []step{
+				{got: 5}, {behind: 9, at: 10},
+				{at: 10, check: true, due: []Fetch{{Conv: "c", After: 5, N: 4}}},
+			},
+			missing: 4,
+		},
+		{
+			// A device's first word of a conversation is where it
+			// starts: what came before its first login is not its to
+			// fetch.
+			name:  "first sight opens no gap",
+			steps: []step{{behind: 40}, {got: 41, at: 10}, {at: 500, check: true}},
+		},
+		{
+			name: "known at 0: the first message is owed",
+			steps: []step{
+				{behind: 0}, {got: 2, at: 10},
+				{at: 500, check: true, due: []Fetch{{Conv: "c", After: 0, N: 1}}},
+			},
+			missing: 1,
+		},
+		{
+			name: "answered closes what the server does not have",
+			steps: []step{
+				{got: 1}, {got: 6, at: 10},
+				{got: 3, at: 20},
+				{answeredAfter: 1, answeredUpTo: 6, at: 200},
+				{at: 5000, check: true},
+			},
+		},
+		{
+			name: "a fetch answers a page at a time",
+			steps: []step{
+				{got: 1}, {behind: 2 + MaxFetch + 10, at: 0},
+				{at: 0, check: true, due: []Fetch{{Conv: "c", After: 1, N: MaxFetch}}},
+				{answeredAfter: 1, answeredUpTo: 1 + MaxFetch, at: 10},
+			},
+			missing: 11,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCatchup(grace)
+			for i, s := range tt.steps {
+				now := s.at * ms
+				switch {
+				case s.got != 0:
+					c.Got([]byte("c"), s.got, now)
+				case s.answeredUpTo != 0:
+					c.Answered("c", s.answeredAfter, s.answeredUpTo)
+				case !s.check:
+					c.Behind("c", s.behind, now)
+				}
+				if s.check {
+					if got := c.Due(now, nil, 100); !slices.Equal(got, s.due) {
+						t.Errorf("step %d: Due(%d ms) = %v, want %v", i, s.at, got, s.due)
+					}
+				}
+			}
+			if got := c.Missing(); got != tt.missing {
+				t.Errorf("Missing() = %d, want %d", got, tt.missing)
+			}
+		})
+	}
+}
+
+// TestCatchupBounded: however a hostile or broken server scatters its
+// sequence numbers, a device keeps a bounded number of gaps, and a fetch
+// never asks for less than is missing.
+func TestCatchupBounded(t *testing.T) {
+	c := NewCatchup(0)
+	for i := range uint64(1000) {
+		c.Got([]byte("c"), 1+i*3, 0)
+	}
+	if n := len(c.convs["c"].gaps); n > maxConvGaps {
+		t.Errorf("%d gaps kept, want at most %d", n, maxConvGaps)
+	}
+	if got, want := c.Missing(), uint64(999*2); got < want {
+		t.Errorf("Missing() = %d, want at least the %d missing", got, want)
+	}
+	for i := range maxCatchupConvs + 10 {
+		c.Got([]byte{byte(i), byte(i >> 8), 'x'}, 1, 0)
+	}
+	if n := len(c.convs); n > maxCatchupConvs {
+		t.Errorf("%d conversations kept, want at most %d", n, maxCatchupConvs)
+	}
+}
+
+// TestCatchupGotDoesNotAllocate guards the delivery path.
+func TestCatchupGotDoesNotAllocate(t *testing.T) {
+	c := NewCatchup(time.Second)
+	conv := []byte("g:imcanary-g1")
+	seq := uint64(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		seq++
+		c.Got(conv, seq, 0)
+	})
+	if allocs != 0 {
+		t.Errorf("Got allocates %v times per message, want 0", allocs)
+	}
+}

@@ -1,0 +1,55 @@
+package probe
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Fan-out time: what the members of a large group feel is not the latency
+// of one delivery but how long until the last of them has the message. Each
+// group stream of this run times its recent messages here: the sender
+// starts an entry with the number of member devices online, each first
+// delivery or recovery by one of them counts down, and the last one
+// observes the time from the intended send time.
+
+// fanRing is how many recent messages of one group stream are timed. An
+// entry whose message some device never gets stays until it is
+// overwritten, fanRing messages later; at the rates of a population that is
+// longer than lost_after, by which time the message is counted lost.
+const fanRing = 32
+
+type fanout struct {
+	obs  prometheus.Observer
+	mu   sync.Mutex
+	ring [fanRing]fanEntry
+}
+
+type fanEntry struct {
+	seq      uint64
+	intended int64
+	left     int32
+}
+
+// start begins timing seq, owed to n online member devices.
+func (f *fanout) start(seq uint64, intended int64, n int) {
+	f.mu.Lock()
+	f.ring[seq%fanRing] = fanEntry{seq: seq, intended: intended, left: int32(n)}
+	f.mu.Unlock()
+}
+
+// arrived counts one member device's first copy of seq at now (Unix ns).
+func (f *fanout) arrived(seq uint64, now int64) {
+	f.mu.Lock()
+	e := &f.ring[seq%fanRing]
+	if e.seq != seq || e.left <= 0 {
+		f.mu.Unlock()
+		return
+	}
+	e.left--
+	done, intended := e.left == 0, e.intended
+	f.mu.Unlock()
+	if done {
+		f.obs.Observe(float64(now-intended) / 1e9)
+	}
+}
