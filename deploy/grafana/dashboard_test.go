@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"reflect"
@@ -593,13 +594,13 @@ func TestQueries(t *testing.T) {
 func TestCheck(t *testing.T) {
 	both := []string{"target", "shard"}
 	k := known{names: map[string]series{
-		"imcanary_sessions_online":                  {gauge, both},
-		"imcanary_deliveries_total":                 {counter, both},
-		"imcanary_delivery_latency_seconds_bucket":  {counter, both},
-		"go_goroutines":                             {gauge, []string{"shard"}},
-		"up":                                        {gauge, nil},
-		"imcanary:completeness_errors:ratio_rate5m": ruleSeries,
-		objective:                                   objectiveSeries,
+		"imcanary_sessions_online":                 {gauge, both},
+		"imcanary_deliveries_total":                {counter, both},
+		"imcanary_delivery_latency_seconds_bucket": {counter, both},
+		"go_goroutines":                            {gauge, []string{"shard"}},
+		"up":                                       {gauge, nil},
+		"imcanary:realtime_completeness_errors:ratio_rate5m": ruleSeries,
+		objective: objectiveSeries,
 	}, rulesFromFile: true}
 	sel := `{target=~"$target", shard=~"$shard"}`
 	tests := []struct {
@@ -608,18 +609,18 @@ func TestCheck(t *testing.T) {
 	}{
 		{`sum(imcanary_sessions_online` + sel + `)`, ""},
 		{`rate(imcanary_deliveries_total` + sel + `[$__rate_interval])`, ""},
-		{`imcanary:completeness_errors:ratio_rate5m{target=~"$target"}`, ""},
+		{`imcanary:realtime_completeness_errors:ratio_rate5m{target=~"$target"}`, ""},
 		{objective, ""},
 		{`go_goroutines{shard=~"$shard"} * on (instance) group_left (target) group by (instance, target) (imcanary_sessions_online` + sel + `)`, ""},
 		{`histogram_quantile(0.99, sum by (le) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, ""},
 		{`imcanary_sesions_online` + sel, "does not export"},
-		{`imcanary:completeness_errors:ratio_rate7m{target=~"$target"}`, "does not export"},
+		{`imcanary:realtime_completeness_errors:ratio_rate7m{target=~"$target"}`, "does not export"},
 		{`imcanary_sessions_online{target=~"$target"}`, `lacks shard=~"$shard"`},
 		{`imcanary_sessions_online{target="$target", shard=~"$shard"}`, `lacks target=~"$target"`},
 		{`go_goroutines{shard=~"$shard"}`, "ignores the target selector"},
 		{`go_goroutines{target=~"$target", shard=~"$shard"}`, "which go_goroutines does not carry"},
 		{`up{shard=~"$shard"} * on (instance) group_left () group by (instance) (imcanary_sessions_online` + sel + `)`, "which up does not carry"},
-		{`imcanary:completeness_errors:ratio_rate5m{target=~"$target", shard=~"$shard"}`, "does not carry"},
+		{`imcanary:realtime_completeness_errors:ratio_rate5m{target=~"$target", shard=~"$shard"}`, "does not carry"},
 		{`rate(imcanary_sessions_online` + sel + `[5m])`, "not a counter"},
 		{`histogram_quantile(0.99, sum by (kind) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, "drops le"},
 		{`histogram_quantile(0.99, sum without (le) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, "drops le"},
@@ -776,23 +777,34 @@ var required = []struct {
 	row, title, typ string
 	names           []string
 }{
-	{"SLIs and error budget", "Completeness SLI (1h)", "stat", []string{"imcanary:completeness_errors:ratio_rate1h"}},
+	// The two completeness SLIs side by side: real-time (pushed on time)
+	// and eventual (had at all), each as a stat, a budget, a time series
+	// and a burn rate, beside latency.
+	{"SLIs and error budget", "Real-time completeness SLI (1h)", "stat", []string{"imcanary:realtime_completeness_errors:ratio_rate1h"}},
+	{"SLIs and error budget", "Eventual completeness SLI (1h)", "stat", []string{"imcanary:eventual_completeness_errors:ratio_rate1h"}},
 	{"SLIs and error budget", "Latency SLI (1h)", "stat", []string{"imcanary:latency_errors:ratio_rate1h"}},
-	{"SLIs and error budget", "Error budget remaining (completeness, 30d)", "stat", []string{"imcanary:completeness_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Error budget remaining (real-time completeness, 30d)", "stat", []string{"imcanary:realtime_completeness_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Error budget remaining (eventual completeness, 30d)", "stat", []string{"imcanary:eventual_completeness_errors:ratio_rate1h", objective}},
 	{"SLIs and error budget", "Error budget remaining (latency, 30d)", "stat", []string{"imcanary:latency_errors:ratio_rate1h", objective}},
 	{"SLIs and error budget", "Target reachable", "stat", []string{"imcanary_target_reachable"}},
 	{"SLIs and error budget", "Prober saturated", "stat", []string{"imcanary_probe_saturated"}},
-	{"SLIs and error budget", "Completeness SLI", "timeseries", []string{"imcanary:completeness_errors:ratio_rate5m", "imcanary:completeness_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Real-time completeness SLI", "timeseries", []string{"imcanary:realtime_completeness_errors:ratio_rate5m", "imcanary:realtime_completeness_errors:ratio_rate1h", objective}},
+	{"SLIs and error budget", "Eventual completeness SLI", "timeseries", []string{"imcanary:eventual_completeness_errors:ratio_rate5m", "imcanary:eventual_completeness_errors:ratio_rate1h", objective}},
 	{"SLIs and error budget", "Latency SLI", "timeseries", []string{"imcanary:latency_errors:ratio_rate5m", "imcanary:latency_errors:ratio_rate1h", objective}},
-	{"SLIs and error budget", "Completeness burn rate", "timeseries", []string{"imcanary:completeness_errors:ratio_rate1h", "imcanary:completeness_errors:ratio_rate6h", "imcanary:completeness_errors:ratio_rate1d", "imcanary:completeness_errors:ratio_rate3d", objective}},
+	{"SLIs and error budget", "Real-time completeness burn rate", "timeseries", []string{"imcanary:realtime_completeness_errors:ratio_rate1h", "imcanary:realtime_completeness_errors:ratio_rate6h", "imcanary:realtime_completeness_errors:ratio_rate1d", "imcanary:realtime_completeness_errors:ratio_rate3d", objective}},
+	{"SLIs and error budget", "Eventual completeness burn rate", "timeseries", []string{"imcanary:eventual_completeness_errors:ratio_rate1h", "imcanary:eventual_completeness_errors:ratio_rate6h", "imcanary:eventual_completeness_errors:ratio_rate1d", "imcanary:eventual_completeness_errors:ratio_rate3d", objective}},
 	{"SLIs and error budget", "Latency burn rate", "timeseries", []string{"imcanary:latency_errors:ratio_rate1h", "imcanary:latency_errors:ratio_rate6h", "imcanary:latency_errors:ratio_rate1d", "imcanary:latency_errors:ratio_rate3d", objective}},
-	{"SLIs and error budget", "Burn rate by window", "table", append(windows("completeness"), windows("latency")...)},
+	{"SLIs and error budget", "Burn rate by window", "table", slices.Concat(windows("realtime_completeness"), windows("eventual_completeness"), windows("latency"))},
 
 	{"Latency", "Delivery latency distribution (normal cohort)", "heatmap", []string{"imcanary_delivery_latency_seconds_bucket"}},
 	{"Latency", "Delivery latency p50 / p95 / p99 by kind", "timeseries", []string{"imcanary_delivery_latency_seconds_bucket"}},
 	{"Latency", "Ack latency p50 / p95 / p99 by kind", "timeseries", []string{"imcanary_ack_latency_seconds_bucket"}},
+	{"Latency", "Group fan-out time p50 / p99 by size class", "timeseries", []string{"imcanary_group_fanout_seconds_bucket"}},
 
-	{"Completeness", "Deliveries: expected, delivered, lost, late (normal cohort)", "timeseries", []string{"imcanary_deliveries_expected_total", "imcanary_deliveries_total", "imcanary_deliveries_lost_total", "imcanary_deliveries_late_total"}},
+	{"Completeness", "Deliveries: expected, pushed, recovered, lost, late (normal cohort)", "timeseries", []string{"imcanary_deliveries_expected_total", "imcanary_deliveries_total", "imcanary_deliveries_recovered_total", "imcanary_deliveries_lost_total", "imcanary_deliveries_late_total"}},
+	{"Completeness", "Lost, late and recovered ratio by kind (normal cohort)", "timeseries", []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_late_total", "imcanary_deliveries_recovered_total", "imcanary_deliveries_expected_total"}},
+	{"Completeness", "Recovered deliveries by kind and source (normal cohort)", "timeseries", []string{"imcanary_deliveries_recovered_total"}},
+	{"Completeness", "Recovery latency p50 / p95 / p99 by kind", "timeseries", []string{"imcanary_recovery_latency_seconds_bucket"}},
 	{"Completeness", "Duplicates and reordered (normal cohort)", "timeseries", []string{"imcanary_deliveries_duplicate_total", "imcanary_deliveries_reordered_total"}},
 	{"Completeness", "Cohorts: lost and late ratio, normal vs slow_reader", "timeseries", []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_expected_total"}},
 
@@ -801,6 +813,7 @@ var required = []struct {
 	{"Population", "Connect failures by reason", "timeseries", []string{"imcanary_session_connect_failures_total"}},
 	{"Population", "Connect failure share", "timeseries", []string{"imcanary_session_connect_failures_total", "imcanary_session_connects_total"}},
 	{"Population", "Disconnects by reason", "timeseries", []string{"imcanary_session_disconnects_total"}},
+	{"Population", "Conflict disconnects (another login of the same user)", "timeseries", []string{"imcanary_session_disconnects_total"}},
 	{"Population", "Sessions lagging (silent stalls)", "timeseries", []string{"imcanary_sessions_lagging"}},
 	{"Population", "Delivery lag per session (messages behind)", "heatmap", []string{"imcanary_session_delivery_lag_messages_bucket"}},
 
@@ -869,6 +882,192 @@ func TestRequired(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// parsed returns a panel's queries parsed, with the variables substituted;
+// a query that does not parse is TestQueries' to report and is left out.
+func parsed(p placed) []parser.Expr {
+	var out []parser.Expr
+	for _, tg := range p.Targets {
+		s, err := substitute(tg.Expr)
+		if err != nil {
+			continue
+		}
+		if e, err := parser.ParseExpr(s); err == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// selects reports whether e selects name with every label=value of eq as
+// an equality matcher.
+func selects(e parser.Node, name string, eq map[string]string) bool {
+	found := false
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok || metricName(vs) != name {
+			return nil
+		}
+		for l, v := range eq {
+			if !slices.ContainsFunc(vs.LabelMatchers, func(m *labels.Matcher) bool {
+				return m.Name == l && m.Type == labels.MatchEqual && m.Value == v
+			}) {
+				return nil
+			}
+		}
+		found = true
+		return nil
+	})
+	return found
+}
+
+// quantileBy reports whether e has a histogram_quantile over name whose
+// buckets are summed by label (and le): one line per value of label.
+func quantileBy(e parser.Node, name, label string) bool {
+	found := false
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		c, ok := n.(*parser.Call)
+		if !ok || c.Func.Name != "histogram_quantile" || !selects(c.Args[1], name, nil) {
+			return nil
+		}
+		aggs := outermost(c.Args[1])
+		if len(aggs) > 0 && !slices.ContainsFunc(aggs, func(a *parser.AggregateExpr) bool {
+			return a.Without || !slices.Contains(a.Grouping, label)
+		}) {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
+// wantQuery is what one of a panel's queries must do, beyond the names
+// TestRequired checks: the matcher that makes the panel what its title
+// says, or the label its quantiles are split by.
+type wantQuery struct {
+	what  string
+	match func(parser.Expr) bool
+}
+
+func selecting(name string, eq map[string]string) wantQuery {
+	return wantQuery{fmt.Sprintf("select %s with %v", name, eq), func(e parser.Expr) bool { return selects(e, name, eq) }}
+}
+
+func quantilesBy(name, label string) wantQuery {
+	return wantQuery{fmt.Sprintf("take histogram_quantile of %s summed by (le, %s)", name, label), func(e parser.Expr) bool { return quantileBy(e, name, label) }}
+}
+
+// requiredQueries are, by panel title, what some query of the panel must
+// do. The completeness SLIs must not be mixed up: the real-time panels
+// read the real-time rules and the eventual ones the eventual rules (the
+// names checked by TestRequired), and the raw panels keep catch-up apart.
+var requiredQueries = map[string][]wantQuery{
+	"Deliveries: expected, pushed, recovered, lost, late (normal cohort)": {
+		selecting("imcanary_deliveries_recovered_total", map[string]string{"cohort": "normal"}),
+	},
+	"Lost, late and recovered ratio by kind (normal cohort)": {
+		selecting("imcanary_deliveries_recovered_total", map[string]string{"cohort": "normal"}),
+	},
+	"Recovered deliveries by kind and source (normal cohort)": {
+		selecting("imcanary_deliveries_recovered_total", map[string]string{"cohort": "normal"}),
+	},
+	"Recovery latency p50 / p95 / p99 by kind": {
+		quantilesBy("imcanary_recovery_latency_seconds_bucket", "kind"),
+	},
+	"Group fan-out time p50 / p99 by size class": {
+		quantilesBy("imcanary_group_fanout_seconds_bucket", "size_class"),
+	},
+	"Conflict disconnects (another login of the same user)": {
+		selecting("imcanary_session_disconnects_total", map[string]string{"reason": "conflict"}),
+	},
+}
+
+// TestRequiredQueries checks the queries of requiredQueries' panels.
+func TestRequiredQueries(t *testing.T) {
+	byTitle := map[string]placed{}
+	for _, p := range flatten(load(t)) {
+		byTitle[p.Title] = p
+	}
+	for _, title := range slices.Sorted(maps.Keys(requiredQueries)) {
+		t.Run(title, func(t *testing.T) {
+			p, ok := byTitle[title]
+			if !ok {
+				t.Fatalf("panel %q missing", title)
+			}
+			for _, w := range requiredQueries[title] {
+				if !slices.ContainsFunc(parsed(p), w.match) {
+					t.Errorf("panel %s: no query does %s", p.name(), w.what)
+				}
+			}
+		})
+	}
+}
+
+// TestWantQuery proves the helpers of requiredQueries catch the mistakes
+// they are for.
+func TestWantQuery(t *testing.T) {
+	sel := `{target=~"$target", shard=~"$shard"}`
+	conflict := selecting("imcanary_session_disconnects_total", map[string]string{"reason": "conflict"})
+	fanout := quantilesBy("imcanary_group_fanout_seconds_bucket", "size_class")
+	tests := []struct {
+		w    wantQuery
+		expr string
+		want bool
+	}{
+		{conflict, `sum(rate(imcanary_session_disconnects_total{target=~"$target", shard=~"$shard", reason="conflict"}[5m]))`, true},
+		{conflict, `sum by (reason) (rate(imcanary_session_disconnects_total` + sel + `[5m]))`, false},
+		{conflict, `sum(rate(imcanary_session_disconnects_total{target=~"$target", shard=~"$shard", reason=~"conflict|churn"}[5m]))`, false},
+		{conflict, `sum(rate(imcanary_session_connects_total{target=~"$target", shard=~"$shard", reason="conflict"}[5m]))`, false},
+		{fanout, `histogram_quantile(0.99, sum by (le, size_class) (rate(imcanary_group_fanout_seconds_bucket` + sel + `[5m])))`, true},
+		{fanout, `histogram_quantile(0.99, sum by (le) (rate(imcanary_group_fanout_seconds_bucket` + sel + `[5m])))`, false},
+		{fanout, `histogram_quantile(0.99, sum by (le, size_class) (rate(imcanary_delivery_latency_seconds_bucket` + sel + `[5m])))`, false},
+		{fanout, `histogram_quantile(0.99, rate(imcanary_group_fanout_seconds_bucket` + sel + `[5m]))`, false},
+		{fanout, `sum by (size_class) (rate(imcanary_group_fanout_seconds_bucket` + sel + `[5m]))`, false},
+	}
+	for _, tt := range tests {
+		s, err := substitute(tt.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := parser.ParseExpr(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tt.w.match(e); got != tt.want {
+			t.Errorf("%s on %q = %v, want %v", tt.w.what, tt.expr, got, tt.want)
+		}
+	}
+}
+
+// sideBySide are the panels of the two completeness SLIs that must stand
+// next to each other, real-time on the left, eventual on the right, in one
+// line of the same height: the gap between them is what was late or
+// recovered rather than lost.
+var sideBySide = [][2]string{
+	{"Real-time completeness SLI (1h)", "Eventual completeness SLI (1h)"},
+	{"Error budget remaining (real-time completeness, 30d)", "Error budget remaining (eventual completeness, 30d)"},
+	{"Real-time completeness SLI", "Eventual completeness SLI"},
+	{"Real-time completeness burn rate", "Eventual completeness burn rate"},
+}
+
+// TestCompletenessSideBySide checks the layout sideBySide asks for.
+func TestCompletenessSideBySide(t *testing.T) {
+	byTitle := map[string]placed{}
+	for _, p := range flatten(load(t)) {
+		byTitle[p.Title] = p
+	}
+	for _, pair := range sideBySide {
+		l, r := byTitle[pair[0]], byTitle[pair[1]]
+		if l.GridPos == nil || r.GridPos == nil {
+			t.Errorf("panels %q and %q: want both, with a gridPos", pair[0], pair[1])
+			continue
+		}
+		a, b := *l.GridPos, *r.GridPos
+		if l.row != r.row || l.Type != r.Type || a.Y != b.Y || a.H != b.H || a.X+a.W != b.X {
+			t.Errorf("panels %s %+v and %s %+v: want the same type side by side, the real-time one just left of the eventual one", l.name(), a, r.name(), b)
+		}
 	}
 }
 

@@ -193,7 +193,7 @@ func TestAlertmanagerInhibition(t *testing.T) {
 			// canary and the retries follow from it. The credential
 			// ticket and a burn of messages already sent do not.
 			name: "target unreachable",
-			fire: []string{"ImcanaryTargetUnreachable", "ImcanaryConnectFailuresHigh", "ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm", "ImcanaryAuthenticationFailures", "ImcanaryCompletenessBudgetBurn severity=page long=1h"},
+			fire: []string{"ImcanaryTargetUnreachable", "ImcanaryConnectFailuresHigh", "ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm", "ImcanaryAuthenticationFailures", "ImcanaryMessagesLostBudgetBurn severity=page long=1h"},
 			held: []string{"ImcanaryConnectFailuresHigh", "ImcanaryPopulationShort", "ImcanaryCanaryFailing", "ImcanaryReconnectStorm"},
 		},
 		{
@@ -212,13 +212,46 @@ func TestAlertmanagerInhibition(t *testing.T) {
 			// by imcanary's timing (slo="true"), and nothing else:
 			// not what the server refused, not imcanary's own state.
 			name: "prober saturated",
-			fire: []string{"ImcanaryProberSaturated", "ImcanaryCompletenessBudgetBurn severity=page long=1h", "ImcanaryLatencyBudgetBurn severity=page long=1h", "ImcanaryCanaryFailing", "ImcanaryTargetUnreachable", "ImcanaryCanaryStopped", "ImcanaryDuplicateDeliveries"},
-			held: []string{"ImcanaryCompletenessBudgetBurn", "ImcanaryLatencyBudgetBurn", "ImcanaryCanaryFailing"},
+			fire: []string{"ImcanaryProberSaturated", "ImcanaryMessagesLostBudgetBurn severity=page long=1h", "ImcanaryRealtimeBudgetBurn severity=ticket long=6h", "ImcanaryLatencyBudgetBurn severity=page long=1h", "ImcanaryCanaryFailing", "ImcanaryTargetUnreachable", "ImcanaryCanaryStopped", "ImcanaryDuplicateDeliveries"},
+			held: []string{"ImcanaryMessagesLostBudgetBurn severity=page long=1h", "ImcanaryRealtimeBudgetBurn severity=ticket long=6h", "ImcanaryLatencyBudgetBurn severity=page long=1h", "ImcanaryCanaryFailing"},
+		},
+		{
+			// Saturation alone: a real-time page (pushes dropped,
+			// messages recovered) is held back like the others.
+			name: "prober saturated, real-time page",
+			fire: []string{"ImcanaryProberSaturated", "ImcanaryRealtimeBudgetBurn severity=page long=1h"},
+			held: []string{"ImcanaryRealtimeBudgetBurn severity=page long=1h"},
 		},
 		{
 			name: "page and ticket of one budget",
-			fire: []string{"ImcanaryCompletenessBudgetBurn severity=page long=6h", "ImcanaryCompletenessBudgetBurn severity=ticket"},
-			held: []string{"ImcanaryCompletenessBudgetBurn severity=ticket"},
+			fire: []string{"ImcanaryMessagesLostBudgetBurn severity=page long=6h", "ImcanaryMessagesLostBudgetBurn severity=ticket"},
+			held: []string{"ImcanaryMessagesLostBudgetBurn severity=ticket"},
+		},
+		{
+			// Real-time completeness pages only at 1h/5m; both its
+			// tickets are redundant beside that page.
+			name: "real-time page and tickets",
+			fire: []string{"ImcanaryRealtimeBudgetBurn severity=page long=1h", "ImcanaryRealtimeBudgetBurn severity=ticket long=6h", "ImcanaryRealtimeBudgetBurn severity=ticket long=3d"},
+			held: []string{"ImcanaryRealtimeBudgetBurn severity=ticket long=6h", "ImcanaryRealtimeBudgetBurn severity=ticket long=3d"},
+		},
+		{
+			// Pushes dropped and recovered from the store: nothing lost,
+			// so the real-time alerts are the news and reach someone.
+			name: "pushes recovered, nothing lost",
+			fire: []string{"ImcanaryRealtimeBudgetBurn severity=page long=1h", "ImcanaryLatencyBudgetBurn severity=page long=1h"},
+		},
+		{
+			// Messages lost for good fire both completeness alerts; the
+			// messages-lost page is the one that reaches someone.
+			name: "messages lost",
+			fire: []string{"ImcanaryMessagesLostBudgetBurn severity=page long=1h", "ImcanaryMessagesLostBudgetBurn severity=page long=6h", "ImcanaryRealtimeBudgetBurn severity=page long=1h", "ImcanaryRealtimeBudgetBurn severity=ticket long=6h"},
+			held: []string{"ImcanaryRealtimeBudgetBurn severity=page long=1h", "ImcanaryRealtimeBudgetBurn severity=ticket long=6h"},
+		},
+		{
+			// A slow loss that only tickets must not hide a real-time
+			// page: only the messages-lost page holds real-time back.
+			name: "messages-lost ticket, real-time page",
+			fire: []string{"ImcanaryMessagesLostBudgetBurn severity=ticket", "ImcanaryRealtimeBudgetBurn severity=page long=1h"},
 		},
 	}
 

@@ -318,9 +318,10 @@ func TestRecordingRules(t *testing.T) {
 		}
 	}
 	rangeSel := regexp.MustCompile(`\[([^\]]*)\]`)
-	for _, sli := range []string{"completeness", "latency"} {
+	counterSel := regexp.MustCompile(`\b(imcanary_\w+)\{`)
+	for _, sli := range slis {
 		for _, w := range windows {
-			name := "imcanary:" + sli + "_errors:ratio_rate" + w
+			name := "imcanary:" + sli.name + "_errors:ratio_rate" + w
 			expr, ok := recorded[name]
 			if !ok {
 				t.Errorf("no recording rule %s", name)
@@ -338,11 +339,43 @@ func TestRecordingRules(t *testing.T) {
 					t.Errorf("%s: expression lacks %s", name, s)
 				}
 			}
+			// Each SLI counts exactly its errors: a recovered delivery
+			// in the eventual SLI, or one left out of the real-time SLI,
+			// would page for the wrong thing or not at all.
+			var got []string
+			for _, m := range counterSel.FindAllStringSubmatch(expr, -1) {
+				got = append(got, m[1])
+			}
+			slices.Sort(got)
+			if got = slices.Compact(got); !slices.Equal(got, sli.series) {
+				t.Errorf("%s selects %v, want %v", name, got, sli.series)
+			}
 		}
 	}
 	if _, ok := recorded[objective]; !ok {
 		t.Errorf("no recording rule %s", objective)
 	}
+}
+
+// slis are the SLIs the rules record over every window, each with the
+// series its ratio is computed from (sorted) and the alert that burns its
+// budget, with the severity of each pair of windows.
+var slis = []struct {
+	name   string
+	series []string
+	alert  string
+	sev    [3]string // of the 1h/5m, 6h/30m and 3d/6h pairs
+}{
+	// Late, lost or only recovered by catch-up: not pushed in time. Pages
+	// only when it burns fast; a store that still has the messages makes
+	// the rest something to fix by day.
+	{"realtime_completeness", []string{"imcanary_deliveries_expected_total", "imcanary_deliveries_late_total", "imcanary_deliveries_lost_total", "imcanary_deliveries_recovered_total"},
+		"ImcanaryRealtimeBudgetBurn", [3]string{"page", "ticket", "ticket"}},
+	// Lost for good: never pushed nor recovered within lost_after.
+	{"eventual_completeness", []string{"imcanary_deliveries_expected_total", "imcanary_deliveries_lost_total"},
+		"ImcanaryMessagesLostBudgetBurn", [3]string{"page", "page", "ticket"}},
+	{"latency", []string{"imcanary_delivery_latency_seconds_bucket", "imcanary_delivery_latency_seconds_count"},
+		"ImcanaryLatencyBudgetBurn", [3]string{"page", "page", "ticket"}},
 }
 
 // TestObjectiveCannotGoAbsent checks the arrangement the rules file's
@@ -382,8 +415,11 @@ func TestObjectiveCannotGoAbsent(t *testing.T) {
 // windows they compare.
 func TestSLOAlerts(t *testing.T) {
 	type pair struct{ sev, long, short string }
-	want := []pair{{"page", "1h", "5m"}, {"page", "6h", "30m"}, {"ticket", "3d", "6h"}}
-	for _, name := range []string{"ImcanaryCompletenessBudgetBurn", "ImcanaryLatencyBudgetBurn"} {
+	// The workbook's burn-rate factor of each pair of windows.
+	factor := map[string]string{"1h": "14.4", "6h": "6", "3d": "1"}
+	for _, sli := range slis {
+		name := sli.alert
+		want := []pair{{sli.sev[0], "1h", "5m"}, {sli.sev[1], "6h", "30m"}, {sli.sev[2], "3d", "6h"}}
 		var got []pair
 		for _, r := range loadRules(t).alerts() {
 			if r.Alert != name {
@@ -393,11 +429,15 @@ func TestSLOAlerts(t *testing.T) {
 			if r.Labels["slo"] != "true" {
 				t.Errorf("%s %s/%s: slo=%q, want \"true\"", name, r.Labels["long"], r.Labels["short"], r.Labels["slo"])
 			}
-			sli := "imcanary:" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(name, "Imcanary"), "BudgetBurn")) + "_errors:ratio_rate"
+			rec := "imcanary:" + sli.name + "_errors:ratio_rate"
 			for _, w := range []string{r.Labels["long"], r.Labels["short"]} {
-				if !strings.Contains(r.Expr, sli+w+" ") {
-					t.Errorf("%s %s/%s: expression does not use %s", name, r.Labels["long"], r.Labels["short"], sli+w)
+				use := rec + w + " > " + factor[r.Labels["long"]] + " * (1 - scalar(" + objective + "))"
+				if !strings.Contains(r.Expr, use) {
+					t.Errorf("%s %s/%s: expression does not compare %s", name, r.Labels["long"], r.Labels["short"], use)
 				}
+			}
+			if other := regexp.MustCompile(`imcanary:\w+_errors:`).FindAllString(r.Expr, -1); slices.ContainsFunc(other, func(s string) bool { return s != "imcanary:"+sli.name+"_errors:" }) {
+				t.Errorf("%s %s/%s: expression uses another SLI's ratios: %v", name, r.Labels["long"], r.Labels["short"], other)
 			}
 		}
 		if !slices.Equal(got, want) {
@@ -411,7 +451,7 @@ func TestSLOAlerts(t *testing.T) {
 // exactly those labelled slo="true" while ImcanaryProberSaturated fires. An
 // alert about imcanary itself, or about what the server refuses (logins,
 // duplicates), must not be held back with them.
-var sloAlerts = []string{"ImcanaryCompletenessBudgetBurn", "ImcanaryLatencyBudgetBurn", "ImcanaryCanaryFailing"}
+var sloAlerts = []string{"ImcanaryRealtimeBudgetBurn", "ImcanaryMessagesLostBudgetBurn", "ImcanaryLatencyBudgetBurn", "ImcanaryCanaryFailing"}
 
 // TestSLOLabel checks that slo="true" is on the alerts in sloAlerts and on
 // no other.
