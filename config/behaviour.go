@@ -71,6 +71,21 @@ func ParseSize(s string) (lo, hi int, err error) {
 	return lo, hi, nil
 }
 
+// layoutProblems checks what a population and a soak profile share: the
+// group layout, the devices per user and the behaviour mix, with keys
+// starting with at ("population.", or "" for a profile, whose errors get
+// the profile's own prefix).
+func layoutProblems(at, groups string, devices int, mix []Behaviour) []*ValidationError {
+	var out []*ValidationError
+	if _, err := ParseGroups(groups); err != nil {
+		out = append(out, &ValidationError{Key: at + "groups", Value: groups, Err: err})
+	}
+	if devices < 1 || devices > maxDevices {
+		out = append(out, &ValidationError{Key: at + "devices", Value: devices, Err: fmt.Errorf("must be 1 to %d", maxDevices)})
+	}
+	return append(out, behaviourProblems(at+"behaviours", mix)...)
+}
+
 // behaviourProblems checks a mix whose keys start with at
 // ("population.behaviours").
 func behaviourProblems(at string, mix []Behaviour) []*ValidationError {

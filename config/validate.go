@@ -230,13 +230,7 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 	if p.GroupSize < 2 {
 		fail("population.group_size", p.GroupSize, "must be at least 2")
 	}
-	if _, err := ParseGroups(p.Groups); err != nil {
-		fail("population.groups", p.Groups, "%v", err)
-	}
-	if p.Devices < 1 || p.Devices > maxDevices {
-		fail("population.devices", p.Devices, "must be 1 to %d", maxDevices)
-	}
-	for _, e := range behaviourProblems("population.behaviours", p.Behaviours) {
+	for _, e := range layoutProblems("population.", p.Groups, p.Devices, p.Behaviours) {
 		fail(e.Key, e.Value, "%w", e.Err)
 	}
 	switch c.Target.CatchUp {
@@ -428,13 +422,7 @@ func (p Profile) problems(at string) []*ValidationError {
 	if p.GroupSize < 2 {
 		fail("group_size", p.GroupSize, "must be at least 2")
 	}
-	if _, err := ParseGroups(p.Groups); err != nil {
-		fail("groups", p.Groups, "%v", err)
-	}
-	if p.Devices < 1 || p.Devices > maxDevices {
-		fail("devices", p.Devices, "must be 1 to %d", maxDevices)
-	}
-	for _, e := range behaviourProblems("behaviours", p.Behaviours) {
+	for _, e := range layoutProblems("", p.Groups, p.Devices, p.Behaviours) {
 		fail(e.Key, e.Value, "%w", e.Err)
 	}
 	switch {

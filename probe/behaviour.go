@@ -209,14 +209,7 @@ func (p *Population) regroup(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		e := h[0]
-		if wait := time.Until(time.Unix(0, e.at)); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
+		if !waitUntil(ctx, timer, e.at) {
 			return
 		}
 		if p.ready.Load() {

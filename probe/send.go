@@ -53,14 +53,7 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 	var buf []byte
 	for {
 		u := h[0]
-		if wait := time.Until(time.Unix(0, u.next)); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
+		if !waitUntil(ctx, timer, u.next) {
 			return
 		}
 		if !p.paused.Load() && (p.ready.Load() || u.next > p.holdUntil.Load()) {
@@ -224,4 +217,21 @@ func (p *Population) onlineDevices(st *sendStream) int {
 		}
 	}
 	return n
+}
+
+// waitUntil waits on timer, which has fired or been stopped, until at
+// (Unix ns), and reports whether ctx is still live: the loops that keep
+// their users' next events on a heap (the senders, the regroup loop)
+// share it.
+func waitUntil(ctx context.Context, timer *time.Timer, at int64) bool {
+	if wait := time.Until(time.Unix(0, at)); wait > 0 {
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		}
+	}
+	return ctx.Err() == nil
 }

@@ -257,12 +257,7 @@ func TestCatchUpSyncFindsTail(t *testing.T) {
 func TestCatchUpUnrecovered(t *testing.T) {
 	var mu sync.Mutex
 	var asked []string
-	conns := 0
-	url := startFake(t, func(fc *fakeConn) {
-		mu.Lock()
-		conns++
-		n := conns
-		mu.Unlock()
+	url := startFakeNth(t, func(fc *fakeConn, n int) {
 		fc.acceptConnect(connectOK)
 		if n == 1 {
 			fc.subscribes(2, positioned("EP", 10))
@@ -332,12 +327,7 @@ func TestCatchUpUnrecovered(t *testing.T) {
 func TestCatchUpLostStream(t *testing.T) {
 	var mu sync.Mutex
 	var third, fetchAfterLoss command
-	conns := 0
-	url := startFake(t, func(fc *fakeConn) {
-		mu.Lock()
-		conns++
-		n := conns
-		mu.Unlock()
+	url := startFakeNth(t, func(fc *fakeConn, n int) {
 		fc.acceptConnect(connectOK)
 		switch n {
 		case 1:
@@ -428,17 +418,11 @@ func TestCatchUpLostStream(t *testing.T) {
 // A device that logs in again does not deliver what it published in its
 // last session when the recovery brings it back.
 func TestDevicesOfOneUser(t *testing.T) {
-	var mu sync.Mutex
-	conns := 0
 	both := make(chan struct{})
 	var once sync.Once
 	var ready sync.WaitGroup
 	ready.Add(2)
-	url := startFake(t, func(fc *fakeConn) {
-		mu.Lock()
-		conns++
-		n := conns
-		mu.Unlock()
+	url := startFakeNth(t, func(fc *fakeConn, n int) {
 		fc.acceptConnect(fmt.Sprintf(`{"client":"c%d","expires":true,"ttl":3600,"ping":25,"pong":true}`, n))
 		if n <= 2 {
 			fc.subscribes(2, positioned("EP", 0))

@@ -65,12 +65,7 @@ func TestReconnectCountsMissed(t *testing.T) {
 		t.Run(fmt.Sprintf("recover=%v", recover), func(t *testing.T) {
 			var mu sync.Mutex
 			var second []command
-			conns := 0
-			url := startFake(t, func(fc *fakeConn) {
-				mu.Lock()
-				conns++
-				n := conns
-				mu.Unlock()
+			url := startFakeNth(t, func(fc *fakeConn, n int) {
 				fc.acceptConnect(connectOK)
 				if n == 1 {
 					fc.subscribes(2, positioned("EP", 10))
@@ -209,12 +204,7 @@ func TestRecoveredDeliveredInOrder(t *testing.T) {
 func TestRecoveredDuringFailedHandshakeRecoveredAgain(t *testing.T) {
 	var mu sync.Mutex
 	var third command
-	conns := 0
-	url := startFake(t, func(fc *fakeConn) {
-		mu.Lock()
-		conns++
-		n := conns
-		mu.Unlock()
+	url := startFakeNth(t, func(fc *fakeConn, n int) {
 		fc.acceptConnect(connectOK)
 		switch n {
 		case 1:
@@ -280,12 +270,7 @@ func TestRecoveredDuringFailedHandshakeRecoveredAgain(t *testing.T) {
 func TestRecoveredNotServedRecoveredAgain(t *testing.T) {
 	var mu sync.Mutex
 	var third command
-	conns := 0
-	url := startFake(t, func(fc *fakeConn) {
-		mu.Lock()
-		conns++
-		n := conns
-		mu.Unlock()
+	url := startFakeNth(t, func(fc *fakeConn, n int) {
 		fc.acceptConnect(connectOK)
 		switch n {
 		case 1:
@@ -341,13 +326,7 @@ func TestRecoveredNotServedRecoveredAgain(t *testing.T) {
 // delivered again, as a push: the ledger, which knows the first copy was
 // fetched, counts the overlap as catch-up's, not as a duplicate.
 func TestRecoveredThenLiveBothDelivered(t *testing.T) {
-	var mu sync.Mutex
-	conns := 0
-	url := startFake(t, func(fc *fakeConn) {
-		mu.Lock()
-		conns++
-		n := conns
-		mu.Unlock()
+	url := startFakeNth(t, func(fc *fakeConn, n int) {
 		fc.acceptConnect(connectOK)
 		if n == 1 {
 			fc.subscribes(2, positioned("EP", 10))

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,6 +176,14 @@ func startFake(t *testing.T, script func(fc *fakeConn)) string {
 	}))
 	t.Cleanup(srv.Close)
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/connection/websocket"
+}
+
+// startFakeNth is startFake for a script that plays each connection
+// differently: n is the connection's number, from 1.
+func startFakeNth(t *testing.T, script func(fc *fakeConn, n int)) string {
+	t.Helper()
+	var conns atomic.Int64
+	return startFake(t, func(fc *fakeConn) { script(fc, int(conns.Add(1))) })
 }
 
 // testPlan gives u1 the channels chat:g1 and dm:#u1,u2.
