@@ -114,7 +114,7 @@ func (b *background) run(ctx context.Context) {
 }
 
 func (b *background) gauges() {
-	b.set.Wanted.Set(float64(b.Users()))
+	b.set.Wanted.Set(float64(b.Sessions()))
 	ready := 0.0
 	if b.Ready() {
 		ready = 1
@@ -188,6 +188,18 @@ func (b *background) Users() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.users()
+}
+
+// Sessions returns the sessions the blocks keep online: each user's
+// devices.
+func (b *background) Sessions() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, bl := range b.blocks {
+		n += bl.users * bl.pop.Devices()
+	}
+	return n
 }
 
 // Online returns the sessions online over every block.

@@ -330,7 +330,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.health.Run(jobs) })
 	// Exits when jobs ends, after closing every session.
 	wg.Go(func() { d.bg.run(jobs) })
-	w := newWatch(d.reach, func() (int, int, bool) { return d.bg.Online(), d.bg.Users(), d.bg.Ready() },
+	w := newWatch(d.reach, func() (int, int, bool) { return d.bg.Online(), d.bg.Sessions(), d.bg.Ready() },
 		d.cfg.Population.Backoff.Max, log.With("target", d.cfg.Target.Name))
 	// Exits when jobs ends.
 	wg.Go(func() { w.run(jobs) })
@@ -513,10 +513,10 @@ func (d *Daemon) handler() http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !d.bg.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %d of %d sessions online\n", d.bg.Online(), d.bg.Users())
+			fmt.Fprintf(w, "not ready: %d of %d sessions online\n", d.bg.Online(), d.bg.Sessions())
 			return
 		}
-		fmt.Fprintf(w, "ready: %d of %d sessions online\n", d.bg.Online(), d.bg.Users())
+		fmt.Fprintf(w, "ready: %d of %d sessions online\n", d.bg.Online(), d.bg.Sessions())
 	})
 	// Prometheus's convention: POST only, and it can be turned off
 	// (SIGHUP still reloads).
@@ -575,7 +575,7 @@ func (d *Daemon) judge(st *Status, cur config.Config, now time.Time) {
 	in := verdictInput{
 		now: now, started: d.started, reach: reach,
 		startGrace: cur.Population.Ramp + readyGraceAfterRamp,
-		online:     st.Population.Online, users: st.Population.Configured, ready: st.Population.Ready,
+		online:     st.Population.Online, users: st.Population.Sessions, ready: st.Population.Ready,
 		saturation: st.Saturation, recent: st.Recent,
 		lagging: metrics.Value(d.metrics.For(d.cfg.Target.Name, metrics.SourceBackground).SessionsLagging),
 	}
@@ -610,7 +610,7 @@ func (d *Daemon) Status() Status {
 	st := Status{
 		Target: d.cfg.Target.Name, Protocol: d.cfg.Target.Protocol, URL: d.cfg.Target.URL,
 		Run: d.target.Run, Started: d.started,
-		Population: PopulationStatus{Configured: cur.Population.Users, Online: d.bg.Online(), Ready: d.bg.Ready()},
+		Population: PopulationStatus{Configured: cur.Population.Users, Sessions: d.bg.Sessions(), Online: d.bg.Online(), Ready: d.bg.Ready()},
 		Canary:     CanaryStatus{Schedule: cur.Canary.Schedule, Enabled: d.canary != nil},
 		Soak:       SoakStatus{Running: d.soak.Running()},
 	}

@@ -248,3 +248,38 @@ func runDaemon(t *testing.T, d *Daemon) (base string, stop func()) {
 	t.Cleanup(stop)
 	return "http://" + d.HTTPAddr(), stop
 }
+
+// TestDevicesAndMix: a daemon whose users have two devices each and are a
+// behaviour mix with a group layout counts sessions, not users, everywhere
+// it says how many are online, and loses nothing on a clean target.
+func TestDevicesAndMix(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Canary.Schedule = ""
+	cfg.Population.Users, cfg.Population.Devices = 10, 2
+	cfg.Population.Groups = "2x5,1x10"
+	cfg.Population.Behaviours = []config.Behaviour{
+		{Name: "talker", Share: 0.5, Rate: 5},
+		{Name: "lurker", Share: 0.5},
+	}
+	reg := prometheus.NewPedanticRegistry()
+	d, err := New(cfg, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, stop := runDaemon(t, d)
+	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+	if _, body := get(t, base+"/readyz"); !strings.Contains(body, "20 of 20 sessions online") {
+		t.Errorf("/readyz = %q, want 20 of 20 sessions online: 10 users with 2 devices each", body)
+	}
+	m := scrape(t, base)
+	if got := m[`imcanary_sessions_wanted{source="background"}`]; got != 20 {
+		t.Errorf("imcanary_sessions_wanted = %v, want 20", got)
+	}
+	time.Sleep(2 * time.Second)
+	stop()
+	lost := gathered(t, reg, "imcanary_deliveries_lost_total", "source", "background")
+	delivered := gathered(t, reg, "imcanary_deliveries_total", "source", "background")
+	if lost != 0 || delivered == 0 {
+		t.Errorf("background delivered %v, lost %v: want deliveries and no loss", delivered, lost)
+	}
+}

@@ -45,7 +45,10 @@ type Status struct {
 
 // PopulationStatus is the background population's size and readiness.
 type PopulationStatus struct {
+	// Configured is the users; Sessions the sessions they keep online,
+	// each user's devices; Online counts sessions.
 	Configured int  `json:"configured"`
+	Sessions   int  `json:"sessions"`
 	Online     int  `json:"online"`
 	Ready      bool `json:"ready"`
 }
@@ -485,7 +488,7 @@ svg .empty{font-size:16px}
 <dt>Target</dt><dd>{{.Target}} ({{.Protocol}})</dd>
 <dt>URL</dt><dd>{{with .URL}}<code>{{.}}</code>{{else}}—{{end}}</dd>
 <dt>Reachable</dt><dd>{{with .Reachability}}{{if not .Known}}<span class="muted">not yet known: no connect attempt has ended</span>{{else if .Reachable}}<span class="good">yes</span>, since {{time .Since}}{{if not .LastFailure.IsZero}}<span class="muted">; last failure {{time .LastFailure}}: {{.Cause}}</span>{{end}}{{else}}<span class="bad">no</span>, since {{time .Since}}: {{.Cause}}{{end}}{{end}}</dd>
-<dt>Population</dt><dd><span class="{{if lt .Population.Online .Population.Configured}}bad{{else}}good{{end}}">{{.Population.Online}} of {{.Population.Configured}} online</span>
+<dt>Population</dt><dd><span class="{{if lt .Population.Online .Population.Sessions}}bad{{else}}good{{end}}">{{.Population.Online}} of {{.Population.Sessions}} sessions online</span>
 <span class="muted">— imcanary {{if .Population.Ready}}ready (every user has logged in once; /readyz answers 200){{else}}not ready yet (/readyz answers 503){{end}}</span></dd>
 <dt>Prober</dt><dd>{{if .Saturation.Saturated}}<span class="bad">saturated</span> since {{time .Saturation.Since}}: {{join .Saturation.Causes}}{{else}}<span class="good">not saturated</span>{{end}}</dd>
 <dt>Run</dt><dd><code>{{.Run}}</code>, started {{time .Started}}</dd>

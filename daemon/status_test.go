@@ -34,7 +34,7 @@ func testStatus() Status {
 		URL:        "wss://canary:hunter2@im.example.com:8443/ws?token=s3cret#frag",
 		Run:        "3f9a1c2b",
 		Started:    statusEpoch.Add(-time.Hour),
-		Population: PopulationStatus{Configured: 100, Online: 98, Ready: true},
+		Population: PopulationStatus{Configured: 100, Sessions: 100, Online: 98, Ready: true},
 		Canary:     CanaryStatus{Schedule: "@every 1m", Enabled: true},
 		Soak: SoakStatus{Profiles: []string{"smoke", "peak"}, Running: "peak", Schedules: []ProfileSchedule{
 			{Profile: "smoke", Schedule: "@hourly", Next: statusEpoch.Add(45 * time.Minute)},
@@ -148,7 +148,7 @@ func TestStatusEndpoints(t *testing.T) {
 		{"GET", "/", 200, html, []string{
 			"<title>imcanary: staging: degraded</title>", `<meta http-equiv="refresh" content="15">`,
 			`href="runs/` + newest + `/report.html"`, `href="api/v1/runs/` + newest + `"`,
-			"98 of 100 online", "ready", "<code>@every 1m</code>", "<code>peak</code> <strong>(running)</strong>",
+			"98 of 100 sessions online", "ready", "<code>@every 1m</code>", "<code>peak</code> <strong>(running)</strong>",
 			"group: not_delivered, late", "99.9%", "—", `<td class="n">10m</td>`,
 			`<section class="verdict v-degraded"`, `<div class="state" id="verdict-state">degraded</div>`,
 			`<p id="verdict-cause">98 of 100 sessions online</p>`, "<li>background direct completeness 99.5% over the last 5m0s (objective 99.9%)</li>",
