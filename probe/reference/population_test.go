@@ -440,8 +440,13 @@ func TestTargetRestart(t *testing.T) {
 	if c.lost > 30 {
 		t.Errorf("lost = %v across a restart, want only the few in flight", c.lost)
 	}
-	if c.delivered+c.lost != c.expected {
-		t.Errorf("delivered %v + lost %v != expected %v: every acked message must be accounted once", c.delivered, c.lost, c.expected)
+	// A message the dead target accepted, and delivered, but whose ack
+	// it never wrote was written off by its sender, not expected: at
+	// most one per send the session's end cut off.
+	cut := metrics.Value(fx.set.SendErrors[metrics.SendDisconnected]) + metrics.Value(fx.set.SendErrors[metrics.SendAckTimeout])
+	if over := c.delivered + c.lost - c.expected; over < 0 || over > cut {
+		t.Errorf("delivered %v + lost %v - expected %v = %v, want 0 to the %v sends cut off: every acked message must be accounted once",
+			c.delivered, c.lost, c.expected, over, cut)
 	}
 	if c.delivered <= before.delivered {
 		t.Errorf("no deliveries after the restart")
