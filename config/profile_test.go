@@ -255,6 +255,7 @@ func TestSoakScenarios(t *testing.T) {
 	want := []string{
 		"openim-small-reliability",
 		"openim-sampled",
+		"openim-large-group",
 		"talkwire-loopback-1",
 		"talkwire-loopback-2",
 		"netty-burst",
@@ -280,7 +281,12 @@ func TestSoakScenarios(t *testing.T) {
 		ok   func(Profile) bool
 		want string
 	}{
-		{"openim-small-reliability", func(p Profile) bool { return p.Users == 200 && p.LateLogins == 0.5 && p.Thresholds.MaxLoss == 0 }, "200 users, half late, no loss"},
+		{"openim-small-reliability", func(p Profile) bool {
+			return p.Users == 200 && p.LateLogins == 0.5 && p.Thresholds.MaxLoss == 0 && p.Groups == "200x5"
+		}, "200 users, half late, no loss, each in 5 groups"},
+		{"openim-large-group", func(p Profile) bool {
+			return p.Groups == "1x1000" && len(p.Behaviours) == 2 && p.Behaviours[1].Rate == 0
+		}, "one group of 1000, few senders and silent listeners"},
 		{"openim-sampled", func(p Profile) bool { return p.Users == 2000 && p.Rate == 0.05 }, "2000 users at 0.05 msg/s"},
 		{"talkwire-loopback-1", func(p Profile) bool { return p.Users == 1000 && p.Rate == 1 && p.GroupSize == 50 }, "1000 users at 1 msg/s in groups of 50"},
 		{"talkwire-loopback-2", func(p Profile) bool { return p.Users == 1000 && p.GroupSize == 250 && p.Thresholds.MaxLoss > 0 }, "1000 users in groups of 250, loss tolerated"},
