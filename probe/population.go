@@ -14,14 +14,15 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 )
 
-// Population keeps Users sessions online, sends open-loop traffic between
-// them and counts every delivery in a Ledger.
+// Population keeps Users × Devices sessions online, sends open-loop traffic
+// between the users and counts every delivery in a Ledger.
 //
-// Goroutines, all owned by Run and gone when it returns: one per user (its
-// session's read loop, then its reconnect backoff), one sender per CPU, one
-// heartbeat loop and one sweeper. Sending is not a goroutine per user: at
-// tens of thousands of users a second stack per user would double the
-// prober's memory.
+// Goroutines, all owned by Run and gone when it returns: one per device
+// (its session's read loop, then its reconnect backoff), one sender per
+// CPU, one heartbeat loop, one sync loop with catch-up, one regroup loop
+// with membership churn, and one sweeper. Sending is not a goroutine per
+// user: at tens of thousands of users a second stack per user would double
+// the prober's memory.
 type Population struct {
 	opts    Options
 	dialers *dialers
