@@ -3,7 +3,6 @@ package probe
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -224,9 +223,6 @@ func (p *Population) churnDelay(u *user) int64 {
 	return int64(rand.ExpFloat64()*float64(p.classes[u.class].churn)) + 1
 }
 
-// errRegroup is returned by a Regrouper that cannot make a change.
-var errRegroup = errors.New("membership change failed")
-
 // toggleMembership has u leave one of its groups, or rejoin the one it
 // left.
 func (p *Population) toggleMembership(ctx context.Context, rg Regrouper, u *user) {
@@ -246,7 +242,7 @@ func (p *Population) toggleMembership(ctx context.Context, rg Regrouper, u *user
 		// What the server did is unknown: the member stays in flux
 		// for a deadline from now, then as it was.
 		g.present[pos].Store(!join)
-		p.log.Warn("membership change failed", "user", u.name, "group", p.groups[g.idx].Name, "join", join, "err", fmt.Errorf("%w: %w", errRegroup, err))
+		p.log.Warn("membership change failed", "user", u.name, "group", p.groups[g.idx].Name, "join", join, "err", err)
 	} else if join {
 		u.outOf = nil
 	} else {

@@ -89,18 +89,18 @@ func (c *Catchup) conv(conv []byte) *cursor {
 // Got records that the device now holds seq of conv, pushed or fetched, at
 // now (Unix ns). A seq past the one after the highest held opens a gap
 // for those between. The first seq seen of a conversation the device had
-// no place in opens none: the device joined it there.
-func (c *Catchup) Got(conv []byte, seq uint64, now int64) {
-	if seq == 0 {
-		return
-	}
+// no place in opens none: the device joined it there. It reports whether
+// the device lacks anything now, so that a caller asks Due only then.
+func (c *Catchup) Got(conv []byte, seq uint64, now int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur := c.conv(conv)
-	if cur == nil {
-		return
+	// A message without a seq says nothing of where the device stands.
+	var cur *cursor
+	if seq != 0 {
+		cur = c.conv(conv)
 	}
 	switch {
+	case cur == nil:
 	case !cur.known:
 		cur.known, cur.seq = true, seq
 	case seq > cur.seq:
@@ -111,6 +111,7 @@ func (c *Catchup) Got(conv []byte, seq uint64, now int64) {
 	default:
 		c.fill(cur, seq, seq)
 	}
+	return c.open > 0
 }
 
 // Behind records that the server's newest seq of conv is last (a login or

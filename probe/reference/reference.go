@@ -404,12 +404,14 @@ func (s *session) Frame(b []byte, at int64) error {
 					s.asked[i].got = max(s.asked[i].got, f.seq)
 				}
 			}
-			s.cu.Got(f.conv, f.seq, at)
+			gaps := s.cu.Got(f.conv, f.seq, at)
+			s.h.OnDelivery(d)
+			if gaps {
+				return s.fetchDue(at)
+			}
+			return nil
 		}
 		s.h.OnDelivery(d)
-		if s.cu != nil {
-			return s.fetchDue(at)
-		}
 	case "seqs":
 		if s.cu == nil {
 			return nil
