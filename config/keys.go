@@ -209,7 +209,14 @@ func (ld *Loader) Changed(a, b Config) []string {
 func (ld *Loader) flatDefaults() map[string]any {
 	m := make(map[string]any, len(ld.s.leaves))
 	for _, l := range ld.s.leaves {
-		m[l.key] = ld.defaultOf(l).Interface()
+		v := ld.defaultOf(l)
+		if (v.Kind() == reflect.Map || v.Kind() == reflect.Slice) && v.IsNil() {
+			// A mapping or list a protocol's section holds (a jsonws
+			// rule) has no default: one loaded as nil would be a nil
+			// map for the file's to merge into.
+			continue
+		}
+		m[l.key] = v.Interface()
 	}
 	return m
 }

@@ -162,6 +162,10 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	// The configuration was loaded and validated before New: it is the
 	// first one applied. Reload sets these again.
 	d.metrics.ConfigLastReloadOK.Set(1)
+	if fc, ok := e.Driver.(probe.FrameCounter); ok {
+		metrics.RegisterFrameCounts(prometheus.WrapRegistererWith(prometheus.Labels{"shard": d.shard.Label()}, reg),
+			d.cfg.Target.Name, metrics.FrameCounts{Unmatched: fc.FramesUnmatched, Gaps: fc.ServerGaps})
+	}
 	d.metrics.ConfigLastReloadSuccess.SetToCurrentTime()
 	if d.health, err = newMonitor(d.cfg, d.metrics, log); err != nil {
 		return nil, err

@@ -683,3 +683,36 @@ func (s *Set) Failed(reason string) {
 	c.Inc()
 	s.ConnectFail.Inc()
 }
+
+// FrameCounts are a driver's counts of what its sessions read but could not
+// use, and of the gaps the server's own sequence numbers showed (see
+// probe.FrameCounter). They are read when scraped.
+type FrameCounts struct {
+	Unmatched func() uint64
+	Gaps      func() (gaps, missed uint64)
+}
+
+// RegisterFrameCounts exports c for target: frames that matched no rule of
+// the protocol's mapping as imcanary_frames_ignored_total{reason=
+// "unmatched"}, and the server's sequence gaps. It is registered only for
+// a driver that counts them.
+func RegisterFrameCounts(reg prometheus.Registerer, target string, c FrameCounts) {
+	labels := prometheus.Labels{"target": target}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "imcanary_frames_ignored_total",
+			Help:        "Frames read from the server that imcanary did not use, by reason: unmatched frames matched no rule of the protocol's mapping.",
+			ConstLabels: prometheus.Labels{"target": target, "reason": "unmatched"},
+		}, func() float64 { return float64(c.Unmatched()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "imcanary_server_sequence_gaps_total",
+			Help:        "Jumps in a conversation's server-assigned sequence numbers seen by a device: loss the server's own numbering shows.",
+			ConstLabels: labels,
+		}, func() float64 { g, _ := c.Gaps(); return float64(g) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "imcanary_server_sequence_missed_total",
+			Help:        "Sequence numbers the server's numbering skipped, over imcanary_server_sequence_gaps_total's gaps.",
+			ConstLabels: labels,
+		}, func() float64 { _, m := c.Gaps(); return float64(m) }),
+	)
+}

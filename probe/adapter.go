@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -15,8 +16,21 @@ import (
 type Adapter struct {
 	Config config.Protocol
 	Secret SecretNeed
+	// SecretOf, if set, says what the protocol needs of the secret for
+	// its section, in Secret's place: a mapped protocol needs it to sign
+	// tokens, to derive passwords, or not at all.
+	SecretOf func(section any) SecretNeed
 	// New makes the driver for the target t.
 	New func(t Target) (Driver, error)
+}
+
+// SecretNeed returns what the protocol needs of the target secret for the
+// configured section.
+func (a Adapter) SecretNeed(section any) SecretNeed {
+	if a.SecretOf != nil {
+		return a.SecretOf(section)
+	}
+	return a.Secret
 }
 
 // SecretNeed is what a protocol needs of the target secret
@@ -49,4 +63,9 @@ type Target struct {
 	// Section is the protocol's own section of the configuration, of the
 	// type of its Adapter.Config.Section.
 	Section any
+	// DataDir is data_dir: where a driver keeps what it learnt of the
+	// server (ids it assigned) across restarts.
+	DataDir string
+	// Logger is the process's logger.
+	Logger *slog.Logger
 }

@@ -37,6 +37,19 @@ type Mirror interface {
 	MirrorsOwn() bool
 }
 
+// FrameCounter is implemented by a Driver that can tell what its sessions
+// read but could not use, and what the server's own numbering showed: the
+// daemon exports both (imcanary_frames_ignored_total{reason="unmatched"},
+// imcanary_server_sequence_gaps_total), so that a mapping that misses a
+// frame kind, or a server that skips its own sequence, is visible.
+type FrameCounter interface {
+	// FramesUnmatched counts the frames no rule of the protocol matched.
+	FramesUnmatched() uint64
+	// ServerGaps counts jumps in a conversation's server sequence seen
+	// by a device, and the seqs they skipped.
+	ServerGaps() (gaps, missed uint64)
+}
+
 // Session is one logged-in connection of one user.
 //
 // Serve is called once, by the goroutine that owns the session; Send, Ping

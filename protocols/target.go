@@ -28,6 +28,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
+	"github.com/imcanary/imcanary/probe/jsonws"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/probe/xmpp"
 	"github.com/imcanary/imcanary/refserver"
@@ -41,6 +42,7 @@ var All = []probe.Adapter{
 	reference.Adapter,
 	xmpp.Adapter,
 	centrifugo.Adapter,
+	jsonws.Adapter,
 }
 
 // Loader returns the configuration loader of every protocol in All, made
@@ -121,7 +123,8 @@ func Open(cfg config.Config, pops []int, log *slog.Logger) (*Target, error) {
 	if t.Secret, err = loadSecret(cfg); err != nil {
 		return nil, err
 	}
-	if t.Secret == nil && adapter.Secret == probe.SecretKept {
+	need := adapter.SecretNeed(config.Section[any](cfg, adapter.Config.Name, adapter.Config.Section))
+	if t.Secret == nil && need == probe.SecretKept {
 		// The protocol's passwords are imcanary's own: with no secret
 		// configured, one is made once and kept in the data directory,
 		// so that the users registered today can still log in after a
@@ -151,6 +154,7 @@ func Open(cfg config.Config, pops []int, log *slog.Logger) (*Target, error) {
 	t.Driver, err = adapter.New(probe.Target{
 		URL: t.Config.Target.URL, Header: header, Secret: t.Secret, Heartbeat: cfg.Population.Heartbeat,
 		Section: config.Section[any](cfg, adapter.Config.Name, adapter.Config.Section),
+		DataDir: cfg.DataDir, Logger: log.With("component", adapter.Config.Name),
 	})
 	if err != nil {
 		t.Close()
@@ -216,7 +220,8 @@ func CheckSecret(cfg config.Config) error {
 	if _, err := requestHeader(cfg.Target.Headers); err != nil {
 		errs = append(errs, err)
 	}
-	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil && secret == nil && a.Secret == probe.SecretRequired {
+	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil && secret == nil &&
+		a.SecretNeed(config.Section[any](cfg, a.Config.Name, a.Config.Section)) == probe.SecretRequired {
 		errs = append(errs, fmt.Errorf("target.protocol %s: needs the target secret, which signs its tokens: set target.secret_file or %s",
 			a.Config.Name, config.SecretEnv))
 	}

@@ -564,3 +564,16 @@ var Adapter = probe.Adapter{
 		return New(Options{URL: t.URL, Header: t.Header, Secret: t.Secret, Heartbeat: t.Heartbeat})
 	},
 }
+
+// Decoder is a session's handling of the frames it reads, without a
+// connection: the native baseline that a mapped protocol's decoding is
+// measured against, side by side (BenchmarkFrameToLedger in probe/jsonws).
+// It handles deliveries, acks and errors as a session does; frames that
+// would make a session write (catch-up) are not for it.
+type Decoder struct{ s session }
+
+// NewDecoder returns a Decoder that reports to h.
+func NewDecoder(h probe.Handler) *Decoder { return &Decoder{s: session{h: h}} }
+
+// Frame handles one frame as a session's read loop does.
+func (d *Decoder) Frame(b []byte, at int64) error { return d.s.Frame(b, at) }

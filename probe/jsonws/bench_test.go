@@ -1,0 +1,101 @@
+package jsonws
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
+	"github.com/imcanary/imcanary/probe/reference"
+)
+
+// inboxHandler is a session's handler that records deliveries in a
+// ledger's inbox, as a device does.
+type inboxHandler struct{ in *probe.Inbox }
+
+func (h inboxHandler) OnAck(uint64, probe.Ack) {}
+func (h inboxHandler) OnReject(uint64, string) {}
+func (h inboxHandler) OnDelivery(d *probe.Delivery) {
+	h.in.Receive(d.Body, d.At)
+}
+
+// frameSession returns a session of the shipped reference mapping that is
+// handed frames directly, as its connection's read loop hands them.
+func frameSession(tb testing.TB, h probe.Handler) *session {
+	tb.Helper()
+	d, err := New(loadSection(tb, "../../configs/jsonws-reference.yaml"), Options{URL: "ws://127.0.0.1:1/ws", Secret: []byte("s")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &session{d: d, user: "imcanary-u18", msg: d.m.dec.newMsg(), h: h}
+	s.handle = s.handleMsg
+	return s
+}
+
+// appendFrame appends the reference protocol's frame of a group delivery
+// of seq at intended.
+func appendFrame(dst []byte, body *[]byte, seq uint64, intended int64) []byte {
+	h := probe.Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3"), Seq: seq, Intended: intended}
+	*body = probe.AppendBody((*body)[:0], &h, 0)
+	dst = append(dst, `{"type":"msg","from":"imcanary-u17","group":"imcanary-g3","conv":"g:imcanary-g3","msg_id":"123456","seq":77,"body":`...)
+	dst = jsonscan.AppendString(dst, *body)
+	return append(dst, '}')
+}
+
+// BenchmarkFrameToLedger measures a delivery from its frame's bytes to the
+// ledger's counters, through the native reference adapter and through the
+// shipped mapping of the same protocol, in one run: compare the two. Each
+// round builds its frame (the decoders unescape in place), which costs
+// what build measures alone: subtract it from both before comparing.
+func BenchmarkFrameToLedger(b *testing.B) {
+	for _, name := range []string{"build", "native", "mapped"} {
+		b.Run(name, func(b *testing.B) {
+			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
+			start := time.Now().UnixNano()
+			in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
+			h := inboxHandler{in}
+			frame := func([]byte, int64) error { return nil }
+			switch name {
+			case "mapped":
+				frame = frameSession(b, h).Frame
+			case "native":
+				frame = reference.NewDecoder(h).Frame
+			}
+			var buf, body []byte
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				buf = appendFrame(buf[:0], &body, uint64(i+1), start+int64(i))
+				if err := frame(buf, start+int64(i)+1e6); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestMappedDeliveryDoesNotAllocate guards the mapped delivery path's
+// budget: once a stream exists, a delivery frame costs no allocation.
+func TestMappedDeliveryDoesNotAllocate(t *testing.T) {
+	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
+	start := time.Now().UnixNano()
+	in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
+	s := frameSession(t, inboxHandler{in})
+	var buf, body []byte
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		i++
+		buf = appendFrame(buf[:0], &body, uint64(i), start+int64(i))
+		if err := s.Frame(buf, start+int64(i)+1e6); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a mapped delivery allocates %v times, want 0", allocs)
+	}
+	if got := metrics.Value(set.Kind[metrics.Group].Cohort[metrics.Normal].Delivered); got < 1000 {
+		t.Errorf("%v deliveries counted, want every frame's", got)
+	}
+}

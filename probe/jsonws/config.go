@@ -1,0 +1,185 @@
+package jsonws
+
+import (
+	"time"
+)
+
+// Config is the jsonws section of the configuration, target.jsonws: the
+// mapping of a JSON-over-WebSocket protocol. Steps and match rules are
+// mappings the section's compiler reads itself (see compile), so that an
+// error names the exact key inside them.
+type Config struct {
+	// Framing is how messages sit in text frames: object, lines or
+	// engineio.
+	Framing string `koanf:"framing"`
+	// Subprotocol, if set, is the WebSocket subprotocol to ask for.
+	Subprotocol string `koanf:"subprotocol"`
+	// MaxFrame bounds one received frame, in bytes.
+	MaxFrame int `koanf:"max_frame"`
+	// MirrorsOwn says the server delivers what a user sends to the user's
+	// other sessions (probe.Mirror).
+	MirrorsOwn bool        `koanf:"mirrors_own"`
+	Token      TokenConfig `koanf:"token"`
+	// Login is the steps run on every connection, in order.
+	Login     []any           `koanf:"login"`
+	Subscribe SubscribeConfig `koanf:"subscribe"`
+	Groups    GroupsConfig    `koanf:"groups"`
+	Send      SendConfig      `koanf:"send"`
+	Delivery  DeliveryConfig  `koanf:"delivery"`
+	CatchUp   CatchUpConfig   `koanf:"catch_up"`
+	Keepalive KeepaliveConfig `koanf:"keepalive"`
+	// Disconnects maps close codes and error frames to why a session
+	// ended.
+	Disconnects DisconnectsConfig `koanf:"disconnects"`
+	// Ignore lists rules of frames that are known and not needed: they
+	// are not counted unmatched.
+	Ignore []any `koanf:"ignore"`
+}
+
+// TokenConfig says how .Token is made.
+type TokenConfig struct {
+	Source    string         `koanf:"source"`
+	Algorithm string         `koanf:"algorithm"`
+	Claims    map[string]any `koanf:"claims"`
+	TTL       time.Duration  `koanf:"ttl"`
+	File      string         `koanf:"file"`
+}
+
+// SubscribeConfig holds the steps run after login for each conversation.
+type SubscribeConfig struct {
+	Direct map[string]any `koanf:"direct"`
+	Group  map[string]any `koanf:"group"`
+}
+
+// GroupsConfig holds the provisioning steps of groups.
+type GroupsConfig struct {
+	Create map[string]any `koanf:"create"`
+	Join   map[string]any `koanf:"join"`
+}
+
+// SendConfig holds the send templates and how their acks look.
+type SendConfig struct {
+	Direct string    `koanf:"direct"`
+	Group  string    `koanf:"group"`
+	Ack    AckConfig `koanf:"ack"`
+}
+
+// AckConfig says which frames are acks and where their fields are.
+type AckConfig struct {
+	Match    map[string]any `koanf:"match"`
+	ID       string         `koanf:"id"`
+	Success  map[string]any `koanf:"success"`
+	Code     string         `koanf:"code"`
+	ServerID string         `koanf:"server_id"`
+	Seq      string         `koanf:"seq"`
+	Conv     string         `koanf:"conv"`
+}
+
+// DeliveryConfig says which frames are deliveries and where their fields
+// are.
+type DeliveryConfig struct {
+	Match map[string]any `koanf:"match"`
+	Body  string         `koanf:"body"`
+	From  string         `koanf:"from"`
+	Conv  string         `koanf:"conv"`
+	Seq   string         `koanf:"seq"`
+	Group map[string]any `koanf:"group"`
+}
+
+// CatchUpConfig is the history request, when target.catch_up is on.
+type CatchUpConfig struct {
+	Fetch  string       `koanf:"fetch"`
+	Limit  int          `koanf:"limit"`
+	Done   DoneConfig   `koanf:"done"`
+	Newest NewestConfig `koanf:"newest"`
+}
+
+// NewestConfig is the request for the newest seq of each of the user's
+// conversations: what shows a device that the last messages of a
+// conversation never reached it, which no later message would.
+type NewestConfig struct {
+	Send  string         `koanf:"send"`
+	Reply map[string]any `koanf:"reply"`
+	// Convs is the path of an object mapping each conversation to its
+	// newest seq.
+	Convs string `koanf:"convs"`
+}
+
+// DoneConfig says which frame ends a fetch's answer.
+type DoneConfig struct {
+	Match map[string]any `koanf:"match"`
+	ID    string         `koanf:"id"`
+	Last  string         `koanf:"last"`
+}
+
+// KeepaliveConfig is the session's keepalive.
+type KeepaliveConfig struct {
+	// Ping is websocket, none, or an application ping's template.
+	Ping   string `koanf:"ping"`
+	Answer []any  `koanf:"answer"`
+}
+
+// DisconnectsConfig maps how a server ends a session to a reason.
+type DisconnectsConfig struct {
+	CloseCodes map[string]string `koanf:"close_codes"`
+	Frames     []any             `koanf:"frames"`
+}
+
+// DefaultConfig is the section's default: no mapping, which the driver
+// refuses (a jsonws target needs one); the defaults of the keys a mapping
+// leaves out.
+func DefaultConfig() Config {
+	return Config{
+		Framing:   framingObject,
+		MaxFrame:  1 << 20,
+		Token:     TokenConfig{Source: "none", Algorithm: "HS256", TTL: time.Hour},
+		CatchUp:   CatchUpConfig{Limit: 100},
+		Keepalive: KeepaliveConfig{Ping: "websocket"},
+	}
+}
+
+// help describes each key of the section, for imcanary config keys.
+var help = map[string]string{
+	"framing":                 "how messages sit in text frames: object (one JSON value per frame), lines (newline-separated) or engineio (Socket.IO's Engine.IO v4)",
+	"subprotocol":             "WebSocket subprotocol to ask for, if any",
+	"max_frame":               "largest frame read, in bytes",
+	"mirrors_own":             "the server delivers what a user sends to the user's other sessions",
+	"token.source":            "how {{.Token}} is made: none, jwt (signed with the target secret), hmac (hex HMAC-SHA256 of the user) or file",
+	"token.algorithm":         "JWT signing algorithm: HS256, HS384 or HS512",
+	"token.claims":            "JWT claims, templates ({{.User}}); iat and exp are added from token.ttl",
+	"token.ttl":               "JWT lifetime",
+	"token.file":              "file of per-user tokens, one \"USER TOKEN\" line each (token.source file)",
+	"login":                   "steps run in order on every connection: send, reply, success, reason, unauthorized, capture, otherwise",
+	"subscribe.direct":        "step run after login once per direct peer ({{.Peer}})",
+	"subscribe.group":         "step run after login once per group ({{.Group}})",
+	"groups.create":           "provisioning step run once per group by its first member ({{.Group}}, {{.Members}}); its captures are kept in data_dir",
+	"groups.join":             "provisioning step run once by each other member of a group",
+	"send.direct":             "template of a direct message ({{.ID}}, {{.To}}, {{.Body}})",
+	"send.group":              "template of a group message ({{.ID}}, {{.Group}}, {{.Body}})",
+	"send.ack.match":          "rule of the frames that are acks",
+	"send.ack.id":             "path of the ack's correlation id: the send's {{.ID}}",
+	"send.ack.success":        "rule an accepting ack matches; an ack that does not is a rejection",
+	"send.ack.code":           "path of a rejection's code",
+	"send.ack.server_id":      "path of the server's message id",
+	"send.ack.seq":            "path of the message's sequence number in its conversation",
+	"send.ack.conv":           "path of the message's conversation",
+	"delivery.match":          "rule of the frames that are deliveries",
+	"delivery.body":           "path of the delivered body (a JSON string)",
+	"delivery.from":           "path of the sender",
+	"delivery.conv":           "path of the conversation",
+	"delivery.seq":            "path of the server's sequence number in the conversation; a gap in it is loss the server's own numbering shows",
+	"delivery.group":          "rule of the deliveries that are group messages",
+	"catch_up.fetch":          "template of a history request ({{.Conv}}, {{.After}}, {{.Since}}, {{.Before}}, {{.Limit}}, {{.ID}})",
+	"catch_up.limit":          "most messages the server sends for one history request",
+	"catch_up.done.match":     "rule of the frame that ends a history answer",
+	"catch_up.done.id":        "path of its correlation id: the request's {{.ID}}",
+	"catch_up.done.last":      "path of the conversation's newest seq in it, if the server says",
+	"catch_up.newest.send":    "template of the request for the newest seq of each of the user's conversations ({{.ID}}), asked at login and every lost_after/4",
+	"catch_up.newest.reply":   "rule of its reply ({{.ID}} allowed)",
+	"catch_up.newest.convs":   "path of the reply's object of conversation to newest seq",
+	"keepalive.ping":          "websocket, none, or the template of an application ping",
+	"keepalive.answer":        "the server's application pings and their answers: a list of {when: RULE, send: TEMPLATE}",
+	"disconnects.close_codes": "close codes and their reasons: slow_consumer, conflict or server_close",
+	"disconnects.frames":      "frames that end the session: a list of {match: RULE, reason: REASON, text: PATH}",
+	"ignore":                  "rules of frames known and not needed, which are not counted unmatched",
+}

@@ -1,0 +1,562 @@
+package jsonws
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+)
+
+// mapping is a compiled Config: every path in the decoder's trie, every
+// template parsed, every rule checked. It is read-only once compiled and
+// shared by every session of the driver.
+type mapping struct {
+	framing     string
+	subprotocol string
+	maxFrame    int64
+	mirrorsOwn  bool
+	dec         *decoder
+
+	token tokenSpec
+
+	login               []*step
+	subDirect, subGroup *step
+	create, join        *step
+
+	sendDirect, sendGroup *template
+	ack                   struct {
+		match, success              *rule
+		id, code, serverID, seq, cv int
+	}
+	delivery struct {
+		match, group             *rule
+		body, from, conv, seq    int
+		hasSeq, hasConv, hasFrom bool
+	}
+	fetch *template
+	limit int
+	done  struct {
+		match    *rule
+		id, last int
+	}
+	newest struct {
+		send  *template
+		reply *rule
+		convs int
+	}
+
+	// ping is the application ping's template; pingWS is true for a
+	// WebSocket ping. Neither: the server keeps the session alive.
+	ping    *template
+	pingWS  bool
+	answers []answer
+
+	closeCodes map[int]string
+	errFrames  []errFrame
+	ignore     []*rule
+
+	userAttrs, groupAttrs map[string]bool
+	// password says a template uses {{.Password}}.
+	password bool
+}
+
+// step is one request and the reply it waits for.
+type step struct {
+	key          string
+	name         string
+	send         *template
+	reply        *rule
+	success      *rule
+	unauthorized *rule
+	reason       int // slot, or -1
+	captures     []capture
+	when         *rule // otherwise.when
+	otherwise    []*step
+}
+
+type capture struct {
+	name string
+	slot int
+}
+
+type answer struct {
+	when *rule
+	send *template
+}
+
+type errFrame struct {
+	match  *rule
+	reason string
+	text   int
+}
+
+type tokenSpec struct {
+	source    string
+	algorithm string
+	claims    map[string]claim
+	ttl       time.Duration
+	file      string
+}
+
+// claim is one JWT claim: a template for a string, or a value as it is.
+type claim struct {
+	tmpl *template
+	v    any
+}
+
+// compiler collects the problems of a mapping, by key within the section.
+type compiler struct {
+	dec   *decoder
+	attrs attrSets
+	errs  []*config.ValidationError
+}
+
+func (c *compiler) fail(key string, v any, format string, args ...any) {
+	c.errs = append(c.errs, &config.ValidationError{Key: key, Value: v, Err: fmt.Errorf(format, args...)})
+}
+
+// Empty reports whether cfg holds no mapping at all, as the section's
+// default does: only a target that uses the protocol needs one.
+func (cfg Config) Empty() bool {
+	return len(cfg.Login) == 0 && cfg.Send.Direct == "" && cfg.Send.Group == "" && len(cfg.Delivery.Match) == 0
+}
+
+// compile checks cfg and compiles it. Its problems name keys within the
+// section ("send.direct").
+func compile(cfg Config) (*mapping, []*config.ValidationError) {
+	c := &compiler{}
+	m := &mapping{subprotocol: cfg.Subprotocol, mirrorsOwn: cfg.MirrorsOwn, maxFrame: int64(cfg.MaxFrame)}
+	switch cfg.Framing {
+	case framingObject, framingLines, framingEngineIO:
+		m.framing = cfg.Framing
+	default:
+		c.fail("framing", cfg.Framing, "must be object, lines or engineio")
+		m.framing = framingObject
+	}
+	if cfg.MaxFrame < 512 || cfg.MaxFrame > 64<<20 {
+		c.fail("max_frame", cfg.MaxFrame, "must be between 512 and %d bytes", 64<<20)
+	}
+	c.dec = newDecoder(m.framing)
+	m.dec = c.dec
+
+	// What the steps capture is known first, so that every template's
+	// .User.x and .Group.x can be checked against it.
+	c.attrs = attrSets{user: map[string]bool{}, group: map[string]bool{}}
+	collectCaptures(cfg.Login, c.attrs.user)
+	collectCaptures([]any{map[string]any(cfg.Subscribe.Direct), map[string]any(cfg.Subscribe.Group)}, c.attrs.user)
+	collectCaptures([]any{map[string]any(cfg.Groups.Create)}, c.attrs.group)
+	m.userAttrs, m.groupAttrs = c.attrs.user, c.attrs.group
+
+	m.token = c.token(cfg.Token)
+	m.login = c.steps("login", cfg.Login, siteLogin)
+	if len(cfg.Subscribe.Direct) > 0 {
+		m.subDirect = c.step("subscribe.direct", cfg.Subscribe.Direct, siteDirect)
+	}
+	if len(cfg.Subscribe.Group) > 0 {
+		m.subGroup = c.step("subscribe.group", cfg.Subscribe.Group, siteGroupSub)
+	}
+	if len(cfg.Groups.Create) > 0 {
+		m.create = c.step("groups.create", cfg.Groups.Create, siteCreate)
+	}
+	if len(cfg.Groups.Join) > 0 {
+		m.join = c.step("groups.join", cfg.Groups.Join, siteGroupSub)
+	}
+
+	if cfg.Send.Direct == "" && cfg.Send.Group == "" {
+		c.fail("send", nil, "needs a direct or a group template")
+	}
+	m.sendDirect = c.template("send.direct", cfg.Send.Direct, siteSendDM)
+	m.sendGroup = c.template("send.group", cfg.Send.Group, siteSendGroup)
+	for _, t := range []struct {
+		key string
+		t   *template
+	}{{"send.direct", m.sendDirect}, {"send.group", m.sendGroup}} {
+		if t.t != nil && !t.t.uses(varID_) {
+			c.fail(t.key, t.t.src, "must hold {{.ID}}: the ack is matched to the send by it")
+		}
+		if t.t != nil && !t.t.uses(varBody) {
+			c.fail(t.key, t.t.src, "must hold {{.Body}}: the probe body is what is checked on delivery")
+		}
+	}
+	a := cfg.Send.Ack
+	m.ack.match = c.rule("send.ack.match", a.Match, true)
+	m.ack.id = c.path("send.ack.id", a.ID, true)
+	if len(a.Success) > 0 {
+		m.ack.success = c.rule("send.ack.success", a.Success, true)
+	}
+	m.ack.code = c.path("send.ack.code", a.Code, false)
+	m.ack.serverID = c.path("send.ack.server_id", a.ServerID, false)
+	m.ack.seq = c.path("send.ack.seq", a.Seq, false)
+	m.ack.cv = c.path("send.ack.conv", a.Conv, false)
+
+	d := cfg.Delivery
+	m.delivery.match = c.rule("delivery.match", d.Match, true)
+	m.delivery.body = c.path("delivery.body", d.Body, true)
+	m.delivery.from = c.path("delivery.from", d.From, false)
+	m.delivery.conv = c.path("delivery.conv", d.Conv, false)
+	m.delivery.seq = c.path("delivery.seq", d.Seq, false)
+	m.delivery.hasSeq, m.delivery.hasConv, m.delivery.hasFrom = m.delivery.seq >= 0, m.delivery.conv >= 0, m.delivery.from >= 0
+	if m.delivery.hasSeq && !m.delivery.hasConv {
+		c.fail("delivery.conv", d.Conv, "is needed with delivery.seq: a sequence numbers one conversation")
+	}
+	if len(d.Group) > 0 {
+		m.delivery.group = c.rule("delivery.group", d.Group, false)
+	}
+
+	cu := cfg.CatchUp
+	if cu.Fetch != "" {
+		m.fetch = c.template("catch_up.fetch", cu.Fetch, siteFetch)
+		if !m.delivery.hasSeq {
+			c.fail("catch_up.fetch", cu.Fetch, "needs delivery.seq and delivery.conv: catch-up fetches by the server's sequence")
+		}
+		if m.fetch != nil && !m.fetch.uses(varConv) {
+			c.fail("catch_up.fetch", cu.Fetch, "must hold {{.Conv}}")
+		}
+		m.done.match = c.rule("catch_up.done.match", cu.Done.Match, true)
+		m.done.id = c.path("catch_up.done.id", cu.Done.ID, true)
+		m.done.last = c.path("catch_up.done.last", cu.Done.Last, false)
+	}
+	if nw := cu.Newest; nw.Send != "" || len(nw.Reply) > 0 || nw.Convs != "" {
+		if cu.Fetch == "" {
+			c.fail("catch_up.newest", nil, "needs catch_up.fetch: what it shows missing is fetched")
+		}
+		m.newest.send = c.template("catch_up.newest.send", nw.Send, siteLogin)
+		if m.newest.send == nil {
+			c.fail("catch_up.newest.send", nw.Send, "is required: the request's template")
+		}
+		if nw.Reply == nil {
+			c.fail("catch_up.newest.reply", nil, "is required: the rule of the request's reply")
+		} else {
+			m.newest.reply = compileRule(c, "catch_up.newest.reply", nw.Reply, siteLogin)
+		}
+		m.newest.convs = c.path("catch_up.newest.convs", nw.Convs, true)
+	}
+	if cu.Limit < 1 || cu.Limit > 10000 {
+		c.fail("catch_up.limit", cu.Limit, "must be between 1 and 10000")
+	}
+	m.limit = cu.Limit
+
+	switch ping := cfg.Keepalive.Ping; ping {
+	case "websocket", "":
+		m.pingWS = true
+	case "none":
+	default:
+		m.ping = c.template("keepalive.ping", ping, siteLogin)
+	}
+	for i, raw := range cfg.Keepalive.Answer {
+		key := fmt.Sprintf("keepalive.answer[%d]", i)
+		am, ok := c.fields(key, raw, "when", "send")
+		if !ok {
+			continue
+		}
+		an := answer{when: c.rule(key+".when", am["when"], true)}
+		s, _ := am["send"].(string)
+		if s == "" {
+			c.fail(key+".send", am["send"], "must be a template")
+		}
+		an.send = c.template(key+".send", s, siteLogin)
+		m.answers = append(m.answers, an)
+	}
+
+	m.closeCodes = map[int]string{}
+	for code, reason := range cfg.Disconnects.CloseCodes {
+		key := "disconnects.close_codes." + code
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 1000 || n > 4999 {
+			c.fail(key, code, "must be a WebSocket close code, 1000 to 4999")
+			continue
+		}
+		if !validReason(reason) {
+			c.fail(key, reason, "must be one of %s", strings.Join(reasons, ", "))
+			continue
+		}
+		m.closeCodes[n] = reason
+	}
+	for i, raw := range cfg.Disconnects.Frames {
+		key := fmt.Sprintf("disconnects.frames[%d]", i)
+		fm, ok := c.fields(key, raw, "match", "reason", "text")
+		if !ok {
+			continue
+		}
+		ef := errFrame{match: c.rule(key+".match", fm["match"], true), text: -1}
+		reason, _ := fm["reason"].(string)
+		if !validReason(reason) {
+			c.fail(key+".reason", fm["reason"], "must be one of %s", strings.Join(reasons, ", "))
+		}
+		ef.reason = reason
+		if t, ok := fm["text"].(string); ok {
+			ef.text = c.path(key+".text", t, false)
+		}
+		m.errFrames = append(m.errFrames, ef)
+	}
+	for i, raw := range cfg.Ignore {
+		m.ignore = append(m.ignore, c.rule(fmt.Sprintf("ignore[%d]", i), raw, true))
+	}
+	m.password = m.usesPassword()
+	m.dec.root.index()
+	return m, c.errs
+}
+
+// reasons are the disconnect reasons a mapping may name.
+var reasons = []string{metrics.ReasonSlowConsumer, metrics.ReasonConflict, metrics.ReasonServerClose}
+
+func validReason(r string) bool { return slices.Contains(reasons, r) }
+
+// collectCaptures adds the names that steps (and their otherwise steps)
+// capture to set.
+func collectCaptures(steps []any, set map[string]bool) {
+	for _, s := range steps {
+		m, ok := s.(map[string]any)
+		if !ok {
+			continue
+		}
+		if caps, ok := m["capture"].(map[string]any); ok {
+			for k := range caps {
+				set[k] = true
+			}
+		}
+		if o, ok := m["otherwise"].(map[string]any); ok {
+			if list, ok := o["steps"].([]any); ok {
+				collectCaptures(list, set)
+			}
+		}
+	}
+}
+
+// fields checks that raw is a mapping holding only the keys allowed.
+func (c *compiler) fields(key string, raw any, allowed ...string) (map[string]any, bool) {
+	m, ok := raw.(map[string]any)
+	if !ok {
+		c.fail(key, raw, "must be a mapping with the keys %s", strings.Join(allowed, ", "))
+		return nil, false
+	}
+	good := true
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if slices.Contains(allowed, k) {
+			continue
+		}
+		good = false
+		if near := config.Closest(k, allowed); near != "" {
+			c.fail(key+"."+k, m[k], "unknown key: did you mean %s?", near)
+		} else {
+			c.fail(key+"."+k, m[k], "unknown key: the keys here are %s", strings.Join(allowed, ", "))
+		}
+	}
+	return m, good
+}
+
+// template parses the template at key, "" for none.
+func (c *compiler) template(key, src string, s site) *template {
+	if src == "" {
+		return nil
+	}
+	t, err := parseTemplate(src, s, c.attrs)
+	if err != nil {
+		c.fail(key, src, "%v", err)
+		return nil
+	}
+	return t
+}
+
+// rule compiles the rule at key; a missing one is a problem if required.
+func (c *compiler) rule(key string, v any, required bool) *rule {
+	if m, ok := v.(map[string]any); v == nil || ok && len(m) == 0 {
+		if required {
+			c.fail(key, nil, "is required: a mapping of paths to values")
+		}
+		return nil
+	}
+	return compileRule(c, key, v, nil)
+}
+
+// path adds the path at key to the decoder, returning its slot, or -1 for
+// none.
+func (c *compiler) path(key, p string, required bool) int {
+	if p == "" {
+		if required {
+			c.fail(key, p, "is required: a path such as data.body")
+		}
+		return -1
+	}
+	slot, err := c.dec.path(p)
+	if err != nil {
+		c.fail(key, p, "%v", err)
+		return -1
+	}
+	return slot
+}
+
+// stepKeys are the keys of a step.
+var stepKeys = []string{"name", "send", "reply", "success", "reason", "unauthorized", "capture", "otherwise"}
+
+func (c *compiler) steps(key string, list []any, s site) []*step {
+	var out []*step
+	for i, raw := range list {
+		if st := c.step(fmt.Sprintf("%s[%d]", key, i), raw, s); st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+func (c *compiler) step(key string, raw any, s site) *step {
+	m, ok := c.fields(key, raw, stepKeys...)
+	if m == nil {
+		return nil
+	}
+	_ = ok
+	st := &step{key: key, reason: -1}
+	st.name, _ = m["name"].(string)
+	if send, ok := m["send"]; ok {
+		src, isStr := send.(string)
+		if !isStr || src == "" {
+			c.fail(key+".send", send, "must be a template")
+		} else {
+			st.send = c.template(key+".send", src, s)
+		}
+	}
+	if m["reply"] == nil {
+		c.fail(key+".reply", nil, "is required: the rule of the frame that answers the step")
+	} else {
+		st.reply = compileRule(c, key+".reply", m["reply"], s)
+	}
+	if v, ok := m["success"]; ok {
+		st.success = compileRule(c, key+".success", v, s)
+	}
+	if v, ok := m["unauthorized"]; ok {
+		st.unauthorized = compileRule(c, key+".unauthorized", v, s)
+	}
+	if v, ok := m["reason"]; ok {
+		p, _ := v.(string)
+		st.reason = c.path(key+".reason", p, true)
+	}
+	if v, ok := m["capture"]; ok {
+		caps, isMap := v.(map[string]any)
+		if !isMap {
+			c.fail(key+".capture", v, "must be a mapping of names to paths")
+		}
+		for _, name := range slices.Sorted(maps.Keys(caps)) {
+			p, _ := caps[name].(string)
+			if !validName(name) {
+				c.fail(key+".capture."+name, name, "a name is letters, digits and _, starting with a letter")
+				continue
+			}
+			if slot := c.path(key+".capture."+name, p, true); slot >= 0 {
+				st.captures = append(st.captures, capture{name: name, slot: slot})
+			}
+		}
+	}
+	if v, ok := m["otherwise"]; ok {
+		om, _ := c.fields(key+".otherwise", v, "when", "steps")
+		if om != nil {
+			st.when = compileRule(c, key+".otherwise.when", om["when"], s)
+			list, isList := om["steps"].([]any)
+			if !isList || len(list) == 0 {
+				c.fail(key+".otherwise.steps", om["steps"], "must be a list of steps")
+			}
+			st.otherwise = c.steps(key+".otherwise.steps", list, s)
+		}
+	}
+	if st.send == nil && st.reply != nil && slices.ContainsFunc(st.reply.conds, func(cd cond) bool { return cd.op == opTemplate }) && !st.reply.usesOnly(varUser, varDevice, varToken, varPassword, varGroup, varPeer) {
+		c.fail(key+".reply", m["reply"], "uses {{.ID}} but the step sends nothing that carries it")
+	}
+	return st
+}
+
+func validName(s string) bool {
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *compiler) token(t TokenConfig) tokenSpec {
+	ts := tokenSpec{source: t.Source, algorithm: t.Algorithm, ttl: t.TTL, file: t.File}
+	switch t.Source {
+	case "none", "hmac":
+	case "jwt":
+		switch t.Algorithm {
+		case "HS256", "HS384", "HS512":
+		default:
+			c.fail("token.algorithm", t.Algorithm, "must be HS256, HS384 or HS512")
+		}
+		if t.TTL < time.Minute {
+			c.fail("token.ttl", t.TTL, "must be at least 1m")
+		}
+		ts.claims = map[string]claim{}
+		for _, k := range slices.Sorted(maps.Keys(t.Claims)) {
+			switch v := t.Claims[k].(type) {
+			case string:
+				if tm := c.template("token.claims."+k, v, siteLogin); tm != nil {
+					for i := range tm.parts {
+						if tm.parts[i].act != nil {
+							tm.parts[i].act.inString = true
+						}
+					}
+					ts.claims[k] = claim{tmpl: tm}
+				}
+			default:
+				ts.claims[k] = claim{v: v}
+			}
+			if k == "exp" || k == "iat" {
+				c.fail("token.claims."+k, t.Claims[k], "is set from token.ttl")
+			}
+		}
+	case "file":
+		if t.File == "" {
+			c.fail("token.file", t.File, "is required with token.source file")
+		}
+	default:
+		c.fail("token.source", t.Source, "must be none, jwt, hmac or file")
+	}
+	return ts
+}
+
+// uses reports whether t refers to v.
+func (t *template) uses(v varID) bool {
+	for _, p := range t.parts {
+		if p.act == nil {
+			continue
+		}
+		for _, a := range p.act.args {
+			if a.hasRef && a.v == v {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// usesOnly reports whether r's templates refer to nothing but vs.
+func (r *rule) usesOnly(vs ...varID) bool {
+	for _, cd := range r.conds {
+		if cd.tmpl == nil {
+			continue
+		}
+		for _, p := range cd.tmpl.parts {
+			if p.act == nil {
+				continue
+			}
+			for _, a := range p.act.args {
+				if a.hasRef && !slices.Contains(vs, a.v) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// errNoMapping is what a jsonws target without a mapping gets.
+var errNoMapping = errors.New("target.jsonws holds no mapping: describe the protocol under target.jsonws (see configs/jsonws-reference.yaml)")

@@ -1,0 +1,900 @@
+package jsonws
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
+)
+
+// session is one logged-in connection of one device, speaking through the
+// driver's mapping.
+type session struct {
+	d    *Driver
+	conn *wsconn.Conn
+	user string
+	dev  int
+	env  *env
+	// attrs are what this session's steps captured of its own user;
+	// they take precedence over the directory's, which holds the last
+	// session's of any device.
+	attrs map[string]string
+	h     probe.Handler
+	// handle is s.handleMsg, made once: a method value made per frame
+	// would allocate.
+	handle func(*msg) error
+
+	ids atomic.Uint64
+	// pmu guards pending: the sends awaiting their ack, id to ref.
+	pmu     sync.Mutex
+	pending map[uint64]uint64
+	// syncs are the newest-seq requests awaiting their reply (Sync), and
+	// nsyncs their number, read without the lock on every frame.
+	syncs  []*rule
+	nsyncs atomic.Int32
+
+	// Serve's own, reused for every frame.
+	msg      *msg
+	delivery probe.Delivery
+	at       int64
+
+	// cu is the device's place in its conversations, nil with catch-up
+	// off; asked are the history requests in flight, due scratch.
+	cu    *probe.Catchup
+	asked []fetch
+	due   []probe.Fetch
+	seqs  *seqState
+	// lacking is set when a frame showed the device lacks something, so
+	// that what is due is asked once the frame is handled.
+	lacking bool
+
+	// early holds what arrived during the login that was no step's
+	// reply, copies of the messages, for Serve to handle first.
+	early     [][]byte
+	earlySize int
+	// wbuf is the scratch of writes made on Serve's goroutine.
+	wbuf []byte
+}
+
+// fetch is one history request in flight.
+type fetch struct {
+	id    uint64
+	conv  string
+	after uint64
+	n     int
+	got   uint64
+}
+
+// maxAsked bounds the history requests a session has in flight.
+const maxAsked = 16
+
+// maxEarlyFactor bounds what the login keeps for Serve, in frames' worth.
+const maxEarlyFactor = 4
+
+// sendPool holds encoded frames between uses.
+var sendPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// open dials and logs user in as device dev; with subscribe, it runs the
+// subscribe steps of the user's conversations too.
+func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link, subscribe bool) (*session, error) {
+	e, err := d.env(user, dev)
+	if err != nil {
+		return nil, fmt.Errorf("login %s: %w", user, err)
+	}
+	s := &session{d: d, user: user, dev: dev, env: e, attrs: map[string]string{}, msg: d.m.dec.newMsg()}
+	s.handle = s.handleMsg
+	e.attr = s.attr
+	_, err = wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
+		s.conn = c
+		if err := s.runSteps(d.m.login, nil, d.conn.DialTimeout); err != nil {
+			return err
+		}
+		if !subscribe {
+			return nil
+		}
+		var steps []*step
+		var envs []*env
+		if d.m.subDirect != nil {
+			for _, p := range d.peers.Of(user) {
+				pe := *s.env
+				pe.peer = p
+				steps, envs = append(steps, d.m.subDirect), append(envs, &pe)
+			}
+		}
+		if d.m.subGroup != nil {
+			for _, g := range d.groups.Of(user) {
+				ge := *s.env
+				ge.group = g
+				steps, envs = append(steps, d.m.subGroup), append(envs, &ge)
+			}
+		}
+		return s.runSteps(steps, envs, d.conn.DialTimeout)
+	})
+	if err != nil {
+		return nil, err
+	}
+	k := devKey{user, dev}
+	d.mu.Lock()
+	if s.seqs = d.seqs[k]; s.seqs == nil && d.m.delivery.hasSeq {
+		s.seqs = &seqState{last: map[string]uint64{}}
+		d.seqs[k] = s.seqs
+	}
+	d.mu.Unlock()
+	return s, nil
+}
+
+// attr looks up an attribute: this session's own captures first.
+func (s *session) attr(group bool, who, name string) (string, bool) {
+	if !group && who == s.user {
+		if v, ok := s.attrs[name]; ok {
+			return v, true
+		}
+	}
+	return s.d.dir.attr(group, who, name)
+}
+
+func (s *session) newID() uint64 {
+	for {
+		if id := s.ids.Add(1); id != 0 {
+			return id
+		}
+	}
+}
+
+// tracing reports whether a trace is on: steady-state paths check it
+// before they build what they would trace.
+func (s *session) tracing() bool { return s.d.opts.Trace != nil }
+
+func (s *session) trace(what, key, detail string) {
+	if t := s.d.opts.Trace; t != nil {
+		t(Event{User: s.user, What: what, Key: key, Detail: detail})
+	}
+}
+
+// redacted renders t for a trace, with the secrets left out.
+func (s *session) redacted(t *template, e *env) string {
+	re := *e
+	re.token, re.password = "[token]", "[password]"
+	for i := range t.parts {
+		if a := t.parts[i].act; a != nil && a.fn == "base64" {
+			// What is encoded holds a password as often as not.
+			b, _ := t.redactedBase64(&re)
+			return string(b)
+		}
+	}
+	b, _ := t.render(nil, &re)
+	return string(b)
+}
+
+// redactedBase64 renders t with every base64 action shown as [base64].
+func (t *template) redactedBase64(e *env) ([]byte, error) {
+	var b []byte
+	for i := range t.parts {
+		p := &t.parts[i]
+		switch {
+		case p.act == nil:
+			b = append(b, p.lit...)
+		case p.act.fn == "base64":
+			if !p.act.inString {
+				b = append(b, '"')
+			}
+			b = append(b, "[base64]"...)
+			if !p.act.inString {
+				b = append(b, '"')
+			}
+		default:
+			var err error
+			if b, err = p.act.render(b, e); err != nil {
+				return b, err
+			}
+		}
+	}
+	return b, nil
+}
+
+// waiting is a step sent and not yet answered, its rules bound to the
+// request.
+type waiting struct {
+	st                           *step
+	e                            *env
+	reply, success, when, unauth *rule
+	done                         bool
+}
+
+// runSteps runs steps, each with its env (nil: the session's), a few at
+// a time, each sent only once the server answered enough of those before
+// it, and returns once all are answered, or the first failure. A step's
+// otherwise steps run, in order, in its place when it is refused with its
+// otherwise.when.
+func (s *session) runSteps(steps []*step, envs []*env, timeout time.Duration) error {
+	const window = 16
+	end := time.Now().Add(timeout)
+	var open []waiting
+	next := 0
+	for next < len(steps) || len(open) > 0 {
+		for next < len(steps) && len(open) < window {
+			e := s.env
+			if envs != nil {
+				e = envs[next]
+			}
+			w, err := s.start(steps[next], e)
+			if err != nil {
+				return err
+			}
+			open = append(open, w)
+			next++
+		}
+		bp, at, err := s.conn.Read(time.Until(end))
+		if err != nil {
+			if ce, ok := errors.AsType[*websocket.CloseError](err); ok {
+				if r, isCode := s.d.m.closeCodes[ce.Code]; isCode {
+					return fmt.Errorf("server closed the connection during %s: %s %d %q", open[0].st.key, r, ce.Code, ce.Text)
+				}
+				return fmt.Errorf("server closed the connection during %s: %d %q", open[0].st.key, ce.Code, ce.Text)
+			}
+			return fmt.Errorf("waiting for the reply to %s: %w", open[0].st.key, err)
+		}
+		s.at = at
+		raw := bytes.Clone(*bp)
+		wsconn.Release(bp)
+		if s.tracing() {
+			s.trace("read", "", string(raw))
+		}
+		var failed error
+		var retry []waiting
+		err = s.d.m.dec.each(bytes.Clone(raw), s.msg, func(m *msg) error {
+			for i := range open {
+				w := &open[i]
+				if w.done || !w.reply.match(m) {
+					continue
+				}
+				if s.tracing() {
+					s.trace("match", w.st.key+".reply", w.reply.String())
+				}
+				if err := s.answered(w, m); err != nil {
+					if errors.Is(err, errOtherwise) {
+						retry = append(retry, *w)
+					} else {
+						failed = err
+					}
+				}
+				w.done = true
+				return nil
+			}
+			return s.loginFrame(m, raw)
+		})
+		if err != nil {
+			return fmt.Errorf("during %s: %w", open[0].st.keyOr(), err)
+		}
+		if failed != nil {
+			return failed
+		}
+		for _, w := range retry {
+			// The otherwise steps, in order, each waiting for the one
+			// before it.
+			if err := s.runSteps(w.st.otherwise, repeat(w.e, len(w.st.otherwise)), time.Until(end)); err != nil {
+				return err
+			}
+		}
+		kept := open[:0]
+		for _, w := range open {
+			if !w.done {
+				kept = append(kept, w)
+			}
+		}
+		open = kept
+	}
+	return nil
+}
+
+func repeat(e *env, n int) []*env {
+	out := make([]*env, n)
+	for i := range out {
+		out[i] = e
+	}
+	return out
+}
+
+func (st *step) keyOr() string {
+	if st == nil {
+		return "login"
+	}
+	return st.key
+}
+
+// errOtherwise says a step was refused as its otherwise.when expects.
+var errOtherwise = errors.New("otherwise")
+
+// start sends st (if it sends anything) and returns what it waits for.
+func (s *session) start(st *step, e *env) (waiting, error) {
+	ec := *e
+	ec.id = s.newID()
+	reply, err := st.reply.bind(&ec)
+	if err != nil {
+		return waiting{}, err
+	}
+	w := waiting{st: st, e: &ec, reply: reply}
+	for _, b := range []struct {
+		dst **rule
+		r   *rule
+	}{{&w.success, st.success}, {&w.when, st.when}, {&w.unauth, st.unauthorized}} {
+		if *b.dst, err = b.r.bind(&ec); err != nil {
+			return waiting{}, err
+		}
+	}
+	if st.send == nil {
+		return w, nil
+	}
+	b, err := st.send.render(nil, &ec)
+	if err != nil {
+		return waiting{}, fmt.Errorf("%s.send: %w", st.key, err)
+	}
+	s.trace("send", st.key+".send", s.redacted(st.send, &ec))
+	if err := s.conn.Write(b); err != nil {
+		return waiting{}, fmt.Errorf("%s: %w", st.key, err)
+	}
+	return w, nil
+}
+
+// answered handles the reply m to w: success and its captures, or a
+// refusal with the server's reason.
+func (s *session) answered(w *waiting, m *msg) error {
+	st := w.st
+	if w.success != nil && !w.success.match(m) {
+		if w.when != nil && w.when.match(m) {
+			s.trace("match", st.key+".otherwise.when", w.when.String())
+			return errOtherwise
+		}
+		reason := "the reply did not match " + st.key + ".success (" + w.success.String() + ")"
+		if st.reason >= 0 && m.vals[st.reason].present() {
+			reason = string(m.vals[st.reason].b)
+		}
+		err := fmt.Errorf("%s refused: %s", stepName(st), reason)
+		s.trace("error", st.key, err.Error())
+		if w.unauth != nil && w.unauth.match(m) {
+			return probe.Unauthorized(err)
+		}
+		return err
+	}
+	for _, c := range st.captures {
+		v := m.vals[c.slot]
+		if !v.present() {
+			return fmt.Errorf("%s: the reply has nothing at %s to capture as %s", stepName(st), s.d.m.dec.paths[c.slot], c.name)
+		}
+		val := string(v.b)
+		if w.e.capGroup != "" {
+			s.d.dir.set(true, w.e.capGroup, c.name, val)
+		} else {
+			s.attrs[c.name] = val
+			s.d.dir.set(false, s.user, c.name, val)
+		}
+		s.trace("step", st.key+".capture."+c.name, "captured")
+	}
+	s.trace("step", st.key, "ok")
+	return nil
+}
+
+func stepName(st *step) string {
+	if st.name != "" {
+		return st.key + " (" + st.name + ")"
+	}
+	return st.key
+}
+
+// loginFrame handles a message read during the login that answers no
+// step: a disconnect frame fails the login, a keepalive is answered, and
+// anything else is kept for Serve.
+func (s *session) loginFrame(m *msg, raw []byte) error {
+	for _, ef := range s.d.m.errFrames {
+		if ef.match.match(m) {
+			text := ""
+			if ef.text >= 0 {
+				text = string(m.vals[ef.text].b)
+			}
+			return fmt.Errorf("server ended the session: %s %s", ef.reason, text)
+		}
+	}
+	if handled, err := s.control(m); handled || err != nil {
+		return err
+	}
+	if s.ignorable(m) {
+		return nil
+	}
+	// Serve handles it again from a copy, with a handler.
+	if s.earlySize += len(raw); s.earlySize > maxEarlyFactor*int(s.d.m.maxFrame) {
+		return fmt.Errorf("too much traffic during login: over %d bytes before the session was ready", maxEarlyFactor*s.d.m.maxFrame)
+	}
+	s.early = append(s.early, m.copyFrom(raw))
+	return nil
+}
+
+// copyFrom returns a copy of the bytes of raw that m came from: the whole
+// frame, or with line framing, m's own line.
+func (m *msg) copyFrom(raw []byte) []byte {
+	return bytes.Clone(raw[m.start:m.end])
+}
+
+// ignorable reports whether m is a frame the mapping says to ignore, or
+// a step reply that came late.
+func (s *session) ignorable(m *msg) bool {
+	for _, r := range s.d.m.ignore {
+		if r.match(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// control handles Engine.IO's own packets and the mapping's keepalive
+// answers; handled says m was one.
+func (s *session) control(m *msg) (handled bool, err error) {
+	dec := s.d.m.dec
+	if dec.typeSlot >= 0 {
+		switch string(m.vals[dec.typeSlot].b) {
+		case "ping":
+			// Engine.IO's heartbeat: the server closes a client that
+			// does not answer within pingTimeout.
+			return true, s.conn.Write([]byte("3"))
+		case "pong", "noop", "other_namespace":
+			return true, nil
+		case "close", "disconnect":
+			return true, &probe.Disconnect{Reason: metrics.ReasonServerClose, Err: fmt.Errorf("server sent Engine.IO %s", m.vals[dec.typeSlot].b)}
+		}
+	}
+	for _, a := range s.d.m.answers {
+		if a.when.match(m) {
+			b, err := a.send.render(s.wbuf[:0], s.env)
+			if err != nil {
+				return true, err
+			}
+			s.wbuf = b
+			return true, s.conn.Write(b)
+		}
+	}
+	return false, nil
+}
+
+// Send implements probe.Session.
+func (s *session) Send(m *probe.Message) error {
+	t := s.d.m.sendDirect
+	if m.Group != "" {
+		t = s.d.m.sendGroup
+	}
+	if t == nil {
+		kind := "direct"
+		if m.Group != "" {
+			kind = "group"
+		}
+		return fmt.Errorf("the mapping has no send.%s template", kind)
+	}
+	id := s.newID()
+	// Registered before the write: the ack can beat the write's return.
+	s.pmu.Lock()
+	if s.pending == nil {
+		s.pending = make(map[uint64]uint64)
+	}
+	s.pending[id] = m.Ref
+	s.pmu.Unlock()
+	e := *s.env
+	e.id, e.to, e.group, e.body = id, m.To, m.Group, m.Body
+	bp := sendPool.Get().(*[]byte)
+	b, err := t.render((*bp)[:0], &e)
+	if err == nil {
+		if s.d.opts.Trace != nil {
+			s.trace("send", "send", string(b))
+		}
+		err = s.conn.Write(b)
+	}
+	*bp = b
+	sendPool.Put(bp)
+	if err != nil {
+		s.pmu.Lock()
+		delete(s.pending, id)
+		s.pmu.Unlock()
+	}
+	return err
+}
+
+// Ping implements probe.Session with the mapping's keepalive.
+func (s *session) Ping() error {
+	switch {
+	case s.d.m.pingWS:
+		return s.conn.Ping()
+	case s.d.m.ping != nil:
+		b, err := s.d.m.ping.render(nil, s.env)
+		if err != nil {
+			return err
+		}
+		return s.conn.Write(b)
+	}
+	return nil
+}
+
+// Close implements probe.Session.
+func (s *session) Close() error { return s.conn.Close() }
+
+// Serve implements probe.Session: what the login kept first, then what
+// the connection reads.
+func (s *session) Serve(h probe.Handler) error {
+	s.h = h
+	for i, b := range s.early {
+		if err := s.Frame(b, s.at); err != nil {
+			s.early = nil
+			err = s.conn.Failed(err)
+			s.conn.Abort()
+			return err
+		}
+		s.early[i] = nil
+	}
+	s.early = nil
+	return s.conn.Serve(s)
+}
+
+// Frame implements wsconn.Protocol.
+func (s *session) Frame(b []byte, at int64) error {
+	s.at = at
+	if s.d.opts.Trace != nil {
+		s.trace("read", "", string(b))
+	}
+	if err := s.d.m.dec.each(b, s.msg, s.handle); err != nil {
+		return err
+	}
+	if s.lacking && s.d.m.fetch != nil {
+		s.lacking = false
+		if err := s.fetchDue(at); err != nil {
+			return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("history: %w", err)}
+		}
+	}
+	return nil
+}
+
+// Ended implements wsconn.Protocol: the mapping's close codes.
+func (s *session) Ended(err error) *probe.Disconnect {
+	return wsconn.Ended(err, func(code int, text string) *probe.Disconnect {
+		if r, ok := s.d.m.closeCodes[code]; ok {
+			return &probe.Disconnect{Reason: r, Code: code, Text: text}
+		}
+		return nil
+	})
+}
+
+// handleMsg handles one message of a running session.
+func (s *session) handleMsg(m *msg) error {
+	mp := s.d.m
+	for i := range mp.errFrames {
+		ef := &mp.errFrames[i]
+		if ef.match.match(m) {
+			text := ""
+			if ef.text >= 0 {
+				text = string(m.vals[ef.text].b)
+			}
+			if s.tracing() {
+				s.trace("match", ef.match.key, ef.match.String())
+			}
+			return &probe.Disconnect{Reason: ef.reason, Text: text}
+		}
+	}
+	if handled, err := s.control(m); handled || err != nil {
+		if err != nil {
+			if _, ok := errors.AsType[*probe.Disconnect](err); !ok {
+				err = &probe.Disconnect{Reason: metrics.ReasonError, Err: err}
+			}
+		}
+		return err
+	}
+	if mp.ack.match.match(m) {
+		if id, ok := corrID(m.vals[mp.ack.id]); ok {
+			s.pmu.Lock()
+			ref, isAck := s.pending[id]
+			if isAck {
+				delete(s.pending, id)
+			}
+			s.pmu.Unlock()
+			if isAck {
+				s.onAck(ref, m)
+				return nil
+			}
+		}
+	}
+	if mp.done.match != nil && mp.done.match.match(m) {
+		if id, ok := corrID(m.vals[mp.done.id]); ok {
+			if i := s.findAsked(id); i >= 0 {
+				if s.tracing() {
+					s.trace("match", mp.done.match.key, mp.done.match.String())
+				}
+				return s.answeredFetch(i, m)
+			}
+		}
+	}
+	if s.nsyncs.Load() > 0 && s.synced(m) {
+		return nil
+	}
+	if mp.delivery.match.match(m) {
+		s.deliver(m)
+		return nil
+	}
+	if s.ignorable(m) {
+		return nil
+	}
+	s.d.unmatched.Add(1)
+	s.trace("match", "", "no rule matched: counted unmatched")
+	if s.d.log.Enabled(context.Background(), slog.LevelDebug) && s.d.sample.Allow() {
+		sample := m.raw
+		if len(sample) > 256 {
+			sample = sample[:256]
+		}
+		s.d.log.Debug("frame matched no rule of the mapping", "user", s.user, "frame", string(sample))
+	}
+	return nil
+}
+
+// corrID reads a correlation id: the digits of a number or a string,
+// after any other prefix ("h12" is 12).
+func corrID(v value) (uint64, bool) {
+	if !v.present() {
+		return 0, false
+	}
+	b := v.b
+	i := len(b)
+	for i > 0 && b[i-1] >= '0' && b[i-1] <= '9' {
+		i--
+	}
+	if i == len(b) || len(b)-i > 20 {
+		return 0, false
+	}
+	return value{b: b[i:], kind: kindNumber}.uint()
+}
+
+// onAck reports an ack or rejection of the send ref.
+func (s *session) onAck(ref uint64, m *msg) {
+	mp := s.d.m
+	if s.tracing() {
+		s.trace("match", mp.ack.match.key, mp.ack.match.String())
+	}
+	if mp.ack.success != nil && !mp.ack.success.match(m) {
+		code := "rejected"
+		if mp.ack.code >= 0 && m.vals[mp.ack.code].present() {
+			code = string(m.vals[mp.ack.code].b)
+		}
+		s.h.OnReject(ref, code)
+		return
+	}
+	var a probe.Ack
+	if mp.ack.serverID >= 0 {
+		a.ServerID = m.vals[mp.ack.serverID].b
+	}
+	if mp.ack.seq >= 0 {
+		a.Seq, _ = m.vals[mp.ack.seq].uint()
+	}
+	s.h.OnAck(ref, a)
+	if a.Seq != 0 && mp.ack.cv >= 0 {
+		conv := m.vals[mp.ack.cv].b
+		// The sender's own message takes a seq of its conversation,
+		// which no push brings back to the sending session.
+		s.sawSeq(conv, a.Seq)
+		if s.cu != nil && s.cu.Got(conv, a.Seq, s.at) {
+			s.lacking = true
+		}
+	}
+}
+
+// deliver reports a delivery.
+func (s *session) deliver(m *msg) {
+	mp := s.d.m
+	d := &s.delivery
+	*d = probe.Delivery{At: s.at}
+	d.Body = m.vals[mp.delivery.body].b
+	if mp.delivery.hasFrom {
+		d.From = m.vals[mp.delivery.from].b
+	}
+	if mp.delivery.group != nil {
+		d.Group = mp.delivery.group.match(m)
+	}
+	if s.tracing() {
+		s.trace("match", mp.delivery.match.key, mp.delivery.match.String())
+	}
+	if !mp.delivery.hasSeq {
+		s.h.OnDelivery(d)
+		return
+	}
+	seq, ok := m.vals[mp.delivery.seq].uint()
+	conv := m.vals[mp.delivery.conv].b
+	if !ok || seq == 0 {
+		s.h.OnDelivery(d)
+		return
+	}
+	d.ServerSeq = seq
+	if i := s.fetchOf(conv, seq); i >= 0 {
+		d.Recovered = true
+		s.asked[i].got = max(s.asked[i].got, seq)
+	} else {
+		s.sawSeq(conv, seq)
+	}
+	if s.cu != nil && s.cu.Got(conv, seq, s.at) {
+		// Asked at the end of the frame (Frame), once.
+		s.lacking = true
+	}
+	s.h.OnDelivery(d)
+}
+
+// sawSeq checks seq of conv against the device's last: a jump is a gap
+// in the server's own numbering.
+func (s *session) sawSeq(conv []byte, seq uint64) {
+	st := s.seqs
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	last, known := st.last[string(conv)]
+	switch {
+	case !known && len(st.last) < maxSeqConvs:
+		st.last[string(conv)] = seq
+	case known && seq > last:
+		if seq > last+1 {
+			s.d.gaps.Add(1)
+			s.d.missed.Add(seq - last - 1)
+		}
+		st.last[string(conv)] = seq
+	}
+	st.mu.Unlock()
+}
+
+// fetchOf returns the history request in flight whose range holds seq of
+// conv, or -1.
+func (s *session) fetchOf(conv []byte, seq uint64) int {
+	for i := range s.asked {
+		f := &s.asked[i]
+		if f.conv == string(conv) && seq > f.after && seq <= f.after+uint64(f.n) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *session) findAsked(id uint64) int {
+	for i, f := range s.asked {
+		if f.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// fetchDue asks for every gap of the device that is due, within maxAsked.
+func (s *session) fetchDue(now int64) error {
+	if len(s.asked) >= maxAsked {
+		return nil
+	}
+	s.due = s.cu.Due(now, s.due[:0], maxAsked-len(s.asked))
+	for _, f := range s.due {
+		f.N = min(f.N, s.d.m.limit)
+		if err := s.ask(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ask writes one history request.
+func (s *session) ask(f probe.Fetch) error {
+	e := *s.env
+	e.id, e.conv, e.after, e.limit = s.newID(), f.Conv, f.After, uint64(f.N)
+	b, err := s.d.m.fetch.render(s.wbuf[:0], &e)
+	if err != nil {
+		return err
+	}
+	s.wbuf = b
+	s.asked = append(s.asked, fetch{id: e.id, conv: f.Conv, after: f.After, n: f.N})
+	if s.tracing() {
+		s.trace("send", "catch_up.fetch", string(b))
+	}
+	return s.conn.Write(b)
+}
+
+// answeredFetch closes the history request at i: the server sent what it
+// holds in the range. A full page means there may be more: the rest of
+// the range is asked at once.
+func (s *session) answeredFetch(i int, m *msg) error {
+	f := s.asked[i]
+	s.asked = append(s.asked[:i], s.asked[i+1:]...)
+	if f.got >= f.after+uint64(f.n) {
+		s.cu.Answered(f.conv, f.after, f.got)
+		return nil
+	}
+	upTo := f.after + uint64(f.n)
+	if s.d.m.done.last >= 0 {
+		if last, ok := m.vals[s.d.m.done.last].uint(); ok && last > f.got && last < upTo {
+			// The server holds up to last: what it did not send of
+			// (after, last] it does not have for this device.
+			upTo = last
+		}
+	}
+	s.cu.Answered(f.conv, f.after, max(upTo, f.got))
+	return nil
+}
+
+// String names the session in errors.
+func (s *session) String() string { return s.user + "/" + strconv.Itoa(s.dev) }
+
+// maxSyncs bounds the newest-seq requests a session keeps waiting for: a
+// server that never answers them must not grow the list.
+const maxSyncs = 4
+
+// Sync implements probe.Syncer: it asks the server for the newest seq of
+// each of the user's conversations (catch_up.newest), and the answer
+// opens a gap wherever the device is behind.
+func (s *session) Sync() error {
+	nw := s.d.m.newest
+	if s.cu == nil || nw.send == nil {
+		return nil
+	}
+	e := *s.env
+	e.id = s.newID()
+	reply, err := nw.reply.bind(&e)
+	if err != nil {
+		return err
+	}
+	b, err := nw.send.render(nil, &e)
+	if err != nil {
+		return fmt.Errorf("catch_up.newest.send: %w", err)
+	}
+	s.pmu.Lock()
+	if len(s.syncs) == maxSyncs {
+		s.syncs = s.syncs[1:]
+	}
+	s.syncs = append(s.syncs, reply)
+	s.nsyncs.Store(int32(len(s.syncs)))
+	s.pmu.Unlock()
+	if s.tracing() {
+		s.trace("send", "catch_up.newest.send", string(b))
+	}
+	return s.conn.Write(b)
+}
+
+// synced handles m if it answers a newest-seq request.
+func (s *session) synced(m *msg) bool {
+	s.pmu.Lock()
+	i := slices.IndexFunc(s.syncs, func(r *rule) bool { return r.match(m) })
+	if i >= 0 {
+		s.syncs = slices.Delete(s.syncs, i, i+1)
+		s.nsyncs.Store(int32(len(s.syncs)))
+	}
+	s.pmu.Unlock()
+	if i < 0 {
+		return false
+	}
+	v := m.vals[s.d.m.newest.convs]
+	if v.kind != kindObject {
+		return true
+	}
+	p := jsonscan.Scanner{B: v.b}
+	if p.Open() != nil {
+		return true
+	}
+	for first := true; ; first = false {
+		key, ok, err := p.Field(first)
+		if err != nil || !ok {
+			break
+		}
+		last, err := p.Uint()
+		if err != nil {
+			break
+		}
+		s.cu.Behind(string(key), last, s.at)
+	}
+	s.lacking = true
+	return true
+}
