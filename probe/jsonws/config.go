@@ -92,6 +92,11 @@ type CatchUpConfig struct {
 	Limit  int          `koanf:"limit"`
 	Done   DoneConfig   `koanf:"done"`
 	Newest NewestConfig `koanf:"newest"`
+	// DirectConv and GroupConv name a user's conversations as the server
+	// does, so that a device has a place in each from its first login,
+	// before anything was said in it.
+	DirectConv string `koanf:"direct_conv"`
+	GroupConv  string `koanf:"group_conv"`
 }
 
 // NewestConfig is the request for the newest seq of each of the user's
@@ -174,6 +179,8 @@ var help = map[string]string{
 	"catch_up.done.match":     "rule of the frame that ends a history answer",
 	"catch_up.done.id":        "path of its correlation id: the request's {{.ID}}",
 	"catch_up.done.last":      "path of the conversation's newest seq in it, if the server says",
+	"catch_up.direct_conv":    "a direct conversation's name as delivery.conv gives it ({{.User}}, {{.Peer}}; {{pair .User .Peer \":\"}} sorts the two), so that a device has a place in it from its first login",
+	"catch_up.group_conv":     "a group conversation's name as delivery.conv gives it ({{.Group}})",
 	"catch_up.newest.send":    "template of the request for the newest seq of each of the user's conversations ({{.ID}}), asked at login and every lost_after/4",
 	"catch_up.newest.reply":   "rule of its reply ({{.ID}} allowed)",
 	"catch_up.newest.convs":   "path of the reply's object of conversation to newest seq",

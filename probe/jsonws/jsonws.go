@@ -229,7 +229,7 @@ func (m *mapping) eachTemplate(fn func(*template)) {
 	}
 	steps(m.login)
 	steps([]*step{m.subDirect, m.subGroup, m.create, m.join})
-	for _, t := range []*template{m.sendDirect, m.sendGroup, m.fetch, m.ping, m.newest.send} {
+	for _, t := range []*template{m.sendDirect, m.sendGroup, m.fetch, m.ping, m.newest.send, m.directConv, m.groupConv} {
 		if t != nil {
 			fn(t)
 		}
@@ -470,6 +470,10 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 	}
 	s.cu = dev.Catchup
 	if s.cu != nil {
+		if s.convs, err = d.convsOf(s); err != nil {
+			s.conn.Abort()
+			return nil, fmt.Errorf("catch-up: %w", err)
+		}
 		// Where the device stands is asked at once: what it missed
 		// while away is fetched before the first sync is due.
 		if err := s.Sync(); err != nil {
@@ -575,4 +579,37 @@ func (d *directory) save() error {
 		return fmt.Errorf("jsonws directory: %w", err)
 	}
 	return os.Rename(tmp, d.path)
+}
+
+// convsOf returns the names of the conversations of s's user, as the
+// server names them (catch_up.direct_conv, group_conv).
+func (d *Driver) convsOf(s *session) ([]string, error) {
+	var out []string
+	add := func(t *template, e *env) error {
+		b, err := t.render(nil, e)
+		if err != nil {
+			return err
+		}
+		out = append(out, string(b))
+		return nil
+	}
+	if t := d.m.directConv; t != nil {
+		for _, p := range d.peers.Of(s.user) {
+			e := *s.env
+			e.peer = p
+			if err := add(t, &e); err != nil {
+				return nil, fmt.Errorf("catch_up.direct_conv: %w", err)
+			}
+		}
+	}
+	if t := d.m.groupConv; t != nil {
+		for _, g := range d.groups.Of(s.user) {
+			e := *s.env
+			e.group = g
+			if err := add(t, &e); err != nil {
+				return nil, fmt.Errorf("catch_up.group_conv: %w", err)
+			}
+		}
+	}
+	return out, nil
 }

@@ -50,6 +50,7 @@ type mapping struct {
 		reply *rule
 		convs int
 	}
+	directConv, groupConv *template
 
 	// ping is the application ping's template; pingWS is true for a
 	// WebSocket ping. Neither: the server keeps the session alive.
@@ -221,6 +222,23 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 		m.done.match = c.rule("catch_up.done.match", cu.Done.Match, true)
 		m.done.id = c.path("catch_up.done.id", cu.Done.ID, true)
 		m.done.last = c.path("catch_up.done.last", cu.Done.Last, false)
+	}
+	for _, cv := range []struct {
+		key, src string
+		s        site
+		dst      **template
+	}{{"catch_up.direct_conv", cu.DirectConv, siteDirect, &m.directConv}, {"catch_up.group_conv", cu.GroupConv, siteGroupSub, &m.groupConv}} {
+		if cv.src == "" {
+			continue
+		}
+		if *cv.dst = c.template(cv.key, cv.src, cv.s); *cv.dst != nil {
+			// A name, not JSON: every value is written as it is.
+			for i := range (*cv.dst).parts {
+				if a := (*cv.dst).parts[i].act; a != nil {
+					a.inString = true
+				}
+			}
+		}
 	}
 	if nw := cu.Newest; nw.Send != "" || len(nw.Reply) > 0 || nw.Convs != "" {
 		if cu.Fetch == "" {

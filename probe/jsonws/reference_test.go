@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
@@ -37,15 +38,20 @@ func mappedReference(t testing.TB) jsonws.Config {
 }
 
 type popConfig struct {
+	prefix           string
 	users, groupSize int
+	groups           []config.GroupSpec
 	rate             float64
+	ramp             time.Duration
 	deadline         time.Duration
 	lostAfter        time.Duration
 	catchUp          bool
 	devices          int
+	// backoff is the first reconnect's; the most is 15 times it.
+	backoff time.Duration
 }
 
-var base = popConfig{users: 20, groupSize: 5, rate: 20, deadline: time.Second, lostAfter: 2 * time.Second}
+var base = popConfig{prefix: "t", users: 20, groupSize: 5, rate: 20, ramp: 100 * time.Millisecond, deadline: time.Second, lostAfter: 2 * time.Second}
 
 type fixture struct {
 	t   *testing.T
@@ -70,6 +76,11 @@ func newFixture(t *testing.T, mapped bool, f refserver.Faults, pc popConfig) *fi
 	sctx, stopSrv := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(sctx, ln) })
+	// Registered first, run last: the population stops before its server.
+	t.Cleanup(func() {
+		stopSrv()
+		wg.Wait()
+	})
 	url := "ws://" + ln.Addr().String() + "/ws"
 	var drv probe.Driver
 	if mapped {
@@ -80,30 +91,45 @@ func newFixture(t *testing.T, mapped bool, f refserver.Faults, pc popConfig) *fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &fixture{t: t, srv: srv, drv: drv}
+	fx := startPopulation(t, drv, pc)
+	fx.srv = srv
+	return fx
+}
+
+// startPopulation runs a population of pc on drv until the test ends, and
+// returns once it is online.
+func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *fixture {
+	t.Helper()
+	fx := &fixture{t: t, drv: drv}
 	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+	backoff := pc.backoff
+	if backoff == 0 {
+		backoff = 20 * time.Millisecond
+	}
+	var err error
 	fx.pop, err = probe.NewPopulation(probe.Options{
 		Connection: probe.Connection{
 			Driver: drv, Run: "testrun", Heartbeat: time.Second,
-			BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+			BackoffMin: backoff, BackoffMax: 15 * backoff,
 			CatchUp: pc.catchUp,
 		},
-		Set: fx.set, Prefix: "t", Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate,
-		Ramp: 100 * time.Millisecond, Deadline: pc.deadline, LostAfter: pc.lostAfter, Devices: pc.devices,
+		Set: fx.set, Prefix: pc.prefix, Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Groups: pc.groups,
+		Ramp: pc.ramp, Deadline: pc.deadline, LostAfter: pc.lostAfter, Devices: pc.devices,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
 	wg.Go(func() { _ = fx.pop.Run(ctx) })
 	t.Cleanup(func() {
 		cancel()
-		stopSrv()
 		wg.Wait()
 	})
-	for end := time.Now().Add(10 * time.Second); !fx.pop.Ready(); time.Sleep(10 * time.Millisecond) {
+	wait := 10*time.Second + 2*pc.ramp
+	for end := time.Now().Add(wait); !fx.pop.Ready(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatal("population not online after 10s")
+			t.Fatalf("population not online after %v: %v of %d sessions", wait, fx.pop.Online(), pc.users)
 		}
 	}
 	return fx
@@ -243,4 +269,11 @@ func TestMappedDevicesCatchUp(t *testing.T) {
 	if c.lost != 0 || c.delivered+c.recovered != c.expected {
 		t.Errorf("lost %v, delivered %v + recovered %v of %v: the store had every skipped message", c.lost, c.delivered, c.recovered, c.expected)
 	}
+}
+
+// histCountOf returns a histogram's sample count and sum.
+func histCountOf(o prometheus.Observer) (uint64, float64) {
+	var m dto.Metric
+	_ = o.(prometheus.Metric).Write(&m)
+	return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
 }

@@ -53,7 +53,9 @@ type session struct {
 
 	// cu is the device's place in its conversations, nil with catch-up
 	// off; asked are the history requests in flight, due scratch.
-	cu    *probe.Catchup
+	cu *probe.Catchup
+	// convs are the names of the user's conversations, for catch-up.
+	convs []string
 	asked []fetch
 	due   []probe.Fetch
 	seqs  *seqState
@@ -894,6 +896,11 @@ func (s *session) synced(m *msg) bool {
 			break
 		}
 		s.cu.Behind(string(key), last, s.at)
+	}
+	// A conversation the server lists none of yet still has its place
+	// from now: its first message is then owed, and fetched if missed.
+	for _, c := range s.convs {
+		s.cu.Behind(c, 0, s.at)
 	}
 	s.lacking = true
 	return true

@@ -170,11 +170,17 @@ func parseAction(s string, st site, attrs attrSets) (*action, error) {
 	}
 	a := &action{}
 	if !strings.HasPrefix(words[0], ".") {
-		if words[0] != "base64" {
-			return nil, fmt.Errorf("unknown function %q: the one function is base64", words[0])
-		}
-		if len(words) == 1 {
-			return nil, errors.New("base64 needs an argument")
+		switch words[0] {
+		case "base64":
+			if len(words) == 1 {
+				return nil, errors.New("base64 needs an argument")
+			}
+		case "pair":
+			if len(words) != 4 {
+				return nil, errors.New(`pair takes two values and a separator: {{pair .User .Peer ":"}}`)
+			}
+		default:
+			return nil, fmt.Errorf("unknown function %q: the functions are base64 and pair", words[0])
 		}
 		a.fn, words = words[0], words[1:]
 	} else if len(words) > 1 {
@@ -326,6 +332,39 @@ func (t *template) render(dst []byte, e *env) ([]byte, error) {
 }
 
 func (a *action) render(dst []byte, e *env) ([]byte, error) {
+	if a.fn == "pair" {
+		// The two values sorted and joined: a direct conversation's
+		// name that both its users give it.
+		var v [3]string
+		for i, g := range a.args {
+			if g.isLit {
+				v[i] = g.lit
+				continue
+			}
+			s, n, isNum, err := g.value(e)
+			if err != nil {
+				return dst, err
+			}
+			if isNum {
+				s = strconv.FormatUint(n, 10)
+			}
+			v[i] = s
+		}
+		x, y := v[0], v[1]
+		if y < x {
+			x, y = y, x
+		}
+		if !a.inString {
+			dst = append(dst, '"')
+		}
+		dst = jsonscan.AppendEscaped(dst, x)
+		dst = jsonscan.AppendEscaped(dst, v[2])
+		dst = jsonscan.AppendEscaped(dst, y)
+		if !a.inString {
+			dst = append(dst, '"')
+		}
+		return dst, nil
+	}
 	if a.fn == "base64" {
 		var raw []byte
 		for _, g := range a.args {
