@@ -29,6 +29,9 @@ type Protocol struct {
 	// Validate, if set, checks a loaded section (of Section's type); its
 	// problems name keys within the section ("domain").
 	Validate func(section any) []*ValidationError
+	// Required, if set, checks the section of the protocol in use for
+	// what only it needs: a mapped protocol's mapping.
+	Required func(section any) error
 	// InProcess says that an empty target.url means a reference server
 	// in this process; every other protocol needs a URL.
 	InProcess bool

@@ -53,6 +53,10 @@ type ValidationError struct {
 // Error formats the error as "key: value: reason", with string values quoted
 // so that an empty or blank value is visible.
 func (e *ValidationError) Error() string {
+	if e.Value == nil {
+		// Nothing was given: there is no value to show.
+		return fmt.Sprintf("%s: %v", e.Key, e.Err)
+	}
 	v := fmt.Sprintf("%v", e.Value)
 	if s, ok := e.Value.(string); ok {
 		v = fmt.Sprintf("%q", s)
@@ -176,6 +180,11 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 		for _, p := range proto.Validate(sec) {
 			p.Key = "target." + proto.Name + "." + p.Key
 			out = append(out, p)
+		}
+		if proto.Name == t.Protocol && proto.Required != nil {
+			if err := proto.Required(sec); err != nil {
+				out = append(out, &ValidationError{Key: "target." + proto.Name, Err: err})
+			}
 		}
 	}
 	if t.URL != "" {

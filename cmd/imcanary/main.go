@@ -69,6 +69,15 @@ makes before it starts: unknown keys, values, the files it names, the open
 files and ports its populations need, the target secret, data_dir. Prints ok,
 or every problem, one per line, and exits 2. It takes run's flags, so that
 "run" in a command line can be replaced by "config check".`},
+	{"jsonws", "imcanary jsonws try --config FILE [--users A,B] [--timeout D] [--KEY=VALUE ...]",
+		"walk a jsonws mapping against the real server, printing every frame",
+		`Walks the target.jsonws mapping of FILE against the server, one step at a
+time: provisions a group of users A and B, logs both in, sends one direct and
+one group message from A, and waits for each ack and for B's deliveries. It
+prints every frame written and read (secrets redacted) and every rule that
+matched, and exits 0 when every step passed, 1 naming the step that failed, 2
+on bad usage or configuration: a mapping is written against a server in
+minutes this way.`},
 	{"refserver", "imcanary refserver [--listen ADDR] [--drop P] [--delay D] [flags]",
 		"run the reference IM server, with fault injection",
 		`Serves imcanary's reference IM server on its own, with faults of a known
@@ -218,6 +227,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runConfig(args, stdout, stderr)
 		},
 		"bench":   runBench,
+		"jsonws":  runJSONWS,
 		"health":  runHealth,
 		"version": func(_ context.Context, args []string, stdout, _ io.Writer) error { return runVersion(args, stdout) },
 	}

@@ -15,6 +15,12 @@ var Adapter = probe.Adapter{
 		// is checked too, as every protocol's is: a mapping kept in a
 		// file is wrong whichever protocol the file picks today.
 		Validate: func(section any) []*config.ValidationError { return Check(section.(Config)) },
+		Required: func(section any) error {
+			if section.(Config).Empty() {
+				return errNoMapping
+			}
+			return nil
+		},
 	},
 	SecretOf: func(section any) probe.SecretNeed {
 		c := section.(Config)

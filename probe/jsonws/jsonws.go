@@ -124,7 +124,7 @@ const maxSeqConvs = 4096
 // New compiles cfg and returns a driver for it.
 func New(cfg Config, o Options) (*Driver, error) {
 	if cfg.Empty() {
-		return nil, errNoMapping
+		return nil, fmt.Errorf("target.jsonws: %w", errNoMapping)
 	}
 	m, errs := compile(cfg)
 	if len(errs) > 0 {

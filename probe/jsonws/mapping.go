@@ -577,4 +577,4 @@ func (r *rule) usesOnly(vs ...varID) bool {
 }
 
 // errNoMapping is what a jsonws target without a mapping gets.
-var errNoMapping = errors.New("target.jsonws holds no mapping: describe the protocol under target.jsonws (see configs/jsonws-reference.yaml)")
+var errNoMapping = errors.New("holds no mapping: describe the protocol under target.jsonws (configs/jsonws-reference.yaml is one)")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,8 +163,36 @@ func (s *session) tracing() bool { return s.d.opts.Trace != nil }
 
 func (s *session) trace(what, key, detail string) {
 	if t := s.d.opts.Trace; t != nil {
-		t(Event{User: s.user, What: what, Key: key, Detail: detail})
+		t(Event{User: s.user, What: what, Key: key, Detail: s.redact(detail)})
 	}
+}
+
+// redact removes the session's secrets from what a trace shows: its token
+// and password, and what its steps captured under a name that says secret
+// (a session token a server hands back).
+func (s *session) redact(detail string) string {
+	for _, sec := range []string{s.env.token, s.env.password} {
+		if len(sec) >= 4 {
+			detail = strings.ReplaceAll(detail, sec, "[redacted]")
+		}
+	}
+	for name, v := range s.attrs {
+		if len(v) >= 4 && secretName(name) {
+			detail = strings.ReplaceAll(detail, v, "[redacted]")
+		}
+	}
+	return detail
+}
+
+// secretName reports whether a capture's name says it holds a secret.
+func secretName(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"token", "secret", "password", "key", "auth"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // redacted renders t for a trace, with the secrets left out.
@@ -253,7 +282,11 @@ func (s *session) runSteps(steps []*step, envs []*env, timeout time.Duration) er
 		raw := bytes.Clone(*bp)
 		wsconn.Release(bp)
 		if s.tracing() {
-			s.trace("read", "", string(raw))
+			// Traced before its captures are known: a secret the
+			// frame hands back is redacted by the server's word for
+			// it only once captured, so the frame is shown redacted
+			// of what the mapping will capture from it.
+			s.trace("read", "", s.redactCaptures(raw, open))
 		}
 		var failed error
 		var retry []waiting
@@ -904,4 +937,22 @@ func (s *session) synced(m *msg) bool {
 	}
 	s.lacking = true
 	return true
+}
+
+// redactCaptures returns raw as a trace may show it: with the values the
+// open steps would capture under a secret's name removed.
+func (s *session) redactCaptures(raw []byte, open []waiting) string {
+	out := string(raw)
+	m := s.d.m.dec.newMsg()
+	_ = s.d.m.dec.each(bytes.Clone(raw), m, func(m *msg) error {
+		for _, w := range open {
+			for _, c := range w.st.captures {
+				if v := m.vals[c.slot]; v.present() && len(v.b) >= 4 && secretName(c.name) {
+					out = strings.ReplaceAll(out, string(v.b), "[redacted]")
+				}
+			}
+		}
+		return nil
+	})
+	return out
 }
