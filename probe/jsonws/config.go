@@ -18,8 +18,10 @@ type Config struct {
 	MaxFrame int `koanf:"max_frame"`
 	// MirrorsOwn says the server delivers what a user sends to the user's
 	// other sessions (probe.Mirror).
-	MirrorsOwn bool        `koanf:"mirrors_own"`
-	Token      TokenConfig `koanf:"token"`
+	MirrorsOwn bool `koanf:"mirrors_own"`
+	// UserName is how imcanary's user names are spelled to the server.
+	UserName UserNameConfig `koanf:"user_name"`
+	Token    TokenConfig    `koanf:"token"`
 	// Login is the steps run on every connection, in order.
 	Login     []any           `koanf:"login"`
 	Subscribe SubscribeConfig `koanf:"subscribe"`
@@ -34,6 +36,18 @@ type Config struct {
 	// Ignore lists rules of frames that are known and not needed: they
 	// are not counted unmatched.
 	Ignore []any `koanf:"ignore"`
+}
+
+// UserNameConfig rewrites imcanary's user names (imcanary-u17) for a
+// server that refuses some of their characters or their length.
+type UserNameConfig struct {
+	// Replace maps a string to what replaces it, applied in a sorted
+	// order of the keys.
+	Replace map[string]string `koanf:"replace"`
+	// MaxLength, if not 0, bounds a name: a longer one keeps its start
+	// and ends in 8 hex digits of a hash of the whole, so that names stay
+	// distinct.
+	MaxLength int `koanf:"max_length"`
 }
 
 // TokenConfig says how .Token is made.
@@ -106,8 +120,11 @@ type NewestConfig struct {
 	Send  string         `koanf:"send"`
 	Reply map[string]any `koanf:"reply"`
 	// Convs is the path of an object mapping each conversation to its
-	// newest seq.
+	// newest seq, or, with Conv and Seq, of a list of objects holding
+	// them.
 	Convs string `koanf:"convs"`
+	Conv  string `koanf:"conv"`
+	Seq   string `koanf:"seq"`
 }
 
 // DoneConfig says which frame ends a fetch's answer.
@@ -149,6 +166,8 @@ var help = map[string]string{
 	"subprotocol":             "WebSocket subprotocol to ask for, if any",
 	"max_frame":               "largest frame read, in bytes",
 	"mirrors_own":             "the server delivers what a user sends to the user's other sessions",
+	"user_name.replace":       "how imcanary's user names are spelled to the server: a mapping of strings to their replacements ({\"-\": \"_\"})",
+	"user_name.max_length":    "longest user name the server takes; a longer one is cut and ends in 8 hex digits of its hash",
 	"token.source":            "how {{.Token}} is made: none, jwt (signed with the target secret), hmac (hex HMAC-SHA256 of the user) or file",
 	"token.algorithm":         "JWT signing algorithm: HS256, HS384 or HS512",
 	"token.claims":            "JWT claims, templates ({{.User}}); iat and exp are added from token.ttl",

@@ -96,22 +96,16 @@ type Driver struct {
 	peers  probe.Memberships[string]
 	groups probe.Memberships[string]
 
-	mu sync.Mutex
-	// seqs holds each device's last server seq per conversation, for the
-	// server-side gap count; it outlives sessions, as a device does.
-	seqs map[devKey]*seqState
+	// names caches user names as the server knows them (user_name).
+	names sync.Map
 
 	unmatched, gaps, missed atomic.Uint64
 	// sample limits the debug log of unmatched frames.
 	sample *rate.Limiter
 }
 
-type devKey struct {
-	user  string
-	index int
-}
-
-// seqState is one device's last server seq in each conversation.
+// seqState is one session's last server seq in each conversation, for
+// the server-side gap count.
 type seqState struct {
 	mu   sync.Mutex
 	last map[string]uint64
@@ -133,7 +127,7 @@ func New(cfg Config, o Options) (*Driver, error) {
 	if o.URL == "" {
 		return nil, errors.New("jsonws: no target url")
 	}
-	d := &Driver{opts: o, m: m, log: o.Logger, seqs: map[devKey]*seqState{}, sample: rate.NewLimiter(rate.Every(10*time.Second), 3)}
+	d := &Driver{opts: o, m: m, log: o.Logger, sample: rate.NewLimiter(rate.Every(10*time.Second), 3)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -254,7 +248,7 @@ func (d *Driver) MirrorsOwn() bool { return d.m.mirrorsOwn }
 func (d *Driver) FramesUnmatched() uint64 { return d.unmatched.Load() }
 
 // ServerGaps implements probe.FrameCounter: jumps in the server's own
-// sequence numbers seen by a device, with the seqs they skipped.
+// sequence numbers within a session, with the seqs they skipped.
 func (d *Driver) ServerGaps() (gaps, missed uint64) { return d.gaps.Load(), d.missed.Load() }
 
 // password derives user's password from the secret: stable across
@@ -306,6 +300,9 @@ func (d *Driver) token(user string, e *env) (string, error) {
 // env returns the rendering environment of a session of user on device.
 func (d *Driver) env(user string, device int) (*env, error) {
 	e := &env{user: user, device: device, attr: d.dir.attr}
+	if d.m.names.replace != nil || d.m.names.max > 0 {
+		e.name = d.serverName
+	}
 	if d.m.password {
 		e.password = d.password(user)
 	}
@@ -382,7 +379,7 @@ func (d *Driver) provisionGroup(ctx context.Context, g probe.Group) error {
 	}
 	e := *s.env
 	e.group, e.members, e.capGroup = g.Name, g.Members, g.Name
-	err = s.runSteps([]*step{d.m.create}, []*env{&e}, d.conn.DialTimeout)
+	err = s.runSteps([]*step{d.m.create}, []*env{&e}, 1, d.conn.DialTimeout)
 	s.conn.Abort()
 	if err != nil {
 		return fmt.Errorf("provision group %s: %w", g.Name, err)
@@ -397,7 +394,7 @@ func (d *Driver) provisionGroup(ctx context.Context, g probe.Group) error {
 		}
 		e := *s.env
 		e.group = g.Name
-		err = s.runSteps([]*step{d.m.join}, []*env{&e}, d.conn.DialTimeout)
+		err = s.runSteps([]*step{d.m.join}, []*env{&e}, 1, d.conn.DialTimeout)
 		s.conn.Abort()
 		if err != nil {
 			return fmt.Errorf("provision group %s: join %s: %w", g.Name, u, err)
@@ -612,4 +609,14 @@ func (d *Driver) convsOf(s *session) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// serverName returns user's name as the server knows it, made once.
+func (d *Driver) serverName(user string) string {
+	if v, ok := d.names.Load(user); ok {
+		return v.(string)
+	}
+	n := d.m.names.apply(user)
+	d.names.Store(user, n)
+	return n
 }

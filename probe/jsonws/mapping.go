@@ -1,6 +1,8 @@
 package jsonws
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -49,7 +51,12 @@ type mapping struct {
 		send  *template
 		reply *rule
 		convs int
+		// elem reads the conversation (slot 0) and seq (slot 1) of
+		// each object of a list at convs; nil for an object of
+		// conversation to seq.
+		elem *decoder
 	}
+	names                 nameRules
 	directConv, groupConv *template
 
 	// ping is the application ping's template; pingWS is true for a
@@ -154,6 +161,7 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 	collectCaptures([]any{map[string]any(cfg.Groups.Create)}, c.attrs.group)
 	m.userAttrs, m.groupAttrs = c.attrs.user, c.attrs.group
 
+	m.names = c.names(cfg.UserName)
 	m.token = c.token(cfg.Token)
 	m.login = c.steps("login", cfg.Login, siteLogin)
 	if len(cfg.Subscribe.Direct) > 0 {
@@ -254,6 +262,15 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 			m.newest.reply = compileRule(c, "catch_up.newest.reply", nw.Reply, siteLogin)
 		}
 		m.newest.convs = c.path("catch_up.newest.convs", nw.Convs, true)
+		if nw.Conv != "" || nw.Seq != "" {
+			// The list's objects have paths of their own.
+			ec := &compiler{dec: newDecoder(framingObject)}
+			ec.path("catch_up.newest.conv", nw.Conv, true)
+			ec.path("catch_up.newest.seq", nw.Seq, true)
+			c.errs = append(c.errs, ec.errs...)
+			ec.dec.root.index()
+			m.newest.elem = ec.dec
+		}
 	}
 	if cu.Limit < 1 || cu.Limit > 10000 {
 		c.fail("catch_up.limit", cu.Limit, "must be between 1 and 10000")
@@ -578,3 +595,42 @@ func (r *rule) usesOnly(vs ...varID) bool {
 
 // errNoMapping is what a jsonws target without a mapping gets.
 var errNoMapping = errors.New("holds no mapping: describe the protocol under target.jsonws (configs/jsonws-reference.yaml is one)")
+
+// nameRules rewrite user names for the server (user_name).
+type nameRules struct {
+	replace *strings.Replacer
+	max     int
+}
+
+func (c *compiler) names(u UserNameConfig) nameRules {
+	var n nameRules
+	if len(u.Replace) > 0 {
+		var pairs []string
+		for _, k := range slices.Sorted(maps.Keys(u.Replace)) {
+			if k == "" {
+				c.fail("user_name.replace", k, "an empty string cannot be replaced")
+				continue
+			}
+			pairs = append(pairs, k, u.Replace[k])
+		}
+		n.replace = strings.NewReplacer(pairs...)
+	}
+	if u.MaxLength != 0 && (u.MaxLength < 12 || u.MaxLength > 1024) {
+		c.fail("user_name.max_length", u.MaxLength, "must be 0 (no limit) or between 12 and 1024")
+	}
+	n.max = u.MaxLength
+	return n
+}
+
+// apply returns name as the server knows it.
+func (n nameRules) apply(name string) string {
+	out := name
+	if n.replace != nil {
+		out = n.replace.Replace(out)
+	}
+	if n.max > 0 && len(out) > n.max {
+		h := sha256.Sum256([]byte(name))
+		out = out[:n.max-8] + hex.EncodeToString(h[:4])
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,6 +82,9 @@ type fetch struct {
 	got   uint64
 }
 
+// subscribeWindow is how many subscribe steps a session has in flight.
+const subscribeWindow = 16
+
 // maxAsked bounds the history requests a session has in flight.
 const maxAsked = 16
 
@@ -102,7 +106,9 @@ func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link
 	e.attr = s.attr
 	_, err = wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
 		s.conn = c
-		if err := s.runSteps(d.m.login, nil, d.conn.DialTimeout); err != nil {
+		// Login steps in order, each sent once the one before it
+		// was answered: a step may need what the one before did.
+		if err := s.runSteps(d.m.login, nil, 1, d.conn.DialTimeout); err != nil {
 			return err
 		}
 		if !subscribe {
@@ -124,18 +130,19 @@ func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link
 				steps, envs = append(steps, d.m.subGroup), append(envs, &ge)
 			}
 		}
-		return s.runSteps(steps, envs, d.conn.DialTimeout)
+		// The conversations' steps are independent: a window of them
+		// in flight, as a client subscribing to its chats does.
+		return s.runSteps(steps, envs, subscribeWindow, d.conn.DialTimeout)
 	})
 	if err != nil {
 		return nil, err
 	}
-	k := devKey{user, dev}
-	d.mu.Lock()
-	if s.seqs = d.seqs[k]; s.seqs == nil && d.m.delivery.hasSeq {
+	if d.m.delivery.hasSeq {
+		// Per session: a jump across a reconnect is what the device
+		// missed while away, which catch-up fetches; a jump within a
+		// session is a push the server skipped.
 		s.seqs = &seqState{last: map[string]uint64{}}
-		d.seqs[k] = s.seqs
 	}
-	d.mu.Unlock()
 	return s, nil
 }
 
@@ -181,8 +188,13 @@ func (s *session) redact(detail string) string {
 			detail = strings.ReplaceAll(detail, v, "[redacted]")
 		}
 	}
-	return detail
+	// A server that hands back a session token of its own (Tinode's
+	// login reply) names it so.
+	return secretField.ReplaceAllString(detail, `$1"[redacted]"`)
 }
+
+// secretField is a JSON string field whose name says it holds a secret.
+var secretField = regexp.MustCompile(`("[^"]*(?i:token|secret|password)[^"]*"\s*:\s*)"(?:[^"\\]|\\.)*"`)
 
 // secretName reports whether a capture's name says it holds a secret.
 func secretName(name string) bool {
@@ -245,13 +257,12 @@ type waiting struct {
 	done                         bool
 }
 
-// runSteps runs steps, each with its env (nil: the session's), a few at
+// runSteps runs steps, each with its env (nil: the session's), window at
 // a time, each sent only once the server answered enough of those before
 // it, and returns once all are answered, or the first failure. A step's
 // otherwise steps run, in order, in its place when it is refused with its
 // otherwise.when.
-func (s *session) runSteps(steps []*step, envs []*env, timeout time.Duration) error {
-	const window = 16
+func (s *session) runSteps(steps []*step, envs []*env, window int, timeout time.Duration) error {
 	end := time.Now().Add(timeout)
 	var open []waiting
 	next := 0
@@ -320,7 +331,7 @@ func (s *session) runSteps(steps []*step, envs []*env, timeout time.Duration) er
 		for _, w := range retry {
 			// The otherwise steps, in order, each waiting for the one
 			// before it.
-			if err := s.runSteps(w.st.otherwise, repeat(w.e, len(w.st.otherwise)), time.Until(end)); err != nil {
+			if err := s.runSteps(w.st.otherwise, repeat(w.e, len(w.st.otherwise)), 1, time.Until(end)); err != nil {
 				return err
 			}
 		}
@@ -765,8 +776,8 @@ func (s *session) deliver(m *msg) {
 	s.h.OnDelivery(d)
 }
 
-// sawSeq checks seq of conv against the device's last: a jump is a gap
-// in the server's own numbering.
+// sawSeq checks seq of conv against the last the session saw: a jump is
+// a gap in the server's own numbering.
 func (s *session) sawSeq(conv []byte, seq uint64) {
 	st := s.seqs
 	if st == nil {
@@ -912,12 +923,53 @@ func (s *session) synced(m *msg) bool {
 		return false
 	}
 	v := m.vals[s.d.m.newest.convs]
-	if v.kind != kindObject {
-		return true
+	if el := s.d.m.newest.elem; el != nil {
+		s.syncedList(el, v)
+	} else if v.kind == kindObject {
+		s.syncedObject(v)
+	}
+	// A conversation the server lists none of yet still has its place
+	// from now: its first message is then owed, and fetched if missed.
+	for _, c := range s.convs {
+		s.cu.Behind(c, 0, s.at)
+	}
+	s.lacking = true
+	return true
+}
+
+// syncedList reads a list of objects each naming a conversation and its
+// newest seq (Tinode's subscriptions).
+func (s *session) syncedList(el *decoder, v value) {
+	if v.kind != kindArray {
+		return
 	}
 	p := jsonscan.Scanner{B: v.b}
+	p.I++ // the '[', which the decoder found
+	p.WS()
+	if p.Eat(']') {
+		return
+	}
+	em := el.newMsg()
+	for {
+		em.reset()
+		if el.walk(&p, &el.root, em, 0) != nil {
+			return
+		}
+		if seq, ok := em.vals[1].uint(); ok && em.vals[0].kind == kindString {
+			s.cu.Behind(string(em.vals[0].b), seq, s.at)
+		}
+		p.WS()
+		if !p.Eat(',') {
+			return
+		}
+	}
+}
+
+// syncedObject reads an object of conversation to newest seq.
+func (s *session) syncedObject(v value) {
+	p := jsonscan.Scanner{B: v.b}
 	if p.Open() != nil {
-		return true
+		return
 	}
 	for first := true; ; first = false {
 		key, ok, err := p.Field(first)
@@ -930,13 +982,6 @@ func (s *session) synced(m *msg) bool {
 		}
 		s.cu.Behind(string(key), last, s.at)
 	}
-	// A conversation the server lists none of yet still has its place
-	// from now: its first message is then owed, and fetched if missed.
-	for _, c := range s.convs {
-		s.cu.Behind(c, 0, s.at)
-	}
-	s.lacking = true
-	return true
 }
 
 // redactCaptures returns raw as a trace may show it: with the values the

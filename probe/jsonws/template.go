@@ -307,6 +307,8 @@ type env struct {
 	// capGroup, if set, is the group that a step's captures describe
 	// (groups.create); otherwise they are the session user's.
 	capGroup string
+	// name, if set, spells a user's name as the server knows it.
+	name func(string) string
 	// attr looks up an attribute of a user (who) or a group.
 	attr func(group bool, who, name string) (string, bool)
 }
@@ -403,7 +405,7 @@ func (a *action) render(dst []byte, e *env) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = jsonscan.AppendString(dst, m)
+			dst = jsonscan.AppendString(dst, e.serverName(m))
 		}
 		return append(dst, ']'), nil
 	}
@@ -461,21 +463,29 @@ func (g arg) value(e *env) (s string, n uint64, isNum bool, err error) {
 	case varLimit:
 		num = e.limit
 	case varUser:
-		return e.user, 0, false, nil
+		return e.serverName(e.user), 0, false, nil
 	case varToken:
 		return e.token, 0, false, nil
 	case varPassword:
 		return e.password, 0, false, nil
 	case varTo:
-		return e.to, 0, false, nil
+		return e.serverName(e.to), 0, false, nil
 	case varGroup:
 		return e.group, 0, false, nil
 	case varPeer:
-		return e.peer, 0, false, nil
+		return e.serverName(e.peer), 0, false, nil
 	case varConv:
 		return e.conv, 0, false, nil
 	case varBody:
 		return string(e.body), 0, false, nil
 	}
 	return "", num, true, nil
+}
+
+// serverName returns user's name as the server knows it.
+func (e *env) serverName(user string) string {
+	if e.name == nil {
+		return user
+	}
+	return e.name(user)
 }

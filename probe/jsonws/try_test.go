@@ -50,7 +50,7 @@ func TestTryWalksTheMapping(t *testing.T) {
 	}
 	got := out.String()
 	for _, want := range []string{
-		`ann > {"type":"login","id":"1","user":"ann","token":"[token]"}`,
+		`ann > {"type":"login","id":"1","user":"ann","token":"[redacted]"}`,
 		`matched login[0].reply: id=1`,
 		`groups.create: ok`,
 		`ann > {"type":"send"`,
