@@ -48,7 +48,9 @@ type popConfig struct {
 	catchUp          bool
 	devices          int
 	// backoff is the first reconnect's; the most is 15 times it.
-	backoff time.Duration
+	backoff     time.Duration
+	slow        probe.SlowReaders
+	messageSize int
 }
 
 var base = popConfig{prefix: "t", users: 20, groupSize: 5, rate: 20, ramp: 100 * time.Millisecond, deadline: time.Second, lostAfter: 2 * time.Second}
@@ -115,6 +117,7 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *fixture {
 		},
 		Set: fx.set, Prefix: pc.prefix, Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Groups: pc.groups,
 		Ramp: pc.ramp, Deadline: pc.deadline, LostAfter: pc.lostAfter, Devices: pc.devices,
+		SlowReaders: pc.slow, MessageSize: pc.messageSize,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -139,10 +142,13 @@ type totals struct {
 	sent, expected, delivered, recovered, lost, late, dup, reordered float64
 }
 
-func (fx *fixture) counts() totals {
+func (fx *fixture) counts() totals { return fx.cohort(metrics.Normal) }
+
+// cohort returns the counts of one cohort of receivers.
+func (fx *fixture) cohort(co metrics.Cohort) totals {
 	var c totals
 	for _, k := range fx.set.Kind {
-		r := k.Cohort[metrics.Normal]
+		r := k.Cohort[co]
 		c.sent += metrics.Value(k.Sent)
 		c.expected += metrics.Value(r.Expected)
 		c.delivered += metrics.Value(r.Delivered)
@@ -276,4 +282,34 @@ func histCountOf(o prometheus.Observer) (uint64, float64) {
 	var m dto.Metric
 	_ = o.(prometheus.Metric).Write(&m)
 	return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+}
+
+// checkComplete checks a run on a server that loses nothing, during which
+// the sessions of some receivers (killed of them) ended: thousands of
+// deliveries, every acked message delivered or, for the receivers away a
+// while, recovered by catch-up, none lost or twice, and ack and delivery
+// latency recorded for both kinds.
+func (fx *fixture) checkComplete(c totals, killed int) {
+	t := fx.t
+	t.Helper()
+	if c.expected < 2000 {
+		t.Fatalf("%v expected deliveries, want thousands", c.expected)
+	}
+	if c.lost != 0 || c.dup != 0 {
+		t.Errorf("lost %v, duplicate %v: want 0 on a server that loses nothing", c.lost, c.dup)
+	}
+	if c.delivered+c.recovered != c.expected {
+		t.Errorf("delivered %v + recovered %v != expected %v: every acked message is accounted once", c.delivered, c.recovered, c.expected)
+	}
+	if c.recovered == 0 {
+		t.Errorf("nothing recovered after %d sessions ended mid-run: catch-up did not run", killed)
+	}
+	for _, k := range []metrics.Kind{metrics.Direct, metrics.Group} {
+		if n, _ := histCountOf(fx.set.Kind[k].AckLatency); n == 0 {
+			t.Errorf("no %s ack latency recorded", k.Name())
+		}
+		if n, _ := histCountOf(fx.set.Kind[k].Cohort[metrics.Normal].DeliveryLatency); n == 0 {
+			t.Errorf("no %s delivery latency recorded", k.Name())
+		}
+	}
 }
