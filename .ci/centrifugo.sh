@@ -117,23 +117,9 @@ EOF
   exit 1
 }
 
-stop() {
-  local dir=$1
-  [ -f "$dir/pid" ] || return 0
-  local pid
-  pid=$(cat "$dir/pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    # Centrifugo shuts down gracefully within its shutdown timeout; past
-    # a bound, it is killed.
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  fi
-  rm -f "$dir/pid"
-}
+# Centrifugo shuts down gracefully within its shutdown timeout; past a
+# bound, it is killed.
+stop() { stop_pidfile "$1/pid"; }
 
 case ${1:-} in
 build) [ $# -eq 1 ] || usage; build ;;

@@ -20,3 +20,22 @@ cached_go_install() {
   mv "$dest.new" "$dest"
   rm -rf "$tmp"
 }
+
+# stop_pidfile FILE [TENTHS] stops the process whose pid FILE holds: a
+# SIGTERM, up to TENTHS tenths of a second (default 50) for it to exit,
+# then SIGKILL; FILE is removed. Nothing happens without FILE.
+stop_pidfile() {
+  local file=$1 tenths=${2:-50}
+  [ -f "$file" ] || return 0
+  local pid
+  pid=$(cat "$file")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 "$tenths"); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  rm -f "$file"
+}

@@ -20,6 +20,7 @@
 # reads SOCKETIO_DROP and SOCKETIO_MAX_BUFFER from the environment (see
 # server.js).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 src=$(cd "$(dirname "$0")/../probe/jsonws/testdata/socketio" && pwd)
 cache=${IMCANARY_CACHE:-/var/cache/imcanary}
@@ -98,21 +99,7 @@ start() {
   exit 1
 }
 
-stop() {
-  local dir=$1
-  [ -f "$dir/pid" ] || return 0
-  local pid
-  pid=$(cat "$dir/pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  fi
-  rm -f "$dir/pid"
-}
+stop() { stop_pidfile "$1/pid"; }
 
 case ${1:-} in
 build) [ $# -eq 1 ] || usage; build ;;

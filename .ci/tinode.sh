@@ -26,6 +26,7 @@
 # Set IMCANARYTEST_TINODE_MAX_SUBSCRIBERS to change the largest group
 # (1024 members by default; Tinode's own default is 128).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 version=v0.25.3
 cache=${IMCANARY_CACHE:-/var/cache/imcanary}
@@ -266,21 +267,9 @@ EOF
 stop() {
   local dir=$1
   [ -d "$dir" ] || return 0
-  if [ -f "$dir/tinode.pid" ]; then
-    local pid
-    pid=$(cat "$dir/tinode.pid")
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid"
-      # Tinode shuts down its topics and sessions on SIGTERM; past a
-      # bound, it is killed.
-      for _ in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    fi
-    rm -f "$dir/tinode.pid"
-  fi
+  # Tinode shuts down its topics and sessions on SIGTERM; past a bound,
+  # it is killed.
+  stop_pidfile "$dir/tinode.pid" 100
   local data=$dir/postgres/data
   if [ -f "$data/postmaster.pid" ]; then
     local pm

@@ -49,20 +49,7 @@ start() {
   exit 1
 }
 
-stop() {
-  local dir=$1
-  [ -f "$dir/pid" ] || return 0
-  local pid
-  pid=$(cat "$dir/pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-  fi
-  rm -f "$dir/pid"
-}
+stop() { stop_pidfile "$1/pid"; }
 
 case "${1:-}" in
   build) build ;;
