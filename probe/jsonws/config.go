@@ -137,8 +137,10 @@ type DoneConfig struct {
 // KeepaliveConfig is the session's keepalive.
 type KeepaliveConfig struct {
 	// Ping is websocket, none, or an application ping's template.
-	Ping   string `koanf:"ping"`
-	Answer []any  `koanf:"answer"`
+	Ping string `koanf:"ping"`
+	// Pong is the rule of the server's answer to an application ping.
+	Pong   map[string]any `koanf:"pong"`
+	Answer []any          `koanf:"answer"`
 }
 
 // DisconnectsConfig maps how a server ends a session to a reason.
@@ -206,6 +208,7 @@ var help = map[string]string{
 	"catch_up.newest.conv":    "path of the conversation in each object of the list at convs",
 	"catch_up.newest.seq":     "path of the newest seq in each object of the list at convs",
 	"keepalive.ping":          "websocket, none, or the template of an application ping",
+	"keepalive.pong":          "rule of the server's answer to an application ping: read as keepalive, not counted unmatched",
 	"keepalive.answer":        "the server's application pings and their answers: a list of {when: RULE, send: TEMPLATE}",
 	"disconnects.close_codes": "close codes and their reasons: slow_consumer, conflict or server_close",
 	"disconnects.frames":      "frames that end the session: a list of {match: RULE, reason: REASON, text: PATH}",

@@ -205,9 +205,6 @@ func (m *msg) reset() {
 	m.raw, m.start, m.end = nil, 0, 0
 }
 
-// errBinary is the error for a frame a JSON mapping cannot read.
-var errBinary = errors.New("binary frame: a jsonws mapping reads text frames only")
-
 // each calls fn for every message of frame b, decoded into m; an error
 // from fn stops it. A frame that is not what the framing says is an error.
 func (d *decoder) each(b []byte, m *msg, fn func(*msg) error) error {

@@ -152,7 +152,7 @@ func New(cfg Config, o Options) (*Driver, error) {
 	d.conn = wsconn.NewSettings(wsconn.Settings{
 		URL: o.URL, Header: o.Header, Subprotocol: m.subprotocol, MaxFrame: m.maxFrame,
 		DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
-		CloseGrace: time.Second,
+		CloseGrace: time.Second, TextOnly: true,
 	})
 	return d, nil
 }
@@ -368,7 +368,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 			return err
 		}
 	}
-	return d.dir.save()
+	return d.dir.save(need)
 }
 
 // provisionGroup creates g by its first member and joins the others.
@@ -557,13 +557,27 @@ func (d *directory) set(group bool, who, name, v string) {
 	t[who][name] = v
 }
 
-// save writes the directory to its file, atomically.
-func (d *directory) save() error {
+// save writes the directory to its file, atomically: every group
+// attribute, and of the users' only those named in users, what other
+// users' templates read of them (a server-assigned id). What else a step
+// captured of a user (a session token) stays in memory.
+func (d *directory) save(users []string) error {
 	if d.path == "" {
 		return nil
 	}
 	d.mu.RLock()
-	b, err := json.MarshalIndent(d, "", " ")
+	kept := directory{Users: map[string]map[string]string{}, Groups: d.Groups}
+	for u, attrs := range d.Users {
+		for _, n := range users {
+			if v, ok := attrs[n]; ok {
+				if kept.Users[u] == nil {
+					kept.Users[u] = map[string]string{}
+				}
+				kept.Users[u][n] = v
+			}
+		}
+	}
+	b, err := json.MarshalIndent(&kept, "", " ")
 	d.mu.RUnlock()
 	if err != nil {
 		return err

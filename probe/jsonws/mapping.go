@@ -62,6 +62,7 @@ type mapping struct {
 	// ping is the application ping's template; pingWS is true for a
 	// WebSocket ping. Neither: the server keeps the session alive.
 	ping    *template
+	pong    *rule
 	pingWS  bool
 	answers []answer
 
@@ -283,6 +284,12 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 	case "none":
 	default:
 		m.ping = c.template("keepalive.ping", ping, siteLogin)
+	}
+	if len(cfg.Keepalive.Pong) > 0 {
+		if m.ping == nil {
+			c.fail("keepalive.pong", nil, "is the answer to an application ping: keepalive.ping must be its template")
+		}
+		m.pong = c.rule("keepalive.pong", cfg.Keepalive.Pong, false)
 	}
 	for i, raw := range cfg.Keepalive.Answer {
 		key := fmt.Sprintf("keepalive.answer[%d]", i)

@@ -500,6 +500,10 @@ func (s *session) control(m *msg) (handled bool, err error) {
 			return true, &probe.Disconnect{Reason: metrics.ReasonServerClose, Err: fmt.Errorf("server sent Engine.IO %s", m.vals[dec.typeSlot].b)}
 		}
 	}
+	if s.d.m.pong.match(m) {
+		// Its arrival extended the idle deadline: nothing else to do.
+		return true, nil
+	}
 	for _, a := range s.d.m.answers {
 		if a.when.match(m) {
 			b, err := a.send.render(s.wbuf[:0], s.env)

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -136,16 +138,19 @@ func TestUnmatchedFramesAreCounted(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		ignore []any
-		want   uint64
+
+		pong map[string]any
+		want uint64
 	}{
-		{"pong unmapped", nil, 1},
-		{"pong ignored", []any{map[string]any{"type": "pong"}}, 0},
+		{"pong unmapped", nil, nil, 1},
+		{"pong ignored", []any{map[string]any{"type": "pong"}}, nil, 0},
+		{"pong rule", nil, map[string]any{"type": "pong"}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mappedReference(t)
 			// An application ping, whose pong is the frame at stake.
 			cfg.Keepalive.Ping = `{"type":"ping","id":"{{.ID}}"}`
-			cfg.Ignore = tt.ignore
+			cfg.Ignore, cfg.Keepalive.Pong = tt.ignore, tt.pong
 			drv, err := jsonws.New(cfg, jsonws.Options{URL: url, Secret: secret, Heartbeat: time.Second})
 			if err != nil {
 				t.Fatal(err)
@@ -181,9 +186,24 @@ func TestUnmatchedFramesAreCounted(t *testing.T) {
 	}
 }
 
-// TestMalformedFrameEndsTheSession: a server that sends broken JSON ends
-// the session with an error that says so, and nothing is delivered.
+// TestMalformedFrameEndsTheSession: a server that sends broken JSON, or a
+// binary frame, ends the session with an error that says so, and nothing
+// is delivered.
 func TestMalformedFrameEndsTheSession(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		typ  int
+		data string
+		want string
+	}{
+		{"broken JSON", websocket.TextMessage, `{"type":"msg","body":"imc1 x`, "malformed frame"},
+		{"binary", websocket.BinaryMessage, `{"type":"msg","body":"imc1 x"}`, "binary frame"},
+	} {
+		t.Run(tt.name, func(t *testing.T) { malformed(t, tt.typ, tt.data, tt.want) })
+	}
+}
+
+func malformed(t *testing.T, typ int, data, want string) {
 	up := websocket.Upgrader{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
@@ -193,7 +213,7 @@ func TestMalformedFrameEndsTheSession(t *testing.T) {
 		defer c.Close()
 		_, _, _ = c.ReadMessage() // the login
 		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login_ok","id":"1"}`))
-		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"msg","body":"imc1 x`))
+		_ = c.WriteMessage(typ, []byte(data))
 		_, _, _ = c.ReadMessage() // until the client closes
 	}))
 	defer srv.Close()
@@ -207,8 +227,8 @@ func TestMalformedFrameEndsTheSession(t *testing.T) {
 	}
 	r := &recorder{}
 	err = s.Serve(r)
-	if probe.ReasonOf(err) != metrics.ReasonError || !strings.Contains(err.Error(), "malformed frame") {
-		t.Errorf("Serve = %v, want an error about the malformed frame", err)
+	if probe.ReasonOf(err) != metrics.ReasonError || !strings.Contains(err.Error(), want) {
+		t.Errorf("Serve = %v, want an error saying %q", err, want)
 	}
 	if r.deliveries != 0 {
 		t.Errorf("%d deliveries from a malformed frame", r.deliveries)
@@ -267,4 +287,49 @@ func FuzzServe(f *testing.F) {
 			t.Fatal("Serve did not return within 5s of the server's close")
 		}
 	})
+}
+
+// TestProvisionKeepsWhatItLearnt: what a group's creation captured is kept
+// in data_dir, so that provisioning the same plan again, after a restart,
+// sends nothing: a second driver provisions against a server that is no
+// longer there.
+func TestProvisionKeepsWhatItLearnt(t *testing.T) {
+	url := refTarget(t)
+	dir := t.TempDir()
+	cfg := mappedReference(t)
+	create := cloneMap(cfg.Groups.Create)
+	create["capture"] = map[string]any{"tag": "id"}
+	cfg.Groups.Create = create
+	plan := probe.Plan{Users: []string{"ann", "bob"}, Groups: []probe.Group{{Name: "g1", Members: []string{"ann", "bob"}}}}
+	drv, err := jsonws.New(cfg, jsonws.Options{URL: url, Secret: secret, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Provision(context.Background(), plan); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "jsonws-directory.json")
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600: it may hold what a server handed out", path, st.Mode().Perm())
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"g1"`) || !strings.Contains(string(b), `"tag"`) {
+		t.Errorf("%s = %s, want g1's captured tag", path, b)
+	}
+	again, err := jsonws.New(cfg, jsonws.Options{URL: "ws://127.0.0.1:1/ws", Secret: secret, DataDir: dir, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Provision(context.Background(), plan); err != nil {
+		t.Errorf("provisioning a plan already provisioned: %v, want nothing sent", err)
+	}
+	// A group it has not seen is created, which needs the server.
+	plan.Groups = append(plan.Groups, probe.Group{Name: "g2", Members: []string{"bob", "ann"}})
+	if err := again.Provision(context.Background(), plan); err == nil {
+		t.Error("provisioning a new group without a server succeeded")
+	}
 }

@@ -48,6 +48,9 @@ type Settings struct {
 	// protocol's stream (XMPP's <close/>) in place of a WebSocket close
 	// frame; the server then closes the WebSocket itself.
 	Farewell []byte
+	// TextOnly refuses binary frames: a protocol of text frames ends
+	// the session on one (ErrBinary) rather than read it as text.
+	TextOnly bool
 
 	dialer websocket.Dialer
 }
@@ -232,7 +235,7 @@ func (c *Conn) Abort() { c.ws.Close() }
 // given back with Release; at is when they came off the socket.
 func (c *Conn) Read(timeout time.Duration) (bp *[]byte, at int64, err error) {
 	_ = c.ws.SetReadDeadline(time.Now().Add(timeout))
-	bp, err = Read(c.ws)
+	bp, err = c.read()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -328,7 +331,10 @@ func (c *Conn) Serve(p Protocol) error {
 	c.ws.SetPongHandler(func(string) error { return c.guard.Extend(c.ws, c.idle) })
 	for {
 		_ = c.guard.Extend(c.ws, c.idle)
-		bp, err := Read(c.ws)
+		bp, err := c.read()
+		if errors.Is(err, ErrBinary) {
+			return c.Failed(err)
+		}
 		if err != nil {
 			if c.guard.Closing() {
 				return &probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)}
@@ -341,6 +347,20 @@ func (c *Conn) Serve(p Protocol) error {
 			return c.Failed(err)
 		}
 	}
+}
+
+// ErrBinary is the error of a binary frame on a connection of text frames
+// (Settings.TextOnly).
+var ErrBinary = errors.New("binary frame: this protocol reads text frames only")
+
+// read reads the next data frame, refusing a binary one if TextOnly.
+func (c *Conn) read() (*[]byte, error) {
+	bp, typ, err := ReadType(c.ws)
+	if err == nil && c.s.TextOnly && typ == websocket.BinaryMessage {
+		Release(bp)
+		return nil, ErrBinary
+	}
+	return bp, err
 }
 
 // Failed turns the error of a frame the adapter handled into why the

@@ -27,9 +27,15 @@ var pool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 // caller gives it back with Release once done with the bytes. The
 // connection's read limit bounds the size.
 func Read(c *websocket.Conn) (*[]byte, error) {
-	_, r, err := c.NextReader()
+	bp, _, err := ReadType(c)
+	return bp, err
+}
+
+// ReadType is Read that also returns the message's type (text or binary).
+func ReadType(c *websocket.Conn) (*[]byte, int, error) {
+	typ, r, err := c.NextReader()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	bp := pool.Get().(*[]byte)
 	b := (*bp)[:0]
@@ -41,12 +47,12 @@ func Read(c *websocket.Conn) (*[]byte, error) {
 		b = b[:len(b)+n]
 		if err == io.EOF {
 			*bp = b
-			return bp, nil
+			return bp, typ, nil
 		}
 		if err != nil {
 			*bp = b
 			Release(bp)
-			return nil, err
+			return nil, 0, err
 		}
 	}
 }
