@@ -165,3 +165,22 @@ func TestTinodeSlowReader(t *testing.T) {
 			sr.delivered, sr.recovered, sr.lost, sr.expected)
 	}
 }
+
+// TestTinodeDevices: two devices per user, each its own Tinode session
+// joining every conversation: each gets every message, the user's own
+// from the other device included ({pub noecho} hides a message only from
+// the session that sent it), and nothing is lost.
+func TestTinodeDevices(t *testing.T) {
+	drv := tinode(t)
+	pc := popConfig{prefix: runPrefix("tnd"), users: 60, groupSize: 5, rate: 1, ramp: 5 * time.Second,
+		deadline: 3 * time.Second, lostAfter: 6 * time.Second, catchUp: true, devices: 2}
+	fx := startPopulation(t, drv, pc)
+	c := fx.soak(5*time.Second, pc.lostAfter)
+	t.Logf("tinode, 2 devices: %+v; frames unmatched %d", c, drv.FramesUnmatched())
+	if c.expected < 1000 {
+		t.Fatalf("%v expected deliveries, want over 1000", c.expected)
+	}
+	if c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
+		t.Errorf("%+v: want every message on every device, once", c)
+	}
+}
