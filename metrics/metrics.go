@@ -706,7 +706,7 @@ func RegisterFrameCounts(reg prometheus.Registerer, target string, c FrameCounts
 		}, func() float64 { return float64(c.Unmatched()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "imcanary_server_sequence_gaps_total",
-			Help:        "Jumps in a conversation's server-assigned sequence numbers seen by a device: loss the server's own numbering shows.",
+			Help:        "Jumps in a conversation's server-assigned sequence numbers within a session: pushes the server's own numbering shows it skipped.",
 			ConstLabels: labels,
 		}, func() float64 { g, _ := c.Gaps(); return float64(g) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

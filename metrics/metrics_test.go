@@ -69,3 +69,29 @@ func TestLatencyBuckets(t *testing.T) {
 		t.Errorf("LatencyBuckets = %v, want a boundary at 1 s", b)
 	}
 }
+
+// TestFrameCounts: a driver's frame counts are exported as counters read
+// at scrape time, under the target's name.
+func TestFrameCounts(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	unmatched, gaps, missed := uint64(3), uint64(2), uint64(5)
+	RegisterFrameCounts(reg, "staging", FrameCounts{
+		Unmatched: func() uint64 { return unmatched },
+		Gaps:      func() (uint64, uint64) { return gaps, missed },
+	})
+	unmatched = 4
+	want := `
+# HELP imcanary_frames_ignored_total Frames read from the server that imcanary did not use, by reason: unmatched frames matched no rule of the protocol's mapping.
+# TYPE imcanary_frames_ignored_total counter
+imcanary_frames_ignored_total{reason="unmatched",target="staging"} 4
+# HELP imcanary_server_sequence_gaps_total Jumps in a conversation's server-assigned sequence numbers within a session: pushes the server's own numbering shows it skipped.
+# TYPE imcanary_server_sequence_gaps_total counter
+imcanary_server_sequence_gaps_total{target="staging"} 2
+# HELP imcanary_server_sequence_missed_total Sequence numbers the server's numbering skipped, over imcanary_server_sequence_gaps_total's gaps.
+# TYPE imcanary_server_sequence_missed_total counter
+imcanary_server_sequence_missed_total{target="staging"} 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,6 +1,7 @@
 package jsonws
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -97,5 +98,37 @@ func TestMappedDeliveryDoesNotAllocate(t *testing.T) {
 	}
 	if got := metrics.Value(set.Kind[metrics.Group].Cohort[metrics.Normal].Delivered); got < 1000 {
 		t.Errorf("%v deliveries counted, want every frame's", got)
+	}
+}
+
+// TestServerGapsWaitForStragglers: a seq seen out of order, as the ack of
+// the session's own message after the next delivery, is no gap in the
+// server's numbering; one never seen is, once holeGrace has passed.
+func TestServerGapsWaitForStragglers(t *testing.T) {
+	s := frameSession(t, inboxHandler{probe.NewLedger(metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground),
+		"run1", time.Now(), time.Second, 2*time.Second).NewInbox()})
+	s.lastSeq = map[string]uint64{}
+	s.pending = map[uint64]uint64{9: 1}
+	at := time.Now().UnixNano()
+	msg := func(seq int) []byte {
+		return []byte(`{"type":"msg","from":"u2","conv":"g:g1","seq":` + strconv.Itoa(seq) + `,"body":"x"}`)
+	}
+	for _, f := range [][]byte{
+		msg(1), msg(3), // 2 is the session's own, acked late
+		[]byte(`{"type":"ack","id":"9","conv":"g:g1","seq":2}`),
+		msg(4), msg(6), // 5 never comes
+	} {
+		if err := s.Frame(f, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, _ := s.d.ServerGaps(); g != 0 {
+		t.Fatalf("gaps = %d within the grace, want 0", g)
+	}
+	if err := s.Frame(msg(7), at+holeGrace); err != nil {
+		t.Fatal(err)
+	}
+	if g, m := s.d.ServerGaps(); g != 1 || m != 1 {
+		t.Errorf("gaps, missed = %d, %d after the grace, want 1, 1: seq 5 only", g, m)
 	}
 }

@@ -104,15 +104,8 @@ type Driver struct {
 	sample *rate.Limiter
 }
 
-// seqState is one session's last server seq in each conversation, for
-// the server-side gap count.
-type seqState struct {
-	mu   sync.Mutex
-	last map[string]uint64
-}
-
-// maxSeqConvs bounds seqState: a server that invents conversations gets
-// no gap count for the rest.
+// maxSeqConvs bounds a session's lastSeq: a server that invents
+// conversations gets no gap count for the rest.
 const maxSeqConvs = 4096
 
 // New compiles cfg and returns a driver for it.

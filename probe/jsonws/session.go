@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,7 +59,12 @@ type session struct {
 	convs []string
 	asked []fetch
 	due   []probe.Fetch
-	seqs  *seqState
+	// lastSeq is the last server seq the session saw in each
+	// conversation, for the server-side gap count; nil without
+	// delivery.seq. Serve's.
+	lastSeq map[string]uint64
+	// holes are the spans of seqs below lastSeq not seen yet. Serve's.
+	holes []hole
 	// lacking is set when a frame showed the device lacks something, so
 	// that what is due is asked once the frame is handled.
 	lacking bool
@@ -141,7 +145,7 @@ func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link
 		// Per session: a jump across a reconnect is what the device
 		// missed while away, which catch-up fetches; a jump within a
 		// session is a push the server skipped.
-		s.seqs = &seqState{last: map[string]uint64{}}
+		s.lastSeq = map[string]uint64{}
 	}
 	return s, nil
 }
@@ -590,7 +594,10 @@ func (s *session) Serve(h probe.Handler) error {
 		s.early[i] = nil
 	}
 	s.early = nil
-	return s.conn.Serve(s)
+	err := s.conn.Serve(s)
+	// What the session never saw by its end counts now.
+	s.settleHoles(0)
+	return err
 }
 
 // Frame implements wsconn.Protocol.
@@ -601,6 +608,9 @@ func (s *session) Frame(b []byte, at int64) error {
 	}
 	if err := s.d.m.dec.each(b, s.msg, s.handle); err != nil {
 		return err
+	}
+	if len(s.holes) > 0 {
+		s.settleHoles(at)
 	}
 	if s.lacking && s.d.m.fetch != nil {
 		s.lacking = false
@@ -780,26 +790,88 @@ func (s *session) deliver(m *msg) {
 	s.h.OnDelivery(d)
 }
 
+// hole is a span of a conversation's server seqs a session has not seen
+// though it saw one after them, since when.
+type hole struct {
+	conv   string
+	lo, hi uint64
+	since  int64
+}
+
+// Holes are counted as the server's gaps only once they stayed open for
+// holeGrace: an ack of the session's own message may come after a later
+// delivery of the same conversation, and a reordered push after the next
+// one. maxHoles bounds what a session tracks; past it a hole counts at
+// once.
+const (
+	holeGrace = int64(time.Second)
+	maxHoles  = 64
+)
+
+// fillHole removes seq of conv from the session's holes.
+func (s *session) fillHole(conv []byte, seq uint64) {
+	for i := 0; i < len(s.holes); i++ {
+		h := &s.holes[i]
+		if h.conv != string(conv) || seq < h.lo || seq > h.hi {
+			continue
+		}
+		switch {
+		case h.lo == h.hi:
+			s.holes = append(s.holes[:i], s.holes[i+1:]...)
+		case seq == h.lo:
+			h.lo++
+		case seq == h.hi:
+			h.hi--
+		case len(s.holes) < maxHoles:
+			up := *h
+			up.lo, h.hi = seq+1, seq-1
+			s.holes = append(s.holes, up)
+		default:
+			// No room to split: the seq found stays counted.
+		}
+		return
+	}
+}
+
+// settleHoles counts the holes open for holeGrace at now (all of them,
+// with now 0) as gaps in the server's numbering.
+func (s *session) settleHoles(now int64) {
+	n := 0
+	for _, h := range s.holes {
+		if now != 0 && now-h.since < holeGrace {
+			s.holes[n] = h
+			n++
+			continue
+		}
+		s.d.gaps.Add(1)
+		s.d.missed.Add(h.hi - h.lo + 1)
+	}
+	s.holes = s.holes[:n]
+}
+
 // sawSeq checks seq of conv against the last the session saw: a jump is
 // a gap in the server's own numbering.
 func (s *session) sawSeq(conv []byte, seq uint64) {
-	st := s.seqs
-	if st == nil {
+	if s.lastSeq == nil {
 		return
 	}
-	st.mu.Lock()
-	last, known := st.last[string(conv)]
+	last, known := s.lastSeq[string(conv)]
 	switch {
-	case !known && len(st.last) < maxSeqConvs:
-		st.last[string(conv)] = seq
+	case !known && len(s.lastSeq) < maxSeqConvs:
+		s.lastSeq[string(conv)] = seq
 	case known && seq > last:
 		if seq > last+1 {
-			s.d.gaps.Add(1)
-			s.d.missed.Add(seq - last - 1)
+			if len(s.holes) < maxHoles {
+				s.holes = append(s.holes, hole{conv: string(conv), lo: last + 1, hi: seq - 1, since: s.at})
+			} else {
+				s.d.gaps.Add(1)
+				s.d.missed.Add(seq - last - 1)
+			}
 		}
-		st.last[string(conv)] = seq
+		s.lastSeq[string(conv)] = seq
+	case known && len(s.holes) > 0:
+		s.fillHole(conv, seq)
 	}
-	st.mu.Unlock()
 }
 
 // fetchOf returns the history request in flight whose range holds seq of
@@ -875,9 +947,6 @@ func (s *session) answeredFetch(i int, m *msg) error {
 	s.cu.Answered(f.conv, f.after, max(upTo, f.got))
 	return nil
 }
-
-// String names the session in errors.
-func (s *session) String() string { return s.user + "/" + strconv.Itoa(s.dev) }
 
 // maxSyncs bounds the newest-seq requests a session keeps waiting for: a
 // server that never answers them must not grow the list.
