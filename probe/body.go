@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+
+	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
 
 // The probe body is plain ASCII separated by single spaces, so that every
@@ -109,22 +111,11 @@ func ParseBody(b []byte, h *Header) error {
 	return nil
 }
 
-// parseUint parses a decimal without the allocation that strconv.ParseUint
-// makes for its error on bad input.
+// parseUint parses a decimal field of a body.
 func parseUint(b []byte) (uint64, error) {
-	if len(b) == 0 || len(b) > 20 {
+	n, ok := jsonscan.ParseUint(b)
+	if !ok {
 		return 0, errFieldNumber
-	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, errFieldNumber
-		}
-		d := uint64(c - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, errFieldNumber
-		}
-		n = n*10 + d
 	}
 	return n, nil
 }

@@ -171,21 +171,10 @@ func (v value) present() bool { return v.kind != kindNone && v.kind != kindNull 
 // uint reads the value as a whole number, from a number or a string of
 // digits.
 func (v value) uint() (uint64, bool) {
-	if (v.kind != kindNumber && v.kind != kindString) || len(v.b) == 0 || len(v.b) > 20 {
+	if v.kind != kindNumber && v.kind != kindString {
 		return 0, false
 	}
-	var n uint64
-	for _, c := range v.b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, true
+	return jsonscan.ParseUint(v.b)
 }
 
 // msg is one decoded message: its values by slot.

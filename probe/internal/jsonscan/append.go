@@ -32,3 +32,24 @@ func AppendEscaped[S string | []byte](b []byte, s S) []byte {
 	}
 	return append(b, s[start:]...)
 }
+
+// ParseUint parses b, decimal digits only, as a number that fits in 64
+// bits, without the allocation strconv.ParseUint makes for its error on
+// bad input: the hot paths read sequence numbers with it.
+func ParseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}

@@ -26,3 +26,20 @@ func FuzzAppendString(f *testing.F) {
 		}
 	})
 }
+
+func TestParseUint(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "7": 7, "18446744073709551615": -2, "18446744073709551616": -1,
+		"": -1, "-1": -1, "1.5": -1, "12a": -1, "000000000000000000001": -1,
+	} {
+		got, ok := ParseUint([]byte(in))
+		switch {
+		case want == -1 && ok:
+			t.Errorf("ParseUint(%q) = %d, want refused", in, got)
+		case want == -2 && (!ok || got != 1<<64-1):
+			t.Errorf("ParseUint(%q) = %d, %v, want the largest uint64", in, got, ok)
+		case want >= 0 && (!ok || got != uint64(want)):
+			t.Errorf("ParseUint(%q) = %d, %v, want %d", in, got, ok, want)
+		}
+	}
+}
