@@ -71,7 +71,7 @@ type session struct {
 
 	// early holds what arrived during the login that was no step's
 	// reply, copies of the messages, for Serve to handle first.
-	early     [][]byte
+	early     []early
 	earlySize int
 	// wbuf is the scratch of writes made on Serve's goroutine.
 	wbuf []byte
@@ -467,8 +467,15 @@ func (s *session) loginFrame(m *msg, raw []byte) error {
 	if s.earlySize += len(raw); s.earlySize > maxEarlyFactor*int(s.d.m.maxFrame) {
 		return fmt.Errorf("too much traffic during login: over %d bytes before the session was ready", maxEarlyFactor*s.d.m.maxFrame)
 	}
-	s.early = append(s.early, m.copyFrom(raw))
+	s.early = append(s.early, early{b: m.copyFrom(raw), at: s.at})
 	return nil
+}
+
+// early is a message kept from the login for Serve: a copy of its bytes,
+// and when they came off the socket (Delivery.At).
+type early struct {
+	b  []byte
+	at int64
 }
 
 // copyFrom returns a copy of the bytes of raw that m came from: the whole
@@ -584,14 +591,14 @@ func (s *session) Close() error { return s.conn.Close() }
 // the connection reads.
 func (s *session) Serve(h probe.Handler) error {
 	s.h = h
-	for i, b := range s.early {
-		if err := s.Frame(b, s.at); err != nil {
+	for i, e := range s.early {
+		if err := s.Frame(e.b, e.at); err != nil {
 			s.early = nil
 			err = s.conn.Failed(err)
 			s.conn.Abort()
 			return err
 		}
-		s.early[i] = nil
+		s.early[i] = early{}
 	}
 	s.early = nil
 	err := s.conn.Serve(s)

@@ -333,3 +333,39 @@ func TestProvisionKeepsWhatItLearnt(t *testing.T) {
 		t.Error("provisioning a new group without a server succeeded")
 	}
 }
+
+// TestDeliveryDuringLoginIsKept: a delivery the server pushes before it
+// answers the login is kept and handled once Serve runs, never dropped.
+func TestDeliveryDuringLoginIsKept(t *testing.T) {
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _, _ = c.ReadMessage()
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"msg","from":"bob","conv":"d:ann:bob","seq":1,"body":"early"}`))
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login_ok","id":"1"}`))
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "end"), time.Now().Add(time.Second))
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	drv, err := jsonws.New(mappedReference(t), jsonws.Options{URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws", Secret: secret, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := drv.Connect(context.Background(), "ann", probe.Device{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	_ = s.Serve(r)
+	if r.deliveries != 1 {
+		t.Errorf("%d deliveries, want the one pushed during the login", r.deliveries)
+	}
+}
