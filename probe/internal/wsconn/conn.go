@@ -51,6 +51,9 @@ type Settings struct {
 	// TextOnly refuses binary frames: a protocol of text frames ends
 	// the session on one (ErrBinary) rather than read it as text.
 	TextOnly bool
+	// Binary writes binary data frames (the Farewell too): a protocol
+	// of binary packets, as MQTT over WebSocket is.
+	Binary bool
 
 	dialer websocket.Dialer
 }
@@ -95,6 +98,14 @@ func NewSettings(s Settings) *Settings {
 		s.dialer.Subprotocols = []string{s.Subprotocol}
 	}
 	return &s
+}
+
+// dataType is the WebSocket message type of the data frames written.
+func (s *Settings) dataType() int {
+	if s.Binary {
+		return websocket.BinaryMessage
+	}
+	return websocket.TextMessage
 }
 
 // IdleFor is how long a session that keeps alive every heartbeat may read
@@ -242,7 +253,7 @@ func (c *Conn) Read(timeout time.Duration) (bp *[]byte, at int64, err error) {
 	return bp, c.stamp.Last(), nil
 }
 
-// Write writes b as one text frame. A failed write ends the session (see
+// Write writes b as one data frame, text unless Settings.Binary. A failed write ends the session (see
 // Fail): gorilla keeps a write error for good.
 func (c *Conn) Write(b []byte) error {
 	c.wmu.Lock()
@@ -250,7 +261,7 @@ func (c *Conn) Write(b []byte) error {
 	return c.writeLocked(b)
 }
 
-// WriteWith runs f with the write lock held, handing it the writer of text
+// WriteWith runs f with the write lock held, handing it the writer of data
 // frames: a protocol whose frames must be counted in the order written
 // (XMPP stream management) counts and writes under one lock.
 func (c *Conn) WriteWith(f func(write func([]byte) error) error) error {
@@ -261,7 +272,7 @@ func (c *Conn) WriteWith(f func(write func([]byte) error) error) error {
 
 func (c *Conn) writeLocked(b []byte) error {
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.WriteTimeout))
-	return Fail(c.ws, c.ws.WriteMessage(websocket.TextMessage, b))
+	return Fail(c.ws, c.ws.WriteMessage(c.s.dataType(), b))
 }
 
 // Ping sends a WebSocket ping; the pong extends the idle deadline.
@@ -294,7 +305,7 @@ func (c *Conn) Close() error {
 		}
 	}
 	_ = c.ws.SetWriteDeadline(time.Now().Add(grace))
-	err := c.ws.WriteMessage(websocket.TextMessage, c.s.Farewell)
+	err := c.ws.WriteMessage(c.s.dataType(), c.s.Farewell)
 	c.wmu.Unlock()
 	if err == nil {
 		return nil
