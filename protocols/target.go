@@ -29,6 +29,7 @@ import (
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/jsonws"
+	"github.com/imcanary/imcanary/probe/mqtt"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/probe/xmpp"
 	"github.com/imcanary/imcanary/refserver"
@@ -43,6 +44,7 @@ var All = []probe.Adapter{
 	xmpp.Adapter,
 	centrifugo.Adapter,
 	jsonws.Adapter,
+	mqtt.Adapter,
 }
 
 // Loader returns the configuration loader of every protocol in All, made

@@ -1,0 +1,122 @@
+package mqtt
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/imcanary/imcanary/probe"
+)
+
+func TestSplit(t *testing.T) {
+	big := publishPacket("t/g/x", 1, 1, bytes.Repeat([]byte{'a'}, 300)) // two-byte length
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		size  int
+		whole bool
+		err   string
+	}{
+		{"empty", nil, 0, false, ""},
+		{"type only", []byte{0xd0}, 0, false, ""},
+		{"pingresp", []byte{0xd0, 0}, 2, true, ""},
+		{"two packets", []byte{0xd0, 0, 0xd0, 0}, 2, true, ""},
+		{"puback part", []byte{0x40, 2, 0}, 4, false, ""},
+		{"varint", big, len(big), true, ""},
+		{"varint cut", big[:2], 0, false, ""},
+		{"varint body cut", big[:100], len(big), false, ""},
+		{"five byte length", []byte{0x30, 0xff, 0xff, 0xff, 0xff, 0x01}, 0, false, "longer than 4 bytes"},
+		{"over limit", []byte{0x30, 0xff, 0xff, 0x7f}, 0, false, "larger than max_packet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			size, whole, err := split(tc.in, 1<<16)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || size != tc.size || whole != tc.whole {
+				t.Fatalf("split = %d, %v, %v; want %d, %v", size, whole, err, tc.size, tc.whole)
+			}
+		})
+	}
+}
+
+// recorder is a Handler that keeps what it is given.
+type recorder struct {
+	acks       []uint64
+	deliveries []string
+	groups     int
+}
+
+func (r *recorder) OnAck(ref uint64, _ probe.Ack) { r.acks = append(r.acks, ref) }
+func (r *recorder) OnReject(uint64, string)       {}
+func (r *recorder) OnDelivery(d *probe.Delivery) {
+	r.deliveries = append(r.deliveries, string(d.From)+":"+string(d.Body))
+	if d.Group {
+		r.groups++
+	}
+}
+
+func newTestSession(t testing.TB) *session {
+	d, err := New(DefaultConfig(), Options{URL: "ws://127.0.0.1:1/mqtt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &session{d: d, user: "bob"}
+}
+
+// frames of a stream split at every byte, or merged, read the same.
+func TestFramesSplitAndMerged(t *testing.T) {
+	stream := slicesConcat(
+		publishPacket("imcanary/dm/bob/alice", 7, 1, []byte("one")),
+		publishPacket("imcanary/g/team", 8, 1, []byte("two")),
+		publishPacket("other/topic", 0, 0, []byte("three")),
+	)
+	for _, chunk := range []int{1, 3, 7, len(stream)} {
+		s := newTestSession(t)
+		r := &recorder{}
+		rd := &reader{s: s, h: r}
+		for b := stream; len(b) > 0; {
+			n := min(chunk, len(b))
+			if err := s.packets(b[:n], rd.handle); err != nil {
+				t.Fatalf("chunk %d: %v", chunk, err)
+			}
+			b = b[n:]
+		}
+		if got := strings.Join(r.deliveries, ","); got != "alice:one,:two" || r.groups != 1 {
+			t.Errorf("chunk %d: deliveries %q (%d group), want alice:one,:two (1 group)", chunk, got, r.groups)
+		}
+		// Both QoS 1 publishes acked, together.
+		if want := appendPuback(appendPuback(nil, 7), 8); !bytes.Equal(s.acks, want) {
+			t.Errorf("chunk %d: PUBACKs % x, want % x", chunk, s.acks, want)
+		}
+		if s.d.FramesUnmatched() != 1 {
+			t.Errorf("chunk %d: unmatched %d, want the publish on other/topic", chunk, s.d.FramesUnmatched())
+		}
+		if s.carry != nil {
+			t.Errorf("chunk %d: %d bytes still carried after the last packet", chunk, len(s.carry))
+		}
+	}
+}
+
+// PUBACKs resolve the flights they name, in any order; one for no flight
+// is counted, not acked.
+func TestAcks(t *testing.T) {
+	s := newTestSession(t)
+	s.inflight = []flight{{1, 100}, {2, 200}, {3, 300}}
+	r := &recorder{}
+	s.acked(2, r)
+	s.acked(1, r)
+	s.acked(9, r)
+	s.acked(3, r)
+	if got := r.acks; len(got) != 3 || got[0] != 200 || got[1] != 100 || got[2] != 300 {
+		t.Errorf("acks %v, want [200 100 300]", got)
+	}
+	if s.inflight != nil || s.d.FramesUnmatched() != 1 {
+		t.Errorf("inflight %v, unmatched %d: want none left, one unmatched", s.inflight, s.d.FramesUnmatched())
+	}
+}
+
+func slicesConcat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }

@@ -1,0 +1,92 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// Config is the mqtt section of the configuration, target.mqtt.
+type Config struct {
+	// TopicPrefix roots every topic imcanary publishes and subscribes to
+	// (the topic scheme is in the package comment).
+	TopicPrefix string `koanf:"topic_prefix"`
+	// QoS is the quality of service of every publish and subscription:
+	// 1 (PUBACK acknowledges each message) or 0 (no acknowledgement: a
+	// message counts as accepted once written to the socket).
+	QoS int `koanf:"qos"`
+	// ClientIDPrefix starts every client identifier; the rest is the
+	// user and the device, so that each device of each user has the one
+	// a persistent session is found by.
+	ClientIDPrefix string `koanf:"client_id_prefix"`
+	// Username is sent in CONNECT when set. The password, if the broker
+	// wants one, is the target secret (target.secret_file).
+	Username string `koanf:"username"`
+	// MaxPacket bounds one MQTT packet read from the broker.
+	MaxPacket int `koanf:"max_packet"`
+}
+
+// DefaultConfig is the section's default.
+func DefaultConfig() Config {
+	return Config{TopicPrefix: "imcanary", QoS: 1, ClientIDPrefix: "imc-", MaxPacket: 1 << 20}
+}
+
+// check returns what is wrong with c, by key.
+func check(c Config) []*config.ValidationError {
+	var out []*config.ValidationError
+	bad := func(key string, v any, err error) {
+		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})
+	}
+	if err := topicLevels(c.TopicPrefix); err != nil {
+		bad("topic_prefix", c.TopicPrefix, err)
+	}
+	if c.QoS != 0 && c.QoS != 1 {
+		bad("qos", c.QoS, errors.New("must be 0 or 1"))
+	}
+	if strings.ContainsAny(c.ClientIDPrefix, "\x00") || len(c.ClientIDPrefix) > 64 {
+		bad("client_id_prefix", c.ClientIDPrefix, errors.New("must be at most 64 bytes, without NUL"))
+	}
+	if c.MaxPacket < 1<<10 || c.MaxPacket > maxRemaining {
+		bad("max_packet", c.MaxPacket, fmt.Errorf("must be between 1024 and %d bytes", maxRemaining))
+	}
+	return out
+}
+
+// topicLevels checks that s can be a part of a topic name: not empty, no
+// wildcard, no NUL, no empty level.
+func topicLevels(s string) error {
+	switch {
+	case s == "":
+		return errors.New("must not be empty")
+	case strings.ContainsAny(s, "+#\x00"):
+		return errors.New("must not contain '+', '#' or NUL")
+	case strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") || strings.Contains(s, "//"):
+		return errors.New("must not have an empty topic level")
+	case strings.HasPrefix(s, "$"):
+		return errors.New("must not start with '$' (the broker's own topics)")
+	}
+	return nil
+}
+
+// Adapter is mqtt's entry in the registry of protocols.
+var Adapter = probe.Adapter{
+	Config: config.Protocol{
+		Name:    "mqtt",
+		Section: DefaultConfig(),
+		Help: map[string]string{
+			"topic_prefix":     "first topic levels of every topic (PREFIX/dm/TO/FROM, PREFIX/g/GROUP)",
+			"qos":              "1: each publish acked by PUBACK; 0: a publish counts as accepted once written",
+			"client_id_prefix": "start of each device's client identifier (PREFIX + USER + '-' + DEVICE)",
+			"username":         "CONNECT user name; the password is the target secret, when set",
+			"max_packet":       "largest MQTT packet accepted from the broker, in bytes",
+		},
+		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
+	},
+	Secret: probe.SecretOptional,
+	New: func(t probe.Target) (probe.Driver, error) {
+		return New(t.Section.(Config), Options{URL: t.URL, Header: t.Header, Password: t.Secret, Heartbeat: t.Heartbeat, Logger: t.Logger})
+	},
+}

@@ -1,0 +1,380 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
+)
+
+// maxInflight is the most QoS 1 publishes a session has unacknowledged:
+// packet ids are 16 bits, and an id is reused only once its PUBACK came.
+const maxInflight = 1<<16 - 1
+
+// maxEarly bounds the publishes a session keeps from its login, read
+// before the SUBACK (a persistent session's queue arrives first), for
+// Serve to deliver.
+const maxEarly = 4096
+
+type session struct {
+	d    *Driver
+	conn *wsconn.Conn
+	user string
+	// present is CONNACK's word that the broker kept the device's
+	// persistent session: what it queued meanwhile arrives now.
+	present bool
+	// loginAt (Unix ns) is when the CONNACK came: a message intended
+	// before it that this session receives was queued while the device
+	// was away.
+	loginAt int64
+
+	mu sync.Mutex
+	// h is Serve's handler; qos 0 acks from Send go to it, and refs
+	// written before Serve wait in written.
+	h       probe.Handler
+	written []uint64
+	nextID  uint16
+	// inflight are the QoS 1 publishes not yet acknowledged, in the
+	// order sent, which is the order a broker acknowledges them in.
+	inflight []flight
+
+	// Serve's own, on its goroutine.
+	carry    []byte
+	acks     []byte
+	early    []early
+	delivery probe.Delivery
+	hdr      probe.Header
+}
+
+type flight struct {
+	id  uint16
+	ref uint64
+}
+
+type early struct {
+	p  *packets.PublishPacket
+	at int64
+}
+
+// Connect dials the broker, sends CONNECT, and subscribes to the user's
+// topics; the session is logged in once the SUBACK grants every one.
+func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
+	topics := d.topics.Of(user)
+	if len(topics) == 0 {
+		return nil, fmt.Errorf("mqtt: user %q was not provisioned", user)
+	}
+	s := &session{d: d, user: user}
+	persistent := dev.Catchup != nil
+	var err error
+	s.conn, err = wsconn.Open(ctx, d.conn, dev.Link, user, func(c *wsconn.Conn) error {
+		s.conn = c
+		return s.login(d.clientID(user, dev.Index), persistent, topics)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) login(clientID string, persistent bool, topics []string) error {
+	d := s.d
+	if err := s.conn.Write(connectPacket(clientID, d.cfg.Username, d.opts.Password, !persistent, d.keepalive)); err != nil {
+		return fmt.Errorf("CONNECT: %w", err)
+	}
+	subID := uint16(1)
+	s.nextID = 2
+	connacked := false
+	for {
+		bp, at, err := s.conn.Read(d.conn.DialTimeout)
+		if err != nil {
+			if !connacked {
+				return fmt.Errorf("waiting for CONNACK: %w", err)
+			}
+			return fmt.Errorf("waiting for SUBACK: %w", err)
+		}
+		done := false
+		err = s.packets(*bp, func(cp packets.ControlPacket) error {
+			switch p := cp.(type) {
+			case *packets.ConnackPacket:
+				if connacked {
+					return errors.New("a second CONNACK")
+				}
+				if p.ReturnCode != 0 {
+					return fmt.Errorf("broker refused CONNECT: %s (return code %d)", connackReason(p.ReturnCode), p.ReturnCode)
+				}
+				connacked, s.present, s.loginAt = true, p.SessionPresent, at
+				return s.conn.Write(subscribePacket(subID, topics, d.qos))
+			case *packets.SubackPacket:
+				if !connacked || p.MessageID != subID {
+					return fmt.Errorf("SUBACK for packet %d, want %d after CONNACK", p.MessageID, subID)
+				}
+				if len(p.ReturnCodes) != len(topics) {
+					return fmt.Errorf("SUBACK grants %d topics, asked %d", len(p.ReturnCodes), len(topics))
+				}
+				for i, rc := range p.ReturnCodes {
+					if rc == 0x80 {
+						return fmt.Errorf("broker refused the subscription to %s", topics[i])
+					}
+				}
+				done = true
+			case *packets.PublishPacket:
+				if !connacked {
+					return errors.New("PUBLISH before CONNACK")
+				}
+				if len(s.early) >= maxEarly {
+					return fmt.Errorf("more than %d publishes before SUBACK", maxEarly)
+				}
+				s.early = append(s.early, early{p: p, at: at})
+			default:
+				if !connacked {
+					return fmt.Errorf("%s before CONNACK", kindOf(cp))
+				}
+			}
+			return nil
+		})
+		wsconn.Release(bp)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+func connackReason(rc byte) string {
+	if r, ok := connackReasons[rc]; ok {
+		return r
+	}
+	return "unknown reason"
+}
+
+// packets splits b, with what an earlier frame left of a packet, into
+// whole packets and hands each, decoded, to f.
+func (s *session) packets(b []byte, f func(packets.ControlPacket) error) error {
+	if len(s.carry) > 0 {
+		s.carry = append(s.carry, b...)
+		b = s.carry
+	}
+	for len(b) > 0 {
+		n, whole, err := split(b, s.d.cfg.MaxPacket)
+		if err != nil {
+			return err
+		}
+		if !whole {
+			// Kept only until the packet's last frame: an idle session
+			// holds no buffer.
+			s.carry = append(s.carry[:0], b...)
+			return nil
+		}
+		cp, err := decode(b[:n])
+		if err != nil {
+			return err
+		}
+		if err := f(cp); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	s.carry = nil
+	return nil
+}
+
+// Serve implements probe.Session.
+func (s *session) Serve(h probe.Handler) error {
+	s.mu.Lock()
+	s.h = h
+	written := s.written
+	s.written = nil
+	s.mu.Unlock()
+	for _, ref := range written {
+		h.OnAck(ref, probe.Ack{})
+	}
+	for _, e := range s.early {
+		s.publish(e.p, e.at, h)
+	}
+	s.early = nil
+	if err := s.flushAcks(); err != nil {
+		return s.conn.Failed(err)
+	}
+	return s.conn.Serve(&reader{s: s, h: h})
+}
+
+// reader is the session as its connection's wsconn.Protocol.
+type reader struct {
+	s  *session
+	h  probe.Handler
+	at int64 // when the frame being handled was read
+}
+
+func (r *reader) Frame(b []byte, at int64) error {
+	r.at = at
+	if err := r.s.packets(b, r.handle); err != nil {
+		return err
+	}
+	return r.s.flushAcks()
+}
+
+// handle handles one packet read after the login.
+func (r *reader) handle(cp packets.ControlPacket) error {
+	s := r.s
+	switch p := cp.(type) {
+	case *packets.PublishPacket:
+		if p.Qos > 1 {
+			// Subscriptions are granted QoS 1 at most; QoS 3 is
+			// malformed.
+			return fmt.Errorf("PUBLISH of QoS %d on a subscription of QoS 1 at most", p.Qos)
+		}
+		s.publish(p, r.at, r.h)
+	case *packets.PubackPacket:
+		s.acked(p.MessageID, r.h)
+	case *packets.PingrespPacket:
+	case *packets.ConnackPacket, *packets.SubackPacket:
+		return fmt.Errorf("unexpected %s after login", kindOf(cp))
+	default:
+		return fmt.Errorf("unexpected %s from broker", kindOf(cp))
+	}
+	return nil
+}
+
+func (r *reader) Ended(err error) *probe.Disconnect { return wsconn.Ended(err, nil) }
+
+// publish delivers p and queues its PUBACK.
+func (s *session) publish(p *packets.PublishPacket, at int64, h probe.Handler) {
+	d := &s.delivery
+	*d = probe.Delivery{Body: p.Payload, At: at}
+	switch t := p.TopicName; {
+	case strings.HasPrefix(t, s.d.dmPrefix):
+		rest := t[len(s.d.dmPrefix):]
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			s.d.unmatched.Add(1)
+			break
+		}
+		d.From = []byte(rest[i+1:])
+		s.deliver(p, h)
+	case strings.HasPrefix(t, s.d.gPrefix):
+		d.Group = true
+		s.deliver(p, h)
+	default:
+		s.d.unmatched.Add(1)
+	}
+	if p.Qos > 0 {
+		s.acks = appendPuback(s.acks, p.MessageID)
+	}
+}
+
+func (s *session) deliver(p *packets.PublishPacket, h probe.Handler) {
+	d := &s.delivery
+	// A resend (DUP) may be of what the device has; a message intended
+	// before this session began was queued for it while it was away.
+	d.Recovered = p.Dup
+	if !d.Recovered && s.present && probe.ParseBody(p.Payload, &s.hdr) == nil && s.hdr.Intended < s.loginAt {
+		d.Recovered = true
+	}
+	h.OnDelivery(d)
+}
+
+// flushAcks writes the PUBACKs of the frame just handled, together.
+func (s *session) flushAcks() error {
+	if len(s.acks) == 0 {
+		return nil
+	}
+	err := s.conn.Write(s.acks)
+	s.acks = s.acks[:0]
+	if cap(s.acks) > 4<<10 {
+		s.acks = nil
+	}
+	return err
+}
+
+// acked reports the publish of packet id as accepted.
+func (s *session) acked(id uint16, h probe.Handler) {
+	s.mu.Lock()
+	ref, ok := uint64(0), false
+	for i, f := range s.inflight {
+		if f.id == id {
+			ref, ok = f.ref, true
+			// Acknowledged in order, as brokers do, this removes the
+			// head; an earlier one left behind is the broker's
+			// omission, written off by the population's ack timeout.
+			s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+			break
+		}
+	}
+	if len(s.inflight) == 0 {
+		s.inflight = nil
+	}
+	s.mu.Unlock()
+	if !ok {
+		s.d.unmatched.Add(1)
+		return
+	}
+	h.OnAck(ref, probe.Ack{})
+}
+
+// Send implements probe.Session.
+func (s *session) Send(m *probe.Message) error {
+	d := s.d
+	var topic string
+	switch {
+	case m.Group != "":
+		topic = d.gPrefix + m.Group
+	case m.To != "":
+		topic = d.dmPrefix + m.To + "/" + s.user
+	default:
+		return errors.New("mqtt: message with neither recipient nor group")
+	}
+	if len(m.Body)+len(topic)+8 > d.cfg.MaxPacket {
+		return fmt.Errorf("mqtt: message of %d bytes: larger than max_packet %d", len(m.Body), d.cfg.MaxPacket)
+	}
+	if d.qos == 0 {
+		if err := s.conn.Write(publishPacket(topic, 0, 0, m.Body)); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		h := s.h
+		if h == nil {
+			s.written = append(s.written, m.Ref)
+		}
+		s.mu.Unlock()
+		if h != nil {
+			h.OnAck(m.Ref, probe.Ack{})
+		}
+		return nil
+	}
+	s.mu.Lock()
+	if len(s.inflight) >= maxInflight {
+		s.mu.Unlock()
+		return fmt.Errorf("mqtt: %d publishes unacknowledged: no packet id free", maxInflight)
+	}
+	id := s.nextID
+	s.nextID++
+	if s.nextID == 0 {
+		s.nextID = 1
+	}
+	s.inflight = append(s.inflight, flight{id: id, ref: m.Ref})
+	s.mu.Unlock()
+	// Written outside mu: the PUBACK may come before Write returns, and
+	// finds the flight recorded.
+	return s.conn.Write(publishPacket(topic, id, 1, m.Body))
+}
+
+// Ping implements probe.Session: a PINGREQ, answered by PINGRESP, which
+// the read loop's idle deadline sees like any frame.
+func (s *session) Ping() error { return s.conn.Write(pingreq) }
+
+// Close implements probe.Session: DISCONNECT, after which the broker
+// closes the connection.
+func (s *session) Close() error { return s.conn.Close() }
+
+// kindOf names cp's packet type as the specification does.
+func kindOf(cp packets.ControlPacket) string {
+	return strings.ToUpper(strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", cp), "*packets."), "Packet"))
+}
