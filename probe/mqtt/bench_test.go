@@ -31,10 +31,13 @@ func appendBody(dst []byte, seq uint64, intended int64) []byte {
 }
 
 // appendPublish appends the QoS 1 PUBLISH of body on the group's topic, as
-// a broker sends it.
-func appendPublish(dst, body []byte, id uint16) []byte {
+// a broker sends it: MQTT 5's with an empty property list.
+func appendPublish(dst, body []byte, id uint16, v5 bool) []byte {
 	const topic = "imcanary/g/imcanary-g3"
 	n := 2 + len(topic) + 2 + len(body)
+	if v5 {
+		n++
+	}
 	dst = append(dst, 0x32)
 	for {
 		c := byte(n & 0x7f)
@@ -50,6 +53,9 @@ func appendPublish(dst, body []byte, id uint16) []byte {
 	dst = append(dst, 0, byte(len(topic)))
 	dst = append(dst, topic...)
 	dst = append(dst, byte(id>>8), byte(id))
+	if v5 {
+		dst = append(dst, 0)
+	}
 	return append(dst, body...)
 }
 
@@ -64,16 +70,19 @@ func appendReference(dst, body []byte) []byte {
 // BenchmarkFrameToLedger measures a group delivery from its frame's bytes
 // to the ledger's counters through this adapter (packet split, the Paho
 // packets decoder, topic, PUBACK queued) and through the native reference
-// adapter, in one run: compare the two. "build" is the frame construction
-// both include.
+// adapter, in one run: compare them. "build" is the frame construction
+// they include.
 func BenchmarkFrameToLedger(b *testing.B) {
-	for _, name := range []string{"build", "reference", "mqtt"} {
+	for _, name := range []string{"build", "reference", "mqtt", "mqtt5"} {
 		b.Run(name, func(b *testing.B) {
 			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
 			start := time.Now().UnixNano()
 			in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
 			h := inboxHandler{in}
 			s := newTestSession(b)
+			if name == "mqtt5" {
+				s = newTestSession(b, "5")
+			}
 			rd := &reader{s: s, h: h}
 			ref := reference.NewDecoder(h)
 			var buf, body []byte
@@ -82,14 +91,14 @@ func BenchmarkFrameToLedger(b *testing.B) {
 				body = appendBody(body[:0], uint64(i+1), start+int64(i))
 				switch name {
 				case "build":
-					buf = appendPublish(buf[:0], body, uint16(i))
+					buf = appendPublish(buf[:0], body, uint16(i), false)
 				case "reference":
 					buf = appendReference(buf[:0], body)
 					if err := ref.Frame(buf, start+int64(i)+1e6); err != nil {
 						b.Fatal(err)
 					}
-				case "mqtt":
-					buf = appendPublish(buf[:0], body, uint16(i))
+				case "mqtt", "mqtt5":
+					buf = appendPublish(buf[:0], body, uint16(i), name == "mqtt5")
 					rd.at = start + int64(i) + 1e6
 					if err := s.packets(buf, rd.handle); err != nil {
 						b.Fatal(err)

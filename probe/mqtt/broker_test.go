@@ -38,6 +38,7 @@ type popConfig struct {
 	users, groupSize, devices int
 	rate                      float64
 	qos                       int
+	version                   string
 	catchUp                   bool
 	lostAfter                 time.Duration
 	messageSize               int
@@ -105,6 +106,9 @@ func start(t *testing.T, url string, pc popConfig) *fixture {
 	}
 	c := config.Section[mqtt.Config](cfg, "mqtt", mqtt.DefaultConfig())
 	c.QoS = pc.qos
+	if pc.version != "" {
+		c.Version = pc.version
+	}
 	c.TopicPrefix = fmt.Sprintf("imctest%d", time.Now().UnixNano()%1e9)
 	drv, err := mqtt.New(c, mqtt.Options{URL: url, Heartbeat: time.Second})
 	if err != nil {
@@ -189,28 +193,38 @@ var brokers = []struct{ name, env string }{{"mosquitto", mosquittoVar}, {"mochi"
 // broker queued for them, counted recovered, never lost.
 func TestBrokerPopulation(t *testing.T) {
 	for _, b := range brokers {
-		t.Run(b.name, func(t *testing.T) {
-			fx := start(t, brokerURL(t, b.env), popConfig{users: 200, groupSize: 5, rate: 2, qos: 1, catchUp: true})
-			time.Sleep(2 * time.Second)
-			killed := 0
-			for i := range 4 {
-				killed += fx.kill(fx.user(7+i*41), time.Second)
-			}
-			c := fx.soak(4*time.Second, 5*time.Second)
-			t.Logf("%s: %+v; %d sessions dropped; unmatched %d", b.name, c, killed, fx.drv.FramesUnmatched())
-			if c.expected < 2000 {
-				t.Fatalf("%v expected deliveries, want thousands", c.expected)
-			}
-			if c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
-				t.Errorf("%+v: want every acked message delivered or recovered, once", c)
-			}
-			if c.recovered == 0 {
-				t.Errorf("nothing recovered after %d sessions dropped: the persistent sessions' queues were not counted", killed)
-			}
-			if n := fx.drv.FramesUnmatched(); n != 0 {
-				t.Errorf("%d packets matched no topic or flight", n)
-			}
-		})
+		for _, v := range []string{"3.1.1", "5"} {
+			t.Run(b.name+"/"+v, func(t *testing.T) {
+				fx := start(t, brokerURL(t, b.env), popConfig{users: 200, groupSize: 5, rate: 2, qos: 1, catchUp: true, version: v})
+				time.Sleep(2 * time.Second)
+				killed := 0
+				for i := range 4 {
+					killed += fx.kill(fx.user(7+i*41), time.Second)
+				}
+				c := fx.soak(4*time.Second, 5*time.Second)
+				t.Logf("%s, MQTT %s: %+v; %d sessions dropped; unmatched %d; own echoes ignored %v",
+					b.name, v, c, killed, fx.drv.FramesUnmatched(), metrics.Value(fx.set.Ignored[metrics.IgnoredOwn]))
+				if c.expected < 2000 {
+					t.Fatalf("%v expected deliveries, want thousands", c.expected)
+				}
+				if c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
+					t.Errorf("%+v: want every acked message delivered or recovered, once", c)
+				}
+				if c.recovered == 0 {
+					t.Errorf("nothing recovered after %d sessions dropped: the persistent sessions' queues were not counted", killed)
+				}
+				if n := fx.drv.FramesUnmatched(); n != 0 {
+					t.Errorf("%d packets matched no topic or flight", n)
+				}
+				// MQTT 5 subscribes to groups with No Local: a session is
+				// not sent its own group messages.
+				if own := metrics.Value(fx.set.Ignored[metrics.IgnoredOwn]); v == "5" && own != 0 {
+					t.Errorf("%v own messages echoed under No Local", own)
+				} else if v == "3.1.1" && own == 0 {
+					t.Errorf("no own group message echoed: MQTT 3.1.1 has no No Local, want them ignored as own")
+				}
+			})
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/probe"
@@ -11,6 +12,13 @@ import (
 
 // Config is the mqtt section of the configuration, target.mqtt.
 type Config struct {
+	// Version is the MQTT version spoken: "3.1.1" or "5".
+	Version string `koanf:"version"`
+	// SessionExpiry is how long an MQTT 5 broker keeps a device's
+	// session, and queues for it, after its connection ends (catch-up
+	// on). MQTT 3.1.1 has no such field: the broker's own setting rules
+	// (mosquitto's persistent_client_expiration).
+	SessionExpiry time.Duration `koanf:"session_expiry"`
 	// TopicPrefix roots every topic imcanary publishes and subscribes to
 	// (the topic scheme is in the package comment).
 	TopicPrefix string `koanf:"topic_prefix"`
@@ -31,7 +39,7 @@ type Config struct {
 
 // DefaultConfig is the section's default.
 func DefaultConfig() Config {
-	return Config{TopicPrefix: "imcanary", QoS: 1, ClientIDPrefix: "imc-", MaxPacket: 1 << 20}
+	return Config{Version: "3.1.1", SessionExpiry: time.Hour, TopicPrefix: "imcanary", QoS: 1, ClientIDPrefix: "imc-", MaxPacket: 1 << 20}
 }
 
 // check returns what is wrong with c, by key.
@@ -39,6 +47,12 @@ func check(c Config) []*config.ValidationError {
 	var out []*config.ValidationError
 	bad := func(key string, v any, err error) {
 		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})
+	}
+	if c.Version != "3.1.1" && c.Version != "5" {
+		bad("version", c.Version, errors.New(`must be "3.1.1" or "5"`))
+	}
+	if c.SessionExpiry < time.Second || c.SessionExpiry > time.Duration(1<<32-1)*time.Second {
+		bad("session_expiry", c.SessionExpiry, errors.New("must be between 1s and 2^32-1 seconds"))
 	}
 	if err := topicLevels(c.TopicPrefix); err != nil {
 		bad("topic_prefix", c.TopicPrefix, err)
@@ -77,6 +91,8 @@ var Adapter = probe.Adapter{
 		Name:    "mqtt",
 		Section: DefaultConfig(),
 		Help: map[string]string{
+			"version":          `MQTT version: "3.1.1" or "5"`,
+			"session_expiry":   "MQTT 5: how long the broker keeps a device's session after it disconnects (catch-up on)",
 			"topic_prefix":     "first topic levels of every topic (PREFIX/dm/TO/FROM, PREFIX/g/GROUP)",
 			"qos":              "1: each publish acked by PUBACK; 0: a publish counts as accepted once written",
 			"client_id_prefix": "start of each device's client identifier (PREFIX + USER + '-' + DEVICE)",

@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzFrames reads arbitrary bytes as the packets of two WebSocket frames,
-// split where the first byte says (the PUBACKs they queue are not
+// split where the first byte says, by the decoder of MQTT 3.1.1 or 5 (the PUBACKs they queue are not
 // written: the session has no connection). Whatever they are, reading never
 // panics, a packet is carried across frames only while it is incomplete
 // and never past max_packet, and a delivery is only ever a PUBLISH.
@@ -19,7 +19,12 @@ func FuzzFrames(f *testing.F) {
 	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0x7f})
 	f.Add([]byte{0x36, 4, 0, 1, 'a', 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := newTestSession(t)
+		// Either version's decoder, as the second byte says.
+		v := "3.1.1"
+		if len(data) > 1 && data[1]&1 == 1 {
+			v = "5"
+		}
+		s := newTestSession(t, v)
 		s.inflight = []flight{{1, 10}, {2, 20}}
 		r := &recorder{}
 		rd := &reader{s: s, h: r}

@@ -1,4 +1,4 @@
-// Package mqtt is the probe driver for MQTT 3.1.1 over WebSocket
+// Package mqtt is the probe driver for MQTT 3.1.1 and 5 over WebSocket
 // (subprotocol "mqtt", binary frames), the transport of many in-house chat
 // systems, tested against mosquitto and mochi-mqtt.
 //
@@ -22,7 +22,10 @@
 // for it while it was away arrives after the CONNACK that says the session
 // was present; those messages, and the broker's resends (DUP), count as
 // recovered. With catch-up off the session is clean, and what was sent
-// while a device was away is lost to it.
+// while a device was away is lost to it. MQTT 5 sessions carry a session
+// expiry (without one a session ends with its connection), subscribe to
+// their groups with No Local (a session is not sent its own publishes), and
+// a PUBACK with a reason code of 0x80 or more is a rejection.
 package mqtt
 
 import (
@@ -68,6 +71,7 @@ type Driver struct {
 	log  *slog.Logger
 	conn *wsconn.Settings
 	qos  byte
+	c    codec
 	// dmPrefix and gPrefix are "PREFIX/dm/" and "PREFIX/g/".
 	dmPrefix, gPrefix string
 	keepalive         uint16
@@ -92,9 +96,13 @@ func New(c Config, o Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var cd codec = codec311{}
+	if c.Version == "5" {
+		cd = codec5{}
+	}
 	ka := min((2*o.Heartbeat+time.Second-1)/time.Second, 65535)
 	return &Driver{
-		cfg: c, opts: o, log: log, qos: byte(c.QoS),
+		cfg: c, opts: o, log: log, qos: byte(c.QoS), c: cd,
 		dmPrefix: c.TopicPrefix + "/dm/", gPrefix: c.TopicPrefix + "/g/",
 		keepalive: uint16(ka),
 		conn: wsconn.NewSettings(wsconn.Settings{
@@ -138,6 +146,17 @@ func (d *Driver) Provision(_ context.Context, plan probe.Plan) error {
 // by it, and two devices of one user must not take each other's over.
 func (d *Driver) clientID(user string, dev int) string {
 	return d.cfg.ClientIDPrefix + user + "-" + strconv.Itoa(dev)
+}
+
+// noLocal says which of topics are groups': an MQTT 5 session asks not to
+// be sent its own publishes there (3.1.1 ignores it, and the ledger
+// counts them ignored as own).
+func (d *Driver) noLocal(topics []string) []bool {
+	nl := make([]bool, len(topics))
+	for i, t := range topics {
+		nl[i] = strings.HasPrefix(t, d.gPrefix)
+	}
+	return nl
 }
 
 // FramesUnmatched counts publishes on topics outside the scheme, and

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/eclipse/paho.mqtt.golang/packets"
-
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
@@ -58,7 +58,7 @@ type flight struct {
 }
 
 type early struct {
-	p  *packets.PublishPacket
+	p  packet
 	at int64
 }
 
@@ -74,7 +74,7 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 	var err error
 	s.conn, err = wsconn.Open(ctx, d.conn, dev.Link, user, func(c *wsconn.Conn) error {
 		s.conn = c
-		return s.login(d.clientID(user, dev.Index), persistent, topics)
+		return s.login(d.clientID(user, dev.Index), persistent, topics, d.noLocal(topics))
 	})
 	if err != nil {
 		return nil, err
@@ -82,9 +82,10 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 	return s, nil
 }
 
-func (s *session) login(clientID string, persistent bool, topics []string) error {
+func (s *session) login(clientID string, persistent bool, topics []string, noLocal []bool) error {
 	d := s.d
-	if err := s.conn.Write(connectPacket(clientID, d.cfg.Username, d.opts.Password, !persistent, d.keepalive)); err != nil {
+	expiry := uint32(d.cfg.SessionExpiry / time.Second)
+	if err := s.conn.Write(d.c.connect(clientID, d.cfg.Username, d.opts.Password, !persistent, d.keepalive, expiry)); err != nil {
 		return fmt.Errorf("CONNECT: %w", err)
 	}
 	subID := uint16(1)
@@ -99,42 +100,37 @@ func (s *session) login(clientID string, persistent bool, topics []string) error
 			return fmt.Errorf("waiting for SUBACK: %w", err)
 		}
 		done := false
-		err = s.packets(*bp, func(cp packets.ControlPacket) error {
-			switch p := cp.(type) {
-			case *packets.ConnackPacket:
+		err = s.packets(*bp, func(p *packet) error {
+			switch {
+			case p.typ == typeConnack:
 				if connacked {
 					return errors.New("a second CONNACK")
 				}
-				if p.ReturnCode != 0 {
-					return fmt.Errorf("broker refused CONNECT: %s (return code %d)", connackReason(p.ReturnCode), p.ReturnCode)
+				if r := d.c.refusal(p.code); r != "" {
+					return fmt.Errorf("broker refused CONNECT: %s (code %d)", r, p.code)
 				}
-				connacked, s.present, s.loginAt = true, p.SessionPresent, at
-				return s.conn.Write(subscribePacket(subID, topics, d.qos))
-			case *packets.SubackPacket:
-				if !connacked || p.MessageID != subID {
-					return fmt.Errorf("SUBACK for packet %d, want %d after CONNACK", p.MessageID, subID)
+				connacked, s.present, s.loginAt = true, p.present, at
+				return s.conn.Write(d.c.subscribe(subID, topics, d.qos, noLocal))
+			case !connacked:
+				return fmt.Errorf("%s before CONNACK", packetName(p.typ))
+			case p.typ == typeSuback:
+				if p.id != subID {
+					return fmt.Errorf("SUBACK for packet %d, want %d", p.id, subID)
 				}
-				if len(p.ReturnCodes) != len(topics) {
-					return fmt.Errorf("SUBACK grants %d topics, asked %d", len(p.ReturnCodes), len(topics))
+				if len(p.codes) != len(topics) {
+					return fmt.Errorf("SUBACK grants %d topics, asked %d", len(p.codes), len(topics))
 				}
-				for i, rc := range p.ReturnCodes {
-					if rc == 0x80 {
-						return fmt.Errorf("broker refused the subscription to %s", topics[i])
+				for i, rc := range p.codes {
+					if rc >= 0x80 {
+						return fmt.Errorf("broker refused the subscription to %s (code 0x%02x)", topics[i], rc)
 					}
 				}
 				done = true
-			case *packets.PublishPacket:
-				if !connacked {
-					return errors.New("PUBLISH before CONNACK")
-				}
+			case p.typ == typePublish:
 				if len(s.early) >= maxEarly {
 					return fmt.Errorf("more than %d publishes before SUBACK", maxEarly)
 				}
-				s.early = append(s.early, early{p: p, at: at})
-			default:
-				if !connacked {
-					return fmt.Errorf("%s before CONNACK", kindOf(cp))
-				}
+				s.early = append(s.early, early{p: *p, at: at})
 			}
 			return nil
 		})
@@ -148,16 +144,9 @@ func (s *session) login(clientID string, persistent bool, topics []string) error
 	}
 }
 
-func connackReason(rc byte) string {
-	if r, ok := connackReasons[rc]; ok {
-		return r
-	}
-	return "unknown reason"
-}
-
 // packets splits b, with what an earlier frame left of a packet, into
 // whole packets and hands each, decoded, to f.
-func (s *session) packets(b []byte, f func(packets.ControlPacket) error) error {
+func (s *session) packets(b []byte, f func(*packet) error) error {
 	if len(s.carry) > 0 {
 		s.carry = append(s.carry, b...)
 		b = s.carry
@@ -173,11 +162,11 @@ func (s *session) packets(b []byte, f func(packets.ControlPacket) error) error {
 			s.carry = append(s.carry[:0], b...)
 			return nil
 		}
-		cp, err := decode(b[:n])
+		p, err := s.d.c.decode(b[:n])
 		if err != nil {
 			return err
 		}
-		if err := f(cp); err != nil {
+		if err := f(&p); err != nil {
 			return err
 		}
 		b = b[n:]
@@ -196,8 +185,8 @@ func (s *session) Serve(h probe.Handler) error {
 	for _, ref := range written {
 		h.OnAck(ref, probe.Ack{})
 	}
-	for _, e := range s.early {
-		s.publish(e.p, e.at, h)
+	for i := range s.early {
+		s.publish(&s.early[i].p, s.early[i].at, h)
 	}
 	s.early = nil
 	if err := s.flushAcks(); err != nil {
@@ -222,23 +211,25 @@ func (r *reader) Frame(b []byte, at int64) error {
 }
 
 // handle handles one packet read after the login.
-func (r *reader) handle(cp packets.ControlPacket) error {
+func (r *reader) handle(p *packet) error {
 	s := r.s
-	switch p := cp.(type) {
-	case *packets.PublishPacket:
-		if p.Qos > 1 {
+	switch p.typ {
+	case typePublish:
+		if p.qos > 1 {
 			// Subscriptions are granted QoS 1 at most; QoS 3 is
 			// malformed.
-			return fmt.Errorf("PUBLISH of QoS %d on a subscription of QoS 1 at most", p.Qos)
+			return fmt.Errorf("PUBLISH of QoS %d on a subscription of QoS 1 at most", p.qos)
 		}
 		s.publish(p, r.at, r.h)
-	case *packets.PubackPacket:
-		s.acked(p.MessageID, r.h)
-	case *packets.PingrespPacket:
-	case *packets.ConnackPacket, *packets.SubackPacket:
-		return fmt.Errorf("unexpected %s after login", kindOf(cp))
+	case typePuback:
+		s.acked(p.id, p.code, r.h)
+	case typePingresp:
+	case typeDisconn:
+		// MQTT 5: the broker says why it ends the session; the close
+		// of the connection that follows ends Serve.
+		return &probe.Disconnect{Reason: metrics.ReasonServerClose, Text: "DISCONNECT " + reason5(p.code)}
 	default:
-		return fmt.Errorf("unexpected %s from broker", kindOf(cp))
+		return fmt.Errorf("unexpected %s from broker", packetName(p.typ))
 	}
 	return nil
 }
@@ -246,10 +237,10 @@ func (r *reader) handle(cp packets.ControlPacket) error {
 func (r *reader) Ended(err error) *probe.Disconnect { return wsconn.Ended(err, nil) }
 
 // publish delivers p and queues its PUBACK.
-func (s *session) publish(p *packets.PublishPacket, at int64, h probe.Handler) {
+func (s *session) publish(p *packet, at int64, h probe.Handler) {
 	d := &s.delivery
-	*d = probe.Delivery{Body: p.Payload, At: at}
-	switch t := p.TopicName; {
+	*d = probe.Delivery{Body: p.payload, At: at}
+	switch t := p.topic; {
 	case strings.HasPrefix(t, s.d.dmPrefix):
 		rest := t[len(s.d.dmPrefix):]
 		i := strings.IndexByte(rest, '/')
@@ -265,17 +256,17 @@ func (s *session) publish(p *packets.PublishPacket, at int64, h probe.Handler) {
 	default:
 		s.d.unmatched.Add(1)
 	}
-	if p.Qos > 0 {
-		s.acks = appendPuback(s.acks, p.MessageID)
+	if p.qos > 0 {
+		s.acks = appendPuback(s.acks, p.id)
 	}
 }
 
-func (s *session) deliver(p *packets.PublishPacket, h probe.Handler) {
+func (s *session) deliver(p *packet, h probe.Handler) {
 	d := &s.delivery
 	// A resend (DUP) may be of what the device has; a message intended
 	// before this session began was queued for it while it was away.
-	d.Recovered = p.Dup
-	if !d.Recovered && s.present && probe.ParseBody(p.Payload, &s.hdr) == nil && s.hdr.Intended < s.loginAt {
+	d.Recovered = p.dup
+	if !d.Recovered && s.present && probe.ParseBody(p.payload, &s.hdr) == nil && s.hdr.Intended < s.loginAt {
 		d.Recovered = true
 	}
 	h.OnDelivery(d)
@@ -294,8 +285,9 @@ func (s *session) flushAcks() error {
 	return err
 }
 
-// acked reports the publish of packet id as accepted.
-func (s *session) acked(id uint16, h probe.Handler) {
+// acked reports the publish of packet id as accepted, or, for an MQTT 5
+// reason code of 0x80 or more, as refused.
+func (s *session) acked(id uint16, code byte, h probe.Handler) {
 	s.mu.Lock()
 	ref, ok := uint64(0), false
 	for i, f := range s.inflight {
@@ -314,6 +306,10 @@ func (s *session) acked(id uint16, h probe.Handler) {
 	s.mu.Unlock()
 	if !ok {
 		s.d.unmatched.Add(1)
+		return
+	}
+	if code >= 0x80 {
+		h.OnReject(ref, reason5(code))
 		return
 	}
 	h.OnAck(ref, probe.Ack{})
@@ -335,7 +331,7 @@ func (s *session) Send(m *probe.Message) error {
 		return fmt.Errorf("mqtt: message of %d bytes: larger than max_packet %d", len(m.Body), d.cfg.MaxPacket)
 	}
 	if d.qos == 0 {
-		if err := s.conn.Write(publishPacket(topic, 0, 0, m.Body)); err != nil {
+		if err := s.conn.Write(d.c.publish(topic, 0, 0, m.Body)); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -363,7 +359,7 @@ func (s *session) Send(m *probe.Message) error {
 	s.mu.Unlock()
 	// Written outside mu: the PUBACK may come before Write returns, and
 	// finds the flight recorded.
-	return s.conn.Write(publishPacket(topic, id, 1, m.Body))
+	return s.conn.Write(d.c.publish(topic, id, 1, m.Body))
 }
 
 // Ping implements probe.Session: a PINGREQ, answered by PINGRESP, which
@@ -373,8 +369,3 @@ func (s *session) Ping() error { return s.conn.Write(pingreq) }
 // Close implements probe.Session: DISCONNECT, after which the broker
 // closes the connection.
 func (s *session) Close() error { return s.conn.Close() }
-
-// kindOf names cp's packet type as the specification does.
-func kindOf(cp packets.ControlPacket) string {
-	return strings.ToUpper(strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", cp), "*packets."), "Packet"))
-}
