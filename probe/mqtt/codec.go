@@ -243,6 +243,8 @@ func (codec5) decode(b []byte) (packet, error) {
 		pk.id, pk.code = p.PacketID, p.ReasonCode
 	case *v5.Suback:
 		pk.id, pk.codes = p.PacketID, p.Reasons
+	case *v5.Disconnect:
+		pk.code = p.ReasonCode
 	}
 	return pk, nil
 }
@@ -258,8 +260,9 @@ var connackReasons5 = map[byte]string{
 	0x95: "packet too large", 0x97: "quota exceeded", 0x99: "payload format invalid",
 	0x9a: "retain not supported", 0x9b: "QoS not supported", 0x9c: "use another server",
 	0x9d: "server moved", 0x9f: "connection rate exceeded",
-	// PUBACK's own.
-	0x91: "packet identifier in use",
+	// PUBACK's and DISCONNECT's own.
+	0x91: "packet identifier in use", 0x8b: "server shutting down", 0x8d: "keep alive timeout",
+	0x8e: "session taken over",
 }
 
 // reason5 names an MQTT 5 reason code.

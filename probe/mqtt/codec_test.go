@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
 
@@ -145,6 +146,21 @@ func TestPubackReason5(t *testing.T) {
 	}
 	if len(r.rejects) != 1 || r.rejects[0] != "100 quota exceeded" || len(r.acks) != 1 || r.acks[0] != 200 {
 		t.Errorf("rejects %q, acks %v: want 100 refused for quota, 200 accepted", r.rejects, r.acks)
+	}
+}
+
+// An MQTT 5 DISCONNECT from the broker ends the session with its reason:
+// a session taken over by the same client id is a conflict.
+func TestDisconnect5(t *testing.T) {
+	for _, tc := range []struct {
+		code   byte
+		reason string
+	}{{0x8e, metrics.ReasonConflict}, {0x8b, metrics.ReasonServerClose}} {
+		s := newTestSession(t, "5")
+		err := s.packets([]byte{0xe0, 1, tc.code}, (&reader{s: s, h: &recorder{}}).handle)
+		if got := probe.ReasonOf(err); got != tc.reason || !strings.Contains(err.Error(), reason5(tc.code)) {
+			t.Errorf("DISCONNECT 0x%02x: %v (reason %s), want %s naming %q", tc.code, err, got, tc.reason, reason5(tc.code))
+		}
 	}
 }
 

@@ -225,9 +225,14 @@ func (r *reader) handle(p *packet) error {
 		s.acked(p.id, p.code, r.h)
 	case typePingresp:
 	case typeDisconn:
-		// MQTT 5: the broker says why it ends the session; the close
-		// of the connection that follows ends Serve.
-		return &probe.Disconnect{Reason: metrics.ReasonServerClose, Text: "DISCONNECT " + reason5(p.code)}
+		// MQTT 5: the broker says why it ends the session. 0x8E is
+		// another connection of the same client id taking the
+		// session over: a conflict, never loss.
+		reason := metrics.ReasonServerClose
+		if p.code == 0x8e {
+			reason = metrics.ReasonConflict
+		}
+		return &probe.Disconnect{Reason: reason, Err: fmt.Errorf("broker sent DISCONNECT: %s", reason5(p.code))}
 	default:
 		return fmt.Errorf("unexpected %s from broker", packetName(p.typ))
 	}
