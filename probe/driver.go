@@ -73,7 +73,9 @@ type Session interface {
 
 // Handler receives what a session reads. Its methods run on the Serve
 // goroutine and must not retain the byte slices they are given: they alias
-// the session's read buffer.
+// the session's read buffer. The one exception is a protocol whose ack is
+// the write itself (MQTT at QoS 0): its OnAck runs on the goroutine that
+// called Send, after the write, which a Handler must allow.
 type Handler interface {
 	// OnAck reports that the server accepted the message sent with ref.
 	OnAck(ref uint64, a Ack)

@@ -190,7 +190,9 @@ func (s *session) Serve(h probe.Handler) error {
 	}
 	s.early = nil
 	if err := s.flushAcks(); err != nil {
-		return s.conn.Failed(err)
+		err = s.conn.Failed(err)
+		s.conn.Abort()
+		return err
 	}
 	return s.conn.Serve(&reader{s: s, h: h})
 }
