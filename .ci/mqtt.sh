@@ -43,12 +43,13 @@ build() {
 
 # check_ports P... fails if a port is out of range or something already
 # listens on it: that something would answer the readiness check below in
-# place of our broker.
+# place of our broker. The callers check PORT alone first, so that the
+# PORT+1 after it is arithmetic on a number.
 check_ports() {
   local p
   for p in "$@"; do
     if ! [[ $p =~ ^[0-9]+$ ]] || [ "$p" -lt 1 ] || [ "$p" -gt 65535 ]; then
-      echo "port $p is out of range" >&2
+      echo "$p is not a port (1-65535)" >&2
       exit 2
     fi
     if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
@@ -106,7 +107,8 @@ start_mosquitto() {
     exit 2
   fi
   not_running "$dir"
-  check_ports "$port" "$((port + 1))"
+  check_ports "$port"
+  check_ports "$((port + 1))"
   # Started as root, mosquitto switches to the user "mosquitto" before it
   # opens its log file, which it then cannot create in a 0700 directory
   # such as mktemp -d makes (.ci/run's): "user root" keeps it root. As
@@ -156,7 +158,8 @@ start_mochi() {
   # The command always opens a plain MQTT listener and an HTTP info
   # dashboard too (defaults :1883 and :8080, on every address): both on
   # loopback, on the next two ports, so that they collide with nothing.
-  check_ports "$port" "$((port + 1))" "$((port + 2))"
+  check_ports "$port"
+  check_ports "$((port + 1))" "$((port + 2))"
   setsid "$bin" -ws "127.0.0.1:$port" -tcp "127.0.0.1:$((port + 1))" -info "127.0.0.1:$((port + 2))" \
     >"$dir/log" 2>&1 </dev/null &
   echo $! >"$dir/pid"
