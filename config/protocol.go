@@ -35,6 +35,9 @@ type Protocol struct {
 	// InProcess says that an empty target.url means a reference server
 	// in this process; every other protocol needs a URL.
 	InProcess bool
+	// Schemes are the target.url schemes the protocol takes; nil for
+	// ws and wss.
+	Schemes []string
 }
 
 // Loader loads and checks configurations for a set of protocols: their

@@ -188,13 +188,19 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 		}
 	}
 	if t.URL != "" {
+		// Most protocols are WebSocket; a long-poll one (Matrix) is
+		// HTTP.
+		schemes, what := []string{"ws", "wss"}, "a ws:// or wss:// URL"
+		if proto, ok := ld.protocol(t.Protocol); ok && len(proto.Schemes) > 0 {
+			schemes, what = proto.Schemes, "a "+strings.Join(proto.Schemes, ":// or ")+":// URL"
+		}
 		if u, err := url.Parse(t.URL); err != nil {
 			if ue, ok := errors.AsType[*url.Error](err); ok {
 				err = ue.Err
 			}
-			fail("target.url", t.URL, "must be a ws:// or wss:// URL: %w", err)
-		} else if u.Scheme != "ws" && u.Scheme != "wss" {
-			fail("target.url", t.URL, "must be a ws:// or wss:// URL")
+			fail("target.url", t.URL, "must be %s: %w", what, err)
+		} else if !slices.Contains(schemes, u.Scheme) {
+			fail("target.url", t.URL, "must be %s", what)
 		} else if u.Host == "" {
 			fail("target.url", t.URL, "must have a host")
 		}

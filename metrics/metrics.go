@@ -465,6 +465,26 @@ func Value(m prometheus.Metric) float64 {
 	return 0
 }
 
+// Count returns how many observations a histogram or summary holds, 0 for
+// anything else.
+func Count(o prometheus.Observer) uint64 {
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		return 0
+	}
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		return 0
+	}
+	switch {
+	case d.Histogram != nil:
+		return d.Histogram.GetSampleCount()
+	case d.Summary != nil:
+		return d.Summary.GetSampleCount()
+	}
+	return 0
+}
+
 // Set is the series of one (target, source) pair with every label resolved,
 // so that the delivery path records without a map lookup or an allocation.
 type Set struct {

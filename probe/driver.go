@@ -74,8 +74,10 @@ type Session interface {
 // Handler receives what a session reads. Its methods run on the Serve
 // goroutine and must not retain the byte slices they are given: they alias
 // the session's read buffer. The one exception is a protocol whose ack is
-// the write itself (MQTT at QoS 0): its OnAck runs on the goroutine that
-// called Send, after the write, which a Handler must allow.
+// the write itself (MQTT at QoS 0), or whose sends are requests of their
+// own beside the session's reads (Matrix's HTTP sends): its OnAck and
+// OnReject run on another goroutine, the one that called Send or the one
+// that made the request, which a Handler must allow.
 type Handler interface {
 	// OnAck reports that the server accepted the message sent with ref.
 	OnAck(ref uint64, a Ack)
@@ -83,6 +85,15 @@ type Handler interface {
 	OnReject(ref uint64, reason string)
 	// OnDelivery reports a message delivered to this session's user.
 	OnDelivery(d *Delivery)
+}
+
+// SendFailer is implemented by a Handler that counts a send that failed
+// after Send had returned: a protocol whose sends are requests of their own
+// (an HTTP PUT) learns only then that the request never got an answer. A
+// driver calls OnSendFailed where a WebSocket write would have failed, and
+// falls back to OnReject for a Handler without it.
+type SendFailer interface {
+	OnSendFailed(ref uint64, err error)
 }
 
 // Plan is what a population needs on the server.

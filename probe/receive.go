@@ -60,6 +60,23 @@ func (dev *device) OnReject(ref uint64, reason string) {
 	}
 }
 
+// OnSendFailed implements SendFailer: a send request that never got an
+// answer counts as a failed write.
+func (dev *device) OnSendFailed(ref uint64, err error) {
+	u := dev.u
+	u.mu.Lock()
+	f, ok := u.take(ref)
+	if ok {
+		f.st.addVoid(f.seq)
+		u.unacked(ref, metrics.SendWrite, "")
+	}
+	u.mu.Unlock()
+	if ok {
+		u.p.opts.Set.SendErrors[metrics.SendWrite].Inc()
+		u.p.log.Debug("send failed", "user", u.name, "err", err)
+	}
+}
+
 // OnDelivery implements Handler. Latency is measured to when the frame was
 // read off the socket when the adapter says so; the time from there to the
 // ledger is the prober's own receive lag, recorded apart.
