@@ -29,6 +29,7 @@ import (
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/jsonws"
+	"github.com/imcanary/imcanary/probe/matrix"
 	"github.com/imcanary/imcanary/probe/mqtt"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/probe/xmpp"
@@ -44,6 +45,7 @@ var All = []probe.Adapter{
 	xmpp.Adapter,
 	centrifugo.Adapter,
 	jsonws.Adapter,
+	matrix.Adapter,
 	mqtt.Adapter,
 }
 

@@ -1,0 +1,508 @@
+package matrix_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/matrix"
+	"github.com/imcanary/imcanary/protocols"
+)
+
+// Dendrite is started by .ci/matrix.sh (from .ci/run); without its
+// variables these tests skip.
+const (
+	urlVar    = "IMCANARYTEST_MATRIX_URL"
+	secretVar = "IMCANARYTEST_MATRIX_SECRET"
+)
+
+func server(t testing.TB) (string, []byte) {
+	t.Helper()
+	u, s := os.Getenv(urlVar), os.Getenv(secretVar)
+	if u == "" || s == "" {
+		t.Skipf("%s and %s not set: no homeserver to test against (.ci/matrix.sh starts Dendrite)", urlVar, secretVar)
+	}
+	return u, []byte(s)
+}
+
+type popConfig struct {
+	users, groupSize, devices int
+	rate                      float64
+	catchUp                   bool
+	lostAfter                 time.Duration
+	slow                      probe.SlowReaders
+	timelineLimit             int
+	// url, if set, is where the driver talks to (a proxy in front of
+	// Dendrite).
+	url string
+}
+
+type fixture struct {
+	t      *testing.T
+	pop    *probe.Population
+	set    *metrics.Set
+	drv    *matrix.Driver
+	prefix string
+
+	mu       sync.Mutex
+	sessions map[string][]probe.Session
+	away     map[string]time.Time
+}
+
+func (fx *fixture) Provision(ctx context.Context, plan probe.Plan) error {
+	began := time.Now()
+	err := fx.drv.Provision(ctx, plan)
+	fx.t.Logf("provisioned %d users, %d groups, %d direct pairs in %s", len(plan.Users), len(plan.Groups), len(plan.Direct), time.Since(began).Round(time.Millisecond))
+	return err
+}
+
+// Connect records each session so that kill can end it, and keeps a
+// killed user away for as long as the test says.
+func (fx *fixture) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
+	fx.mu.Lock()
+	until := fx.away[user]
+	fx.mu.Unlock()
+	if time.Now().Before(until) {
+		return nil, fmt.Errorf("%s held away by the test", user)
+	}
+	s, err := fx.drv.Connect(ctx, user, dev)
+	if err == nil {
+		fx.mu.Lock()
+		fx.sessions[user] = append(fx.sessions[user], s)
+		fx.mu.Unlock()
+	}
+	return s, err
+}
+
+func (fx *fixture) MirrorsOwn() bool { return fx.drv.MirrorsOwn() }
+
+// kill drops user's sessions as a lost link does and keeps the user away
+// for away.
+func (fx *fixture) kill(user string, away time.Duration) int {
+	fx.mu.Lock()
+	fx.away[user] = time.Now().Add(away)
+	ss := fx.sessions[user]
+	fx.sessions[user] = nil
+	fx.mu.Unlock()
+	for _, s := range ss {
+		matrix.Abort(s)
+	}
+	return len(ss)
+}
+
+// config is the shipped configs/matrix.yaml's section, as a user runs it.
+func shippedConfig(t testing.TB) matrix.Config {
+	t.Helper()
+	cfg, err := protocols.Loader().Load("../../configs/matrix.yaml", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return config.Section[matrix.Config](cfg, "matrix", matrix.DefaultConfig())
+}
+
+// runPrefix names this run's users and rooms apart from earlier runs'
+// on the same homeserver.
+func runPrefix(tag string) string {
+	return fmt.Sprintf("imct%s%d", tag, time.Now().UnixNano()%1e9)
+}
+
+func start(t *testing.T, pc popConfig) *fixture {
+	t.Helper()
+	u, secret := server(t)
+	if pc.url != "" {
+		u = pc.url
+	}
+	c := shippedConfig(t)
+	c.PollTimeout = 5 * time.Second
+	if pc.timelineLimit > 0 {
+		c.TimelineLimit = pc.timelineLimit
+	}
+	drv, err := matrix.New(c, matrix.Options{URL: u, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &fixture{t: t, drv: drv, prefix: runPrefix(""), sessions: map[string][]probe.Session{}, away: map[string]time.Time{}}
+	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+	lostAfter := pc.lostAfter
+	if lostAfter == 0 {
+		lostAfter = 10 * time.Second
+	}
+	fx.pop, err = probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver: fx, Run: "testrun", Heartbeat: time.Second,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
+		},
+		Set: fx.set, Prefix: fx.prefix, Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate,
+		Ramp: time.Second, Deadline: 5 * time.Second, LostAfter: lostAfter, Devices: pc.devices,
+		SlowReaders: pc.slow,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	began := time.Now()
+	wg.Go(func() { _ = fx.pop.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	// Registering and logging in a user is a password hash on the
+	// server: the bound follows from the users asked for.
+	limit := 60*time.Second + time.Duration(pc.users*max(pc.devices, 1))*200*time.Millisecond
+	for !fx.pop.Ready() {
+		if time.Since(began) > limit {
+			t.Fatalf("population not online after %s: %v of %d sessions", limit, fx.pop.Online(), pc.users)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d users provisioned and online in %s", pc.users, time.Since(began).Round(time.Millisecond))
+	return fx
+}
+
+func (fx *fixture) user(i int) string { return fmt.Sprintf("%s-u%d", fx.prefix, i) }
+
+type totals struct {
+	sent, expected, delivered, recovered, lost, late, dup, reordered float64
+}
+
+func (fx *fixture) cohort(co metrics.Cohort) totals {
+	var c totals
+	for _, k := range fx.set.Kind {
+		r := k.Cohort[co]
+		c.sent += metrics.Value(k.Sent)
+		c.expected += metrics.Value(r.Expected)
+		c.delivered += metrics.Value(r.Delivered)
+		c.recovered += metrics.Value(r.Recovered)
+		c.lost += metrics.Value(r.Lost)
+		c.late += metrics.Value(r.Late)
+		c.dup += metrics.Value(r.Duplicate)
+		c.reordered += metrics.Value(r.Reordered)
+	}
+	return c
+}
+
+// soak sends for d, stops sending, and waits until every owed message of
+// co is accounted for, or twice lost_after.
+func (fx *fixture) soak(d, lostAfter time.Duration, co metrics.Cohort) totals {
+	time.Sleep(d)
+	return fx.settle(lostAfter, co)
+}
+
+// soakUntil sends until n deliveries are owed to co, or for limit.
+func (fx *fixture) soakUntil(n float64, limit, lostAfter time.Duration, co metrics.Cohort) totals {
+	for end := time.Now().Add(limit); time.Now().Before(end) && fx.cohort(co).expected < n; {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fx.settle(lostAfter, co)
+}
+
+// settle stops sending and waits until every owed message of co is
+// accounted for, or twice lost_after.
+func (fx *fixture) settle(lostAfter time.Duration, co metrics.Cohort) totals {
+	fx.pop.SetSending(false)
+	for end := time.Now().Add(2*lostAfter + 5*time.Second); time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+		fx.pop.Sweep(time.Now())
+		if c := fx.cohort(co); c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected {
+			break
+		}
+	}
+	return fx.cohort(co)
+}
+
+// TestDendritePopulation: 500 users in groups of 5 and in pairs, catch-up
+// on. Every acked message is delivered once; the receivers whose
+// sessions are dropped mid-run resume from their /sync position, and what
+// they missed meanwhile counts recovered, never lost.
+func TestDendritePopulation(t *testing.T) {
+	fx := start(t, popConfig{users: 500, groupSize: 5, rate: 0.02, catchUp: true, lostAfter: 30 * time.Second})
+	time.Sleep(3 * time.Second)
+	killed := 0
+	for i := range 20 {
+		killed += fx.kill(fx.user(11+i*23), 12*time.Second)
+	}
+	c := fx.soakUntil(2500, 4*time.Minute, 30*time.Second, metrics.Normal)
+	ack := metrics.Count(fx.set.Kind[metrics.Group].AckLatency)
+	lat := metrics.Count(fx.set.Kind[metrics.Group].Cohort[metrics.Normal].DeliveryLatency)
+	k := fx.set.Kind[metrics.Group]
+	t.Logf("500 users: %+v; %d sessions dropped; unmatched %d; retries %d; group acks timed %d (p50 ≤%s, p99 ≤%s), deliveries timed %d (p50 ≤%s, p99 ≤%s)",
+		c, killed, fx.drv.FramesUnmatched(), fx.drv.Retries(), ack, quantile(k.AckLatency, 0.5), quantile(k.AckLatency, 0.99),
+		lat, quantile(k.Cohort[metrics.Normal].DeliveryLatency, 0.5), quantile(k.Cohort[metrics.Normal].DeliveryLatency, 0.99))
+	if c.expected < 2500 {
+		t.Fatalf("%v expected deliveries, want thousands", c.expected)
+	}
+	if c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
+		t.Errorf("%+v: want every acked message delivered or recovered, once", c)
+	}
+	if c.recovered == 0 {
+		t.Errorf("nothing recovered after %d sessions dropped: the resumed /sync was not counted", killed)
+	}
+	if ack == 0 || lat == 0 {
+		t.Errorf("ack latency observed %d times, delivery latency %d: want both recorded", ack, lat)
+	}
+	if n := fx.drv.FramesUnmatched(); n != 0 {
+		t.Errorf("%d events matched no room", n)
+	}
+}
+
+// TestDendriteCatchUpOff: without catch-up a session starts from the
+// server's present, so what is sent to a device while it is away is lost
+// to it, and the ledger says so.
+func TestDendriteCatchUpOff(t *testing.T) {
+	fx := start(t, popConfig{users: 40, groupSize: 5, rate: 0.25, catchUp: false, lostAfter: 10 * time.Second})
+	time.Sleep(time.Second)
+	for range 3 {
+		fx.kill(fx.user(3), 3*time.Second)
+		fx.kill(fx.user(17), 3*time.Second)
+		time.Sleep(4 * time.Second)
+	}
+	c := fx.soak(2*time.Second, 10*time.Second, metrics.Normal)
+	t.Logf("catch-up off, two receivers dropped three times: %+v", c)
+	if c.lost == 0 {
+		t.Errorf("%+v: nothing lost, want the messages sent to the away devices counted lost", c)
+	}
+	if c.recovered != 0 {
+		t.Errorf("%+v: recovered with catch-up off", c)
+	}
+}
+
+// TestDendriteSlowReader: one reader in ten stops reading for 6 s while
+// its groups send, with a timeline limit of 5. Matrix never disconnects a
+// slow reader: its next /sync says the timeline is limited, and the
+// session fills the gap with /messages. Its fate is recovery: recovered,
+// none lost, and the others are not touched.
+func TestDendriteSlowReader(t *testing.T) {
+	fx := start(t, popConfig{users: 30, groupSize: 5, rate: 0.3, catchUp: true, timelineLimit: 5, lostAfter: 20 * time.Second,
+		slow: probe.SlowReaders{Fraction: 0.1, Pause: 10 * time.Second}})
+	var maxLag int64
+	for end := time.Now().Add(11 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		maxLag = max(maxLag, fx.pop.SlowReaderLag())
+	}
+	c := fx.soak(time.Second, 20*time.Second, metrics.Normal)
+	sr := fx.soak(0, 20*time.Second, metrics.SlowReader)
+	drops := 0.0
+	for _, r := range []string{metrics.ReasonSlowConsumer, metrics.ReasonServerClose, metrics.ReasonError} {
+		drops += metrics.Value(fx.set.Disconnects[r])
+	}
+	t.Logf("normal %+v; slow %+v; slow reader's largest lag %d; disconnects %v", c, sr, maxLag, drops)
+	if c.lost != 0 || c.delivered+c.recovered != c.expected {
+		t.Errorf("normal users %+v: a slow reader must cost the others nothing", c)
+	}
+	if sr.recovered == 0 || sr.lost != 0 || sr.delivered+sr.recovered != sr.expected {
+		t.Errorf("slow reader %+v: want its limited timelines filled by /messages, recovered, none lost", sr)
+	}
+	if drops != 0 {
+		t.Errorf("%v sessions ended: Matrix keeps a slow reader's session", drops)
+	}
+	if maxLag < 5 {
+		t.Errorf("slow reader's lag peaked at %d, want it seen while it did not read", maxLag)
+	}
+}
+
+// TestDendriteDevices: two devices per user, each its own login and /sync:
+// each gets every message owed to it, its sibling's sends included.
+func TestDendriteDevices(t *testing.T) {
+	fx := start(t, popConfig{users: 40, groupSize: 5, rate: 0.2, catchUp: true, devices: 2})
+	c := fx.soakUntil(400, time.Minute, 10*time.Second, metrics.Normal)
+	t.Logf("2 devices: %+v", c)
+	if c.expected < 300 || c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
+		t.Errorf("%+v: want every message on every device it is owed to, once", c)
+	}
+}
+
+// faultProxy is a reverse proxy in front of Dendrite that meddles with
+// every third message send: "drop" forwards it and then cuts the
+// connection before the answer reaches imcanary, so that imcanary retries
+// a send the server made; "double" forwards it twice, the second time
+// under another transaction id, as a server that ignores them would.
+type faultProxy struct {
+	mode    string
+	target  *url.URL
+	rp      *httputil.ReverseProxy
+	n       atomic.Int64
+	meddled atomic.Int64
+	mu      sync.Mutex
+	seen    map[string]bool
+}
+
+func newFaultProxy(t *testing.T, target, mode string) *faultProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{mode: mode, target: u, seen: map[string]bool{}}
+	p.rp = httputil.NewSingleHostReverseProxy(u)
+	return p
+}
+
+func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPut || !strings.Contains(r.URL.Path, "/send/m.room.message/") {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	txn := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	p.mu.Lock()
+	again := p.seen[txn]
+	p.seen[txn] = true
+	p.mu.Unlock()
+	if again || p.n.Add(1)%3 != 0 {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	forward := func(path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPut, p.target.String()+path, bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		return http.DefaultClient.Do(req)
+	}
+	resp, err := forward(r.URL.Path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	p.meddled.Add(1)
+	switch p.mode {
+	case "drop":
+		// The server made the event; imcanary never hears of it.
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			panic("no hijacker")
+		}
+		conn, _, _ := hj.Hijack()
+		conn.Close()
+	case "double":
+		if resp2, err := forward(r.URL.Path + "x"); err == nil {
+			resp2.Body.Close()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	}
+}
+
+// TestRetriedSendCountedOnce: a third of the sends get no answer, so
+// imcanary retries them with the same transaction id; Dendrite answers a
+// retry with the event it already made, and no message is counted twice.
+// The control: a server that makes a second event for the same send (the
+// "double" proxy) is seen as duplicates, so the first result is not the
+// ledger's blindness.
+func TestRetriedSendCountedOnce(t *testing.T) {
+	target, _ := server(t)
+	for _, mode := range []string{"drop", "double"} {
+		t.Run(mode, func(t *testing.T) {
+			p := newFaultProxy(t, target, mode)
+			srv := httptest.NewUnstartedServer(p)
+			srv.Listener.Close()
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.Listener = l
+			srv.Start()
+			defer srv.Close()
+			fx := start(t, popConfig{users: 20, groupSize: 5, rate: 0.4, catchUp: true, url: srv.URL})
+			c := fx.soakUntil(300, time.Minute, 10*time.Second, metrics.Normal)
+			t.Logf("%s: %+v; sends meddled with %d, retries %d", mode, c, p.meddled.Load(), fx.drv.Retries())
+			if p.meddled.Load() == 0 {
+				t.Fatal("the proxy meddled with no send")
+			}
+			switch mode {
+			case "drop":
+				if fx.drv.Retries() < uint64(p.meddled.Load()) {
+					t.Errorf("%d retries for %d unanswered sends", fx.drv.Retries(), p.meddled.Load())
+				}
+				if c.dup != 0 || c.lost != 0 || c.delivered+c.recovered != c.expected {
+					t.Errorf("%+v: want every retried send delivered once", c)
+				}
+			case "double":
+				if c.dup == 0 {
+					t.Errorf("%+v: %d sends made twice by the server, no duplicate seen", c, p.meddled.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestProvisionIdempotent: a second driver (imcanary restarted) provisions
+// the same plan again: users log in instead of registering, rooms are
+// found by alias, and both drivers send into the same rooms.
+func TestProvisionIdempotent(t *testing.T) {
+	u, secret := server(t)
+	prefix := runPrefix("p")
+	plan := probe.Plan{
+		Users:  []string{prefix + "-a", prefix + "-b", prefix + "-c"},
+		Groups: []probe.Group{{Name: prefix + "-g", Members: []string{prefix + "-a", prefix + "-b", prefix + "-c"}}},
+		Direct: []probe.Pair{{From: prefix + "-a", To: prefix + "-b"}, {From: prefix + "-b", To: prefix + "-a"}},
+	}
+	ctx := context.Background()
+	var rooms [2]map[string]string
+	for i := range rooms {
+		drv, err := matrix.New(shippedConfig(t), matrix.Options{URL: u, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Provision(ctx, plan); err != nil {
+			t.Fatalf("provisioning #%d: %v", i+1, err)
+		}
+		rooms[i] = matrix.Rooms(drv)
+	}
+	if len(rooms[0]) != 2 {
+		t.Fatalf("rooms %v: want a group and a direct room", rooms[0])
+	}
+	for k, v := range rooms[0] {
+		if rooms[1][k] != v {
+			t.Errorf("%s: room %s, then %s", k, v, rooms[1][k])
+		}
+	}
+	// Another secret cannot take the users over.
+	drv, err := matrix.New(shippedConfig(t), matrix.Options{URL: u, Secret: []byte("not-the-secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = drv.Provision(ctx, plan)
+	if err == nil {
+		t.Fatal("provisioned with a wrong shared secret")
+	}
+	if bytes.Contains([]byte(err.Error()), secret) {
+		t.Errorf("error %q shows the secret", err)
+	}
+	t.Logf("wrong secret: %v", err)
+}
+
+// quantile estimates the q-quantile of a histogram from its buckets, as
+// Prometheus's histogram_quantile does: the upper bound of the bucket it
+// falls in (an estimate, enough to say where latency stands).
+func quantile(o prometheus.Observer, q float64) time.Duration {
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil || m.Histogram == nil {
+		return -1
+	}
+	n := float64(m.Histogram.GetSampleCount())
+	for _, b := range m.Histogram.Bucket {
+		if float64(b.GetCumulativeCount()) >= q*n {
+			return time.Duration(b.GetUpperBound() * float64(time.Second))
+		}
+	}
+	return -1
+}
