@@ -39,3 +39,31 @@ stop_pidfile() {
   fi
   rm -f "$file"
 }
+
+# check_ports P... fails if a port is out of range or something already
+# listens on it on loopback: that something would answer a readiness check
+# in place of the server being started. Check a PORT alone before doing
+# arithmetic on it (PORT+1), so that the arithmetic is on a number.
+check_ports() {
+  local p
+  for p in "$@"; do
+    if ! [[ $p =~ ^[0-9]+$ ]] || [ "$p" -lt 1 ] || [ "$p" -gt 65535 ]; then
+      echo "$p is not a port (1-65535)" >&2
+      exit 2
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "port $p is in use" >&2
+      exit 1
+    fi
+  done
+}
+
+# not_running PIDFILE NAME fails if the process PIDFILE names is alive: a
+# second start on the same directory would share its files.
+not_running() {
+  local file=$1 name=$2
+  if [ -f "$file" ] && kill -0 "$(cat "$file")" 2>/dev/null; then
+    echo "$name is already running in $(dirname "$file") (pid $(cat "$file"))" >&2
+    exit 1
+  fi
+}

@@ -86,29 +86,6 @@ build() {
   rm -rf "$tmp"
 }
 
-# check_port P fails if P is not a port or something already listens on
-# it: that something would answer the readiness check below in place of
-# our server.
-check_port() {
-  local p=$1
-  if ! [[ $p =~ ^[0-9]+$ ]] || [ "$p" -lt 1 ] || [ "$p" -gt 65535 ]; then
-    echo "$p is not a port (1-65535)" >&2
-    exit 2
-  fi
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "port $p is in use" >&2
-    exit 1
-  fi
-}
-
-not_running() {
-  local dir=$1
-  if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-    echo "dendrite is already running in $dir (pid $(cat "$dir/pid"))" >&2
-    exit 1
-  fi
-}
-
 # set_secret replaces the empty registration_shared_secret of the config
 # on stdin with $IMCANARYTEST_MATRIX_SECRET, as a single-quoted YAML
 # string (in which only ' is special, written ''). awk takes the secret
@@ -163,9 +140,9 @@ start() {
     echo "IMCANARYTEST_MATRIX_SECRET must be a single line" >&2
     exit 2
   fi
-  check_port "$port"
+  check_ports "$port"
   built || build
-  not_running "$dir"
+  not_running "$dir/pid" dendrite
 
   # The signing key is made once per DIR. The config, made again each
   # time, names it relative to Dendrite's working directory, which is

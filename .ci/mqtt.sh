@@ -41,32 +41,6 @@ build() {
   cached_go_install "github.com/mochi-mqtt/server/v2/cmd@$version" cmd "$bin" >&2
 }
 
-# check_ports P... fails if a port is out of range or something already
-# listens on it: that something would answer the readiness check below in
-# place of our broker. The callers check PORT alone first, so that the
-# PORT+1 after it is arithmetic on a number.
-check_ports() {
-  local p
-  for p in "$@"; do
-    if ! [[ $p =~ ^[0-9]+$ ]] || [ "$p" -lt 1 ] || [ "$p" -gt 65535 ]; then
-      echo "$p is not a port (1-65535)" >&2
-      exit 2
-    fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "port $p is in use" >&2
-      exit 1
-    fi
-  done
-}
-
-not_running() {
-  local dir=$1
-  if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-    echo "a broker is already running in $dir (pid $(cat "$dir/pid"))" >&2
-    exit 1
-  fi
-}
-
 # wait_port DIR PORT NAME LOG... waits up to 15 s for the broker whose pid
 # DIR/pid holds to accept TCP connections on PORT. The ports were free
 # before it started, so whoever accepts is our broker. On failure it shows
@@ -106,7 +80,7 @@ start_mosquitto() {
     echo "MAX_QUEUED must be a number, not $queued" >&2
     exit 2
   fi
-  not_running "$dir"
+  not_running "$dir/pid" "a broker"
   check_ports "$port"
   check_ports "$((port + 1))"
   # Started as root, mosquitto switches to the user "mosquitto" before it
@@ -154,7 +128,7 @@ start_mochi() {
   local dir port=$2
   [ -x "$bin" ] || build
   dir=$(mkdir -p "$1" && cd "$1" && pwd)
-  not_running "$dir"
+  not_running "$dir/pid" "a broker"
   # The command always opens a plain MQTT listener and an HTTP info
   # dashboard too (defaults :1883 and :8080, on every address): both on
   # loopback, on the next two ports, so that they collide with nothing.

@@ -166,6 +166,9 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 		metrics.RegisterFrameCounts(prometheus.WrapRegistererWith(prometheus.Labels{"shard": d.shard.Label()}, reg),
 			d.cfg.Target.Name, metrics.FrameCounts{Unmatched: fc.FramesUnmatched, Gaps: fc.ServerGaps})
 	}
+	if r, ok := e.Driver.(probe.Retrier); ok {
+		metrics.RegisterRetries(prometheus.WrapRegistererWith(prometheus.Labels{"shard": d.shard.Label()}, reg), d.cfg.Target.Name, r.Retries)
+	}
 	d.metrics.ConfigLastReloadSuccess.SetToCurrentTime()
 	if d.health, err = newMonitor(d.cfg, d.metrics, log); err != nil {
 		return nil, err

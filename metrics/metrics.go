@@ -736,3 +736,15 @@ func RegisterFrameCounts(reg prometheus.Registerer, target string, c FrameCounts
 		}, func() float64 { _, m := c.Gaps(); return float64(m) }),
 	)
 }
+
+// RegisterRetries exports retries, a driver's count of sends tried again
+// under an idempotency key (see probe.Retrier), for target as
+// imcanary_send_retries_total. It is registered only for a driver that
+// retries.
+func RegisterRetries(reg prometheus.Registerer, target string, retries func() uint64) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "imcanary_send_retries_total",
+		Help:        "Sends tried again, under the same idempotency key, after they got no answer or a transient refusal; the server counts each once.",
+		ConstLabels: prometheus.Labels{"target": target},
+	}, func() float64 { return float64(retries()) }))
+}

@@ -72,6 +72,21 @@ func TestLatencyBuckets(t *testing.T) {
 
 // TestFrameCounts: a driver's frame counts are exported as counters read
 // at scrape time, under the target's name.
+func TestRetries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	n := uint64(0)
+	RegisterRetries(reg, "staging", func() uint64 { return n })
+	n = 7
+	want := `
+# HELP imcanary_send_retries_total Sends tried again, under the same idempotency key, after they got no answer or a transient refusal; the server counts each once.
+# TYPE imcanary_send_retries_total counter
+imcanary_send_retries_total{target="staging"} 7
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestFrameCounts(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	unmatched, gaps, missed := uint64(3), uint64(2), uint64(5)

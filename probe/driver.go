@@ -50,6 +50,16 @@ type FrameCounter interface {
 	ServerGaps() (gaps, missed uint64)
 }
 
+// Retrier is implemented by a Driver that sends again what got no answer,
+// under a key the server makes idempotent (Matrix's transaction id): the
+// daemon exports the count (imcanary_send_retries_total), so that a link
+// that loses answers shows as retries instead of hiding behind sends that
+// succeeded the second time.
+type Retrier interface {
+	// Retries counts the sends tried again.
+	Retries() uint64
+}
+
 // Session is one logged-in connection of one user.
 //
 // Serve is called once, by the goroutine that owns the session; Send, Ping

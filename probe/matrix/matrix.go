@@ -55,6 +55,7 @@ var (
 	_ probe.Driver       = (*Driver)(nil)
 	_ probe.FrameCounter = (*Driver)(nil)
 	_ probe.Mirror       = (*Driver)(nil)
+	_ probe.Retrier      = (*Driver)(nil)
 )
 
 // Options are what the driver needs of the target beside its section.
