@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/probetest"
 	"github.com/imcanary/imcanary/probe/matrix"
 	"github.com/imcanary/imcanary/protocols"
 )
@@ -60,52 +60,17 @@ type fixture struct {
 	pop    *probe.Population
 	set    *metrics.Set
 	drv    *matrix.Driver
+	k      *probetest.Killer
 	prefix string
-
-	mu       sync.Mutex
-	sessions map[string][]probe.Session
-	away     map[string]time.Time
 }
 
-func (fx *fixture) Provision(ctx context.Context, plan probe.Plan) error {
-	began := time.Now()
-	err := fx.drv.Provision(ctx, plan)
-	fx.t.Logf("provisioned %d users, %d groups, %d direct pairs in %s", len(plan.Users), len(plan.Groups), len(plan.Direct), time.Since(began).Round(time.Millisecond))
-	return err
+func (fx *fixture) soak(d, lostAfter time.Duration, co metrics.Cohort) probetest.Totals {
+	time.Sleep(d)
+	return probetest.Settle(fx.pop, fx.set, lostAfter, co)
 }
 
-// Connect records each session so that kill can end it, and keeps a
-// killed user away for as long as the test says.
-func (fx *fixture) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
-	fx.mu.Lock()
-	until := fx.away[user]
-	fx.mu.Unlock()
-	if time.Now().Before(until) {
-		return nil, fmt.Errorf("%s held away by the test", user)
-	}
-	s, err := fx.drv.Connect(ctx, user, dev)
-	if err == nil {
-		fx.mu.Lock()
-		fx.sessions[user] = append(fx.sessions[user], s)
-		fx.mu.Unlock()
-	}
-	return s, err
-}
-
-func (fx *fixture) MirrorsOwn() bool { return fx.drv.MirrorsOwn() }
-
-// kill drops user's sessions as a lost link does and keeps the user away
-// for away.
-func (fx *fixture) kill(user string, away time.Duration) int {
-	fx.mu.Lock()
-	fx.away[user] = time.Now().Add(away)
-	ss := fx.sessions[user]
-	fx.sessions[user] = nil
-	fx.mu.Unlock()
-	for _, s := range ss {
-		matrix.Abort(s)
-	}
-	return len(ss)
+func (fx *fixture) soakUntil(n float64, limit, lostAfter time.Duration, co metrics.Cohort) probetest.Totals {
+	return probetest.SoakUntil(fx.pop, fx.set, n, limit, lostAfter, co)
 }
 
 // config is the shipped configs/matrix.yaml's section, as a user runs it.
@@ -139,7 +104,10 @@ func start(t *testing.T, pc popConfig) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &fixture{t: t, drv: drv, prefix: runPrefix(""), sessions: map[string][]probe.Session{}, away: map[string]time.Time{}}
+	fx := &fixture{t: t, drv: drv, prefix: runPrefix("")}
+	fx.k = &probetest.Killer{Driver: drv, Abort: matrix.Abort, Provisioned: func(plan probe.Plan, took time.Duration, _ error) {
+		t.Logf("provisioned %d users, %d groups, %d direct pairs in %s", len(plan.Users), len(plan.Groups), len(plan.Direct), took.Round(time.Millisecond))
+	}}
 	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
 	lostAfter := pc.lostAfter
 	if lostAfter == 0 {
@@ -147,7 +115,7 @@ func start(t *testing.T, pc popConfig) *fixture {
 	}
 	fx.pop, err = probe.NewPopulation(probe.Options{
 		Connection: probe.Connection{
-			Driver: fx, Run: "testrun", Heartbeat: time.Second,
+			Driver: fx.k, Run: "testrun", Heartbeat: time.Second,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
 		},
 		Set: fx.set, Prefix: fx.prefix, Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate,
@@ -180,55 +148,6 @@ func start(t *testing.T, pc popConfig) *fixture {
 
 func (fx *fixture) user(i int) string { return fmt.Sprintf("%s-u%d", fx.prefix, i) }
 
-type totals struct {
-	sent, expected, delivered, recovered, lost, late, dup, reordered float64
-}
-
-func (fx *fixture) cohort(co metrics.Cohort) totals {
-	var c totals
-	for _, k := range fx.set.Kind {
-		r := k.Cohort[co]
-		c.sent += metrics.Value(k.Sent)
-		c.expected += metrics.Value(r.Expected)
-		c.delivered += metrics.Value(r.Delivered)
-		c.recovered += metrics.Value(r.Recovered)
-		c.lost += metrics.Value(r.Lost)
-		c.late += metrics.Value(r.Late)
-		c.dup += metrics.Value(r.Duplicate)
-		c.reordered += metrics.Value(r.Reordered)
-	}
-	return c
-}
-
-// soak sends for d, stops sending, and waits until every owed message of
-// co is accounted for, or twice lost_after.
-func (fx *fixture) soak(d, lostAfter time.Duration, co metrics.Cohort) totals {
-	time.Sleep(d)
-	return fx.settle(lostAfter, co)
-}
-
-// soakUntil sends until n deliveries are owed to co, or for limit.
-func (fx *fixture) soakUntil(n float64, limit, lostAfter time.Duration, co metrics.Cohort) totals {
-	for end := time.Now().Add(limit); time.Now().Before(end) && fx.cohort(co).expected < n; {
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fx.settle(lostAfter, co)
-}
-
-// settle stops sending and waits until every owed message of co is
-// accounted for, or twice lost_after.
-func (fx *fixture) settle(lostAfter time.Duration, co metrics.Cohort) totals {
-	fx.pop.SetSending(false)
-	for end := time.Now().Add(2*lostAfter + 5*time.Second); time.Now().Before(end); {
-		time.Sleep(100 * time.Millisecond)
-		fx.pop.Sweep(time.Now())
-		if c := fx.cohort(co); c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected {
-			break
-		}
-	}
-	return fx.cohort(co)
-}
-
 // TestDendritePopulation: 500 users in groups of 5 and in pairs, catch-up
 // on. Every acked message is delivered once; the receivers whose
 // sessions are dropped mid-run resume from their /sync position, and what
@@ -238,22 +157,22 @@ func TestDendritePopulation(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	killed := 0
 	for i := range 20 {
-		killed += fx.kill(fx.user(11+i*23), 12*time.Second)
+		killed += fx.k.Kill(fx.user(11+i*23), 12*time.Second)
 	}
 	c := fx.soakUntil(2500, 4*time.Minute, 30*time.Second, metrics.Normal)
 	ack := metrics.Count(fx.set.Kind[metrics.Group].AckLatency)
 	lat := metrics.Count(fx.set.Kind[metrics.Group].Cohort[metrics.Normal].DeliveryLatency)
 	k := fx.set.Kind[metrics.Group]
-	t.Logf("500 users: %+v; %d sessions dropped; unmatched %d; retries %d; group acks timed %d (p50 ≤%s, p99 ≤%s), deliveries timed %d (p50 ≤%s, p99 ≤%s)",
-		c, killed, fx.drv.FramesUnmatched(), fx.drv.Retries(), ack, quantile(k.AckLatency, 0.5), quantile(k.AckLatency, 0.99),
-		lat, quantile(k.Cohort[metrics.Normal].DeliveryLatency, 0.5), quantile(k.Cohort[metrics.Normal].DeliveryLatency, 0.99))
-	if c.expected < 2500 {
-		t.Fatalf("%v expected deliveries, want thousands", c.expected)
+	t.Logf("500 users: %v; %d sessions dropped; unmatched %d; retries %d; group acks timed %d (p50 ≤%s, p99 ≤%s), deliveries timed %d (p50 ≤%s, p99 ≤%s)",
+		c, killed, fx.drv.FramesUnmatched(), fx.drv.Retries(), ack, probetest.Quantile(k.AckLatency, 0.5), probetest.Quantile(k.AckLatency, 0.99),
+		lat, probetest.Quantile(k.Cohort[metrics.Normal].DeliveryLatency, 0.5), probetest.Quantile(k.Cohort[metrics.Normal].DeliveryLatency, 0.99))
+	if c.Expected < 2500 {
+		t.Fatalf("%v expected deliveries, want thousands", c.Expected)
 	}
-	if c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
-		t.Errorf("%+v: want every acked message delivered or recovered, once", c)
+	if c.Lost != 0 || c.Dup != 0 || c.Delivered+c.Recovered != c.Expected {
+		t.Errorf("%v: want every acked message delivered or recovered, once", c)
 	}
-	if c.recovered == 0 {
+	if c.Recovered == 0 {
 		t.Errorf("nothing recovered after %d sessions dropped: the resumed /sync was not counted", killed)
 	}
 	if ack == 0 || lat == 0 {
@@ -271,17 +190,17 @@ func TestDendriteCatchUpOff(t *testing.T) {
 	fx := start(t, popConfig{users: 40, groupSize: 5, rate: 0.25, catchUp: false, lostAfter: 10 * time.Second})
 	time.Sleep(time.Second)
 	for range 3 {
-		fx.kill(fx.user(3), 3*time.Second)
-		fx.kill(fx.user(17), 3*time.Second)
+		fx.k.Kill(fx.user(3), 3*time.Second)
+		fx.k.Kill(fx.user(17), 3*time.Second)
 		time.Sleep(4 * time.Second)
 	}
 	c := fx.soak(2*time.Second, 10*time.Second, metrics.Normal)
-	t.Logf("catch-up off, two receivers dropped three times: %+v", c)
-	if c.lost == 0 {
-		t.Errorf("%+v: nothing lost, want the messages sent to the away devices counted lost", c)
+	t.Logf("catch-up off, two receivers dropped three times: %v", c)
+	if c.Lost == 0 {
+		t.Errorf("%v: nothing lost, want the messages sent to the away devices counted lost", c)
 	}
-	if c.recovered != 0 {
-		t.Errorf("%+v: recovered with catch-up off", c)
+	if c.Recovered != 0 {
+		t.Errorf("%v: recovered with catch-up off", c)
 	}
 }
 
@@ -303,12 +222,12 @@ func TestDendriteSlowReader(t *testing.T) {
 	for _, r := range []string{metrics.ReasonSlowConsumer, metrics.ReasonServerClose, metrics.ReasonError} {
 		drops += metrics.Value(fx.set.Disconnects[r])
 	}
-	t.Logf("normal %+v; slow %+v; slow reader's largest lag %d; disconnects %v", c, sr, maxLag, drops)
-	if c.lost != 0 || c.delivered+c.recovered != c.expected {
-		t.Errorf("normal users %+v: a slow reader must cost the others nothing", c)
+	t.Logf("normal %v; slow %v; slow reader's largest lag %d; disconnects %v", c, sr, maxLag, drops)
+	if c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
+		t.Errorf("normal users %v: a slow reader must cost the others nothing", c)
 	}
-	if sr.recovered == 0 || sr.lost != 0 || sr.delivered+sr.recovered != sr.expected {
-		t.Errorf("slow reader %+v: want its limited timelines filled by /messages, recovered, none lost", sr)
+	if sr.Recovered == 0 || sr.Lost != 0 || sr.Delivered+sr.Recovered != sr.Expected {
+		t.Errorf("slow reader %v: want its limited timelines filled by /messages, recovered, none lost", sr)
 	}
 	if drops != 0 {
 		t.Errorf("%v sessions ended: Matrix keeps a slow reader's session", drops)
@@ -323,9 +242,9 @@ func TestDendriteSlowReader(t *testing.T) {
 func TestDendriteDevices(t *testing.T) {
 	fx := start(t, popConfig{users: 40, groupSize: 5, rate: 0.2, catchUp: true, devices: 2})
 	c := fx.soakUntil(400, time.Minute, 10*time.Second, metrics.Normal)
-	t.Logf("2 devices: %+v", c)
-	if c.expected < 300 || c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
-		t.Errorf("%+v: want every message on every device it is owed to, once", c)
+	t.Logf("2 devices: %v", c)
+	if c.Expected < 300 || c.Lost != 0 || c.Dup != 0 || c.Delivered+c.Recovered != c.Expected {
+		t.Errorf("%v: want every message on every device it is owed to, once", c)
 	}
 }
 
@@ -423,7 +342,7 @@ func TestRetriedSendCountedOnce(t *testing.T) {
 			defer srv.Close()
 			fx := start(t, popConfig{users: 20, groupSize: 5, rate: 0.4, catchUp: true, url: srv.URL})
 			c := fx.soakUntil(300, time.Minute, 10*time.Second, metrics.Normal)
-			t.Logf("%s: %+v; sends meddled with %d, retries %d", mode, c, p.meddled.Load(), fx.drv.Retries())
+			t.Logf("%s: %v; sends meddled with %d, retries %d", mode, c, p.meddled.Load(), fx.drv.Retries())
 			if p.meddled.Load() == 0 {
 				t.Fatal("the proxy meddled with no send")
 			}
@@ -432,12 +351,12 @@ func TestRetriedSendCountedOnce(t *testing.T) {
 				if fx.drv.Retries() < uint64(p.meddled.Load()) {
 					t.Errorf("%d retries for %d unanswered sends", fx.drv.Retries(), p.meddled.Load())
 				}
-				if c.dup != 0 || c.lost != 0 || c.delivered+c.recovered != c.expected {
-					t.Errorf("%+v: want every retried send delivered once", c)
+				if c.Dup != 0 || c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
+					t.Errorf("%v: want every retried send delivered once", c)
 				}
 			case "double":
-				if c.dup == 0 {
-					t.Errorf("%+v: %d sends made twice by the server, no duplicate seen", c, p.meddled.Load())
+				if c.Dup == 0 {
+					t.Errorf("%v: %d sends made twice by the server, no duplicate seen", c, p.meddled.Load())
 				}
 			}
 		})
@@ -488,21 +407,4 @@ func TestProvisionIdempotent(t *testing.T) {
 		t.Errorf("error %q shows the secret", err)
 	}
 	t.Logf("wrong secret: %v", err)
-}
-
-// quantile estimates the q-quantile of a histogram from its buckets, as
-// Prometheus's histogram_quantile does: the upper bound of the bucket it
-// falls in (an estimate, enough to say where latency stands).
-func quantile(o prometheus.Observer, q float64) time.Duration {
-	var m dto.Metric
-	if err := o.(prometheus.Metric).Write(&m); err != nil || m.Histogram == nil {
-		return -1
-	}
-	n := float64(m.Histogram.GetSampleCount())
-	for _, b := range m.Histogram.Bucket {
-		if float64(b.GetCumulativeCount()) >= q*n {
-			return time.Duration(b.GetUpperBound() * float64(time.Second))
-		}
-	}
-	return -1
 }
