@@ -30,6 +30,7 @@ import (
 	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/jsonws"
 	"github.com/imcanary/imcanary/probe/matrix"
+	"github.com/imcanary/imcanary/probe/mattermost"
 	"github.com/imcanary/imcanary/probe/mqtt"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/probe/xmpp"
@@ -46,6 +47,7 @@ var All = []probe.Adapter{
 	centrifugo.Adapter,
 	jsonws.Adapter,
 	matrix.Adapter,
+	mattermost.Adapter,
 	mqtt.Adapter,
 }
 

@@ -136,6 +136,8 @@ func (p *Pool) CloseIdle() {
 // Response is a server's answer, read whole.
 type Response struct {
 	Status int
+	// Header is the answer's (Mattermost's login sends its token in one).
+	Header http.Header
 	Body   []byte
 	// At is when the first byte of the answer came off the socket (Unix
 	// ns), as the connection's own reader saw it: the time from there to
@@ -172,7 +174,7 @@ func (p *Pool) Do(req *http.Request, link probe.Link) (*Response, error) {
 	if at == 0 {
 		at = time.Now().UnixNano()
 	}
-	return &Response{Status: resp.StatusCode, Body: body, At: at}, nil
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, At: at}, nil
 }
 
 // ErrTooLarge is the error of an answer longer than Settings.MaxBody.
