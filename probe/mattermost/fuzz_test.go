@@ -30,9 +30,8 @@ func FuzzRead(f *testing.F) {
 			t.Fatal("an event without seq was taken")
 		}
 		want := 0
-		var pd postedData
 		var p post
-		if err == nil && fr.Event == "posted" && json.Unmarshal(fr.Data, &pd) == nil && json.Unmarshal([]byte(pd.Post), &p) == nil {
+		if err == nil && fr.Event == "posted" && json.Unmarshal([]byte(fr.Data.Post), &p) == nil {
 			if _, _, ok := s.d.lookup(p.ChannelID, p.UserID); ok && p.Type == "" && p.Message != "" {
 				want = 1
 			}

@@ -62,7 +62,6 @@ type session struct {
 	next     int64
 	hello    bool
 	frame    wsFrame
-	posted   postedData
 	post     post
 	hdr      probe.Header
 	delivery probe.Delivery
@@ -80,14 +79,20 @@ type result struct {
 // wsFrame is one frame from the server: an event (event, seq, data,
 // broadcast) or the reply to an action of the client's (status,
 // seq_reply).
+//
+// The data of every event is decoded into one struct, in the same pass
+// as the frame: the only fields imcanary reads are a posted event's post
+// and a hello's connection_id, and a second pass over data would cost a
+// third of the decoding.
 type wsFrame struct {
-	Event string          `json:"event"`
-	Seq   *int64          `json:"seq"`
-	Data  json.RawMessage `json:"data"`
+	Event string    `json:"event"`
+	Seq   *int64    `json:"seq"`
+	Data  eventData `json:"data"`
 }
 
-// postedData is a posted event's data: the post is JSON inside a string.
-type postedData struct {
+// eventData is what imcanary reads of an event's data: a posted event's
+// post, JSON inside a string, and a hello's connection_id.
+type eventData struct {
 	Post         string `json:"post"`
 	ConnectionID string `json:"connection_id"`
 }
@@ -169,14 +174,13 @@ func (s *session) read(b []byte, at int64, h probe.Handler) error {
 	lost := false
 	switch {
 	case f.Event == "hello":
-		var hd postedData
-		if err := json.Unmarshal(f.Data, &hd); err != nil || hd.ConnectionID == "" {
+		if f.Data.ConnectionID == "" {
 			return errors.New("hello without connection_id")
 		}
 		// A hello on a connection that had one, or on a resume, is the
 		// server starting over: what it had queued is gone.
 		lost = s.hello || s.resuming
-		s.hello, s.connID = true, hd.ConnectionID
+		s.hello, s.connID = true, f.Data.ConnectionID
 	case seq > s.next:
 		s.d.gaps.Add(1)
 		s.d.missed.Add(uint64(seq - s.next))
@@ -194,12 +198,8 @@ func (s *session) read(b []byte, at int64, h probe.Handler) error {
 	if f.Event != "posted" || h == nil {
 		return nil
 	}
-	s.posted = postedData{}
-	if err := json.Unmarshal(f.Data, &s.posted); err != nil {
-		return fmt.Errorf("posted: %w", err)
-	}
 	s.post = post{}
-	if err := json.Unmarshal([]byte(s.posted.Post), &s.post); err != nil {
+	if err := json.Unmarshal([]byte(f.Data.Post), &s.post); err != nil {
 		return fmt.Errorf("posted: its post: %w", err)
 	}
 	recovered := s.resuming && probe.ParseBody([]byte(s.post.Message), &s.hdr) == nil && s.hdr.Intended < s.loginAt

@@ -91,7 +91,11 @@ func TestRead(t *testing.T) {
 	}, {
 		name:   "post not a string",
 		frames: []string{hello, `{"event":"posted","seq":1,"data":{"post":{"id":"x"}}}`},
-		err:    "posted",
+		err:    "data.post",
+	}, {
+		name:   "post not JSON",
+		frames: []string{hello, `{"event":"posted","seq":1,"data":{"post":"{\"id\":"}}`},
+		err:    "its post",
 	}, {
 		name:   "not JSON",
 		frames: []string{hello, `{"event":`},
