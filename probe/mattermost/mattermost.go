@@ -96,12 +96,12 @@ type Driver struct {
 	ids   map[string]string
 	names map[string]string
 	// groups and directs map a conversation to its channel; channels
-	// maps a channel back, for deliveries; of lists each user's
-	// channels, for catch-up.
+	// maps a channel back, for deliveries.
 	groups   map[string]string
 	directs  map[[2]string]string
 	channels map[string]room
-	of       map[string][]string
+	// of lists each user's channels, for catch-up.
+	of probe.Memberships[string]
 	// tokens are the devices' session tokens, by user and device:
 	// secrets, in memory only, never logged.
 	tokens map[string]string
@@ -177,7 +177,7 @@ func New(c Config, o Options) (*Driver, error) {
 		sends: make(chan struct{}, c.MaxSends),
 		ids:   map[string]string{}, names: map[string]string{},
 		groups: map[string]string{}, directs: map[[2]string]string{}, channels: map[string]room{},
-		of: map[string][]string{}, tokens: map[string]string{}, devices: map[string]*position{},
+		tokens: map[string]string{}, devices: map[string]*position{},
 	}, nil
 }
 
@@ -346,23 +346,12 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// Everything is the plan's: what a reload dropped goes, so that the
-	// driver holds what the population is, not what it ever was.
-	d.groups, d.directs, d.channels, d.of = map[string]string{}, map[[2]string]string{}, map[string]room{}, map[string][]string{}
-	d.ids, d.names = make(map[string]string, len(plan.Users)), make(map[string]string, len(plan.Users))
+	// Added to what other plans made: the background, canary and soak
+	// populations share the driver, each with users of its own.
 	for i, u := range plan.Users {
 		d.ids[u], d.names[ids[i]] = ids[i], u
 	}
-	for k := range d.tokens {
-		if _, ok := d.ids[k[:strings.IndexByte(k, 0)]]; !ok {
-			delete(d.tokens, k)
-		}
-	}
-	for k := range d.devices {
-		if _, ok := d.ids[k[:strings.IndexByte(k, 0)]]; !ok {
-			delete(d.devices, k)
-		}
-	}
+	of := make(map[string][]string, len(plan.Users))
 	for i, w := range wants {
 		if w.r.group {
 			d.groups[w.r.name] = chans[i]
@@ -371,9 +360,10 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		}
 		d.channels[chans[i]] = w.r
 		for _, m := range w.members {
-			d.of[m] = append(d.of[m], chans[i])
+			of[m] = append(of[m], chans[i])
 		}
 	}
+	d.of.Replace(plan.Users, of)
 	return nil
 }
 
@@ -456,11 +446,7 @@ func (d *Driver) lookup(channelID, userID string) (room, string, bool) {
 }
 
 // channelsOf returns user's channels.
-func (d *Driver) channelsOf(user string) []string {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.of[user]
-}
+func (d *Driver) channelsOf(user string) []string { return d.of.Of(user) }
 
 // MirrorsOwn implements probe.Mirror: every connection of a channel's
 // member gets its posted events, the sender's own included.

@@ -376,10 +376,26 @@ func TestProvisionIdempotent(t *testing.T) {
 			t.Errorf("%s: channel %s, then %s", k, v, chans[1][k])
 		}
 	}
+	// A second population's plan on the same driver (the canary's
+	// beside the background's) adds to the first's channels.
+	drv, err := mattermost.New(shippedConfig(t), mattermost.Options{URL: u, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := runPrefix("q")
+	second := probe.Plan{Users: []string{p2 + "-a", p2 + "-b"}, Direct: []probe.Pair{{From: p2 + "-a", To: p2 + "-b"}}}
+	for _, pl := range []probe.Plan{plan, second} {
+		if err := drv.Provision(ctx, pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := mattermost.Channels(drv); len(got) != 3 || got["g:"+prefix+"-g"] != chans[0]["g:"+prefix+"-g"] {
+		t.Errorf("after a second plan: %v, want the first plan's two channels and the second's one", got)
+	}
 	// Another secret derives other passwords: the users cannot be
 	// taken over, and the error says why without the secret.
 	other := []byte("not-the-secret")
-	drv, err := mattermost.New(shippedConfig(t), mattermost.Options{URL: u, Secret: other})
+	drv, err = mattermost.New(shippedConfig(t), mattermost.Options{URL: u, Secret: other})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func newTestSession(tb testing.TB, url string) *session {
 	d.directs[pairKey("imc-a", "imc-b")] = "dch"
 	d.channels["gch"] = room{group: true, name: "g1"}
 	d.channels["dch"] = room{}
-	d.of["imc-a"] = []string{"gch", "dch"}
+	d.of.Replace([]string{"imc-a"}, map[string][]string{"imc-a": {"gch", "dch"}})
 	return &session{d: d, user: "imc-a", token: "tok", pos: d.position("imc-a", 0), catchUp: true, loginAt: 5e15}
 }
 
