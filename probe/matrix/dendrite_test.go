@@ -4,16 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,78 +243,6 @@ func TestDendriteDevices(t *testing.T) {
 	}
 }
 
-// faultProxy is a reverse proxy in front of Dendrite that meddles with
-// every third message send: "drop" forwards it and then cuts the
-// connection before the answer reaches imcanary, so that imcanary retries
-// a send the server made; "double" forwards it twice, the second time
-// under another transaction id, as a server that ignores them would.
-type faultProxy struct {
-	mode    string
-	target  *url.URL
-	rp      *httputil.ReverseProxy
-	n       atomic.Int64
-	meddled atomic.Int64
-	mu      sync.Mutex
-	seen    map[string]bool
-}
-
-func newFaultProxy(t *testing.T, target, mode string) *faultProxy {
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{mode: mode, target: u, seen: map[string]bool{}}
-	p.rp = httputil.NewSingleHostReverseProxy(u)
-	return p
-}
-
-func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPut || !strings.Contains(r.URL.Path, "/send/m.room.message/") {
-		p.rp.ServeHTTP(w, r)
-		return
-	}
-	txn := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
-	p.mu.Lock()
-	again := p.seen[txn]
-	p.seen[txn] = true
-	p.mu.Unlock()
-	if again || p.n.Add(1)%3 != 0 {
-		p.rp.ServeHTTP(w, r)
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	forward := func(path string) (*http.Response, error) {
-		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPut, p.target.String()+path, bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		return http.DefaultClient.Do(req)
-	}
-	resp, err := forward(r.URL.Path)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	p.meddled.Add(1)
-	switch p.mode {
-	case "drop":
-		// The server made the event; imcanary never hears of it.
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			panic("no hijacker")
-		}
-		conn, _, _ := hj.Hijack()
-		conn.Close()
-	case "double":
-		if resp2, err := forward(r.URL.Path + "x"); err == nil {
-			resp2.Body.Close()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(answer)
-	}
-}
-
 // TestRetriedSendCountedOnce: a third of the sends get no answer, so
 // imcanary retries them with the same transaction id; Dendrite answers a
 // retry with the event it already made, and no message is counted twice.
@@ -328,35 +251,39 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // ledger's blindness.
 func TestRetriedSendCountedOnce(t *testing.T) {
 	target, _ := server(t)
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, mode := range []string{"drop", "double"} {
 		t.Run(mode, func(t *testing.T) {
-			p := newFaultProxy(t, target, mode)
-			srv := httptest.NewUnstartedServer(p)
-			srv.Listener.Close()
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
+			p := &probetest.SendProxy{Mode: mode, Target: u,
+				Match: func(r *http.Request) bool {
+					return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/send/m.room.message/")
+				},
+				// The transaction id, last in the path.
+				Key: func(r *http.Request, _ []byte) string { return r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:] },
+				// The same message under another transaction id.
+				Again: func(r *http.Request, body []byte) (string, []byte) { return r.URL.Path + "x", body },
 			}
-			srv.Listener = l
-			srv.Start()
-			defer srv.Close()
+			srv := p.Start(t)
 			fx := start(t, popConfig{users: 20, groupSize: 5, rate: 0.4, catchUp: true, url: srv.URL})
 			c := fx.soakUntil(300, time.Minute, 10*time.Second, metrics.Normal)
-			t.Logf("%s: %v; sends meddled with %d, retries %d", mode, c, p.meddled.Load(), fx.drv.Retries())
-			if p.meddled.Load() == 0 {
+			t.Logf("%s: %v; sends meddled with %d, retries %d", mode, c, p.Meddled.Load(), fx.drv.Retries())
+			if p.Meddled.Load() == 0 {
 				t.Fatal("the proxy meddled with no send")
 			}
 			switch mode {
 			case "drop":
-				if fx.drv.Retries() < uint64(p.meddled.Load()) {
-					t.Errorf("%d retries for %d unanswered sends", fx.drv.Retries(), p.meddled.Load())
+				if fx.drv.Retries() < uint64(p.Meddled.Load()) {
+					t.Errorf("%d retries for %d unanswered sends", fx.drv.Retries(), p.Meddled.Load())
 				}
 				if c.Dup != 0 || c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
 					t.Errorf("%v: want every retried send delivered once", c)
 				}
 			case "double":
 				if c.Dup == 0 {
-					t.Errorf("%v: %d sends made twice by the server, no duplicate seen", c, p.meddled.Load())
+					t.Errorf("%v: %d sends made twice by the server, no duplicate seen", c, p.Meddled.Load())
 				}
 			}
 		})

@@ -18,7 +18,7 @@ func FuzzAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := newTestSession(t)
 		r := &recorder{}
-		s.h = r
+		s.answers.Serve(r)
 		var ans syncAnswer
 		valid := decodeSync(data, &ans) == nil
 		err := s.Answer(&longpoll.Response{Status: 200, Body: data, At: 1})

@@ -202,7 +202,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		}
 	}
 	tokens := make([]string, len(plan.Users))
-	err := parallel(ctx, len(plan.Users), func(ctx context.Context, i int) error {
+	err := probe.Parallel(ctx, len(plan.Users), provisionWorkers, func(ctx context.Context, i int) error {
 		tok, err := d.ensureUser(ctx, plan.Users[i])
 		tokens[i] = tok
 		return err
@@ -237,7 +237,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		wants = append(wants, want{alias: d.cfg.AliasPrefix + "_d_" + k[0] + "_" + k[1], members: []string{k[0], k[1]}, pair: k})
 	}
 	ids := make([]string, len(wants))
-	err = parallel(ctx, len(wants), func(ctx context.Context, i int) error {
+	err = probe.Parallel(ctx, len(wants), provisionWorkers, func(ctx context.Context, i int) error {
 		w := wants[i]
 		id, err := d.ensureRoom(ctx, w.alias, w.members, w.r.group, tokenOf)
 		ids[i] = id
@@ -346,34 +346,6 @@ func (d *Driver) join(ctx context.Context, roomID, user, creator string, tokenOf
 		return fmt.Errorf("invite: %w", err)
 	}
 	return d.call(ctx, probe.Link{}, http.MethodPost, path, nil, tokenOf[user], struct{}{}, nil)
-}
-
-// parallel runs f for 0..n-1 on provisionWorkers goroutines and returns
-// the first error; the rest are cancelled.
-func parallel(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(provisionWorkers, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := f(ctx, i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return ctx.Err()
 }
 
 // roomOf returns the room a message goes to.

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
@@ -45,11 +44,8 @@ type session struct {
 	resumed bool
 	loginAt int64
 
-	mu sync.Mutex
-	// h is Serve's handler; results that came before Serve wait in
-	// early.
-	h     probe.Handler
-	early []result
+	// answers hands the sends' outcomes to Serve's handler.
+	answers probe.Answers
 
 	// Serve's own, on its goroutine.
 	ans      syncAnswer
@@ -57,14 +53,6 @@ type session struct {
 	fetched  []event
 	delivery probe.Delivery
 	hdr      probe.Header
-}
-
-// result is the outcome of one send.
-type result struct {
-	ref     uint64
-	eventID string
-	reject  string
-	err     error
 }
 
 // Connect logs device dev of user in (with the token it had, or a new
@@ -156,14 +144,7 @@ func (s *session) syncRequest(ctx context.Context, timeout time.Duration) (*http
 
 // Serve implements probe.Session.
 func (s *session) Serve(h probe.Handler) error {
-	s.mu.Lock()
-	s.h = h
-	early := s.early
-	s.early = nil
-	s.mu.Unlock()
-	for _, r := range early {
-		s.report(h, r)
-	}
+	s.answers.Serve(h)
 	return s.conn.Serve(s)
 }
 
@@ -195,7 +176,7 @@ func (s *session) Answer(r *longpoll.Response) error {
 	if err := decodeSync(r.Body, &s.ans); err != nil {
 		return err
 	}
-	h := s.handler()
+	h := s.answers.Handler()
 	for id, jr := range s.ans.Rooms.Join {
 		if err := s.timeline(h, id, &jr.Timeline, r.At); err != nil {
 			return err
@@ -204,12 +185,6 @@ func (s *session) Answer(r *longpoll.Response) error {
 	s.resumed = false
 	s.setSince(s.ans.NextBatch)
 	return nil
-}
-
-func (s *session) handler() probe.Handler {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.h
 }
 
 // timeline delivers one room's new events, after filling what a limited
@@ -364,10 +339,10 @@ func (s *session) put(ctx context.Context, ref uint64, path string, payload []by
 					EventID string `json:"event_id"`
 				}
 				if json.Unmarshal(r.Body, &out) != nil || out.EventID == "" {
-					s.result(result{ref: ref, reject: "answer without event_id"})
+					s.answers.Report(probe.Answer{Ref: ref, Reject: "answer without event_id"})
 					return
 				}
-				s.result(result{ref: ref, eventID: out.EventID})
+				s.answers.Report(probe.Answer{Ref: ref, ServerID: out.EventID})
 				return
 			}
 			err = answerError(r)
@@ -379,7 +354,7 @@ func (s *session) put(ctx context.Context, ref uint64, path string, payload []by
 				if code == "" {
 					code = "HTTP " + strconv.Itoa(r.Status)
 				}
-				s.result(result{ref: ref, reject: code})
+				s.answers.Report(probe.Answer{Ref: ref, Reject: code})
 				return
 			}
 		}
@@ -392,7 +367,7 @@ func (s *session) put(ctx context.Context, ref uint64, path string, payload []by
 			return
 		}
 	}
-	s.result(result{ref: ref, err: err})
+	s.answers.Report(probe.Answer{Ref: ref, Err: err})
 }
 
 // attempt makes one PUT of a send, within the request timeout.
@@ -406,34 +381,6 @@ func (s *session) attempt(ctx context.Context, path string, payload []byte) (*lo
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	return s.conn.Do(req)
-}
-
-// result reports r to Serve's handler, or keeps it for Serve.
-func (s *session) result(r result) {
-	s.mu.Lock()
-	h := s.h
-	if h == nil {
-		s.early = append(s.early, r)
-	}
-	s.mu.Unlock()
-	if h != nil {
-		s.report(h, r)
-	}
-}
-
-func (s *session) report(h probe.Handler, r result) {
-	switch {
-	case r.err != nil:
-		if f, ok := h.(probe.SendFailer); ok {
-			f.OnSendFailed(r.ref, r.err)
-			return
-		}
-		h.OnReject(r.ref, r.err.Error())
-	case r.reject != "":
-		h.OnReject(r.ref, r.reject)
-	default:
-		h.OnAck(r.ref, probe.Ack{ServerID: []byte(r.eventID)})
-	}
 }
 
 // Ping implements probe.Session. A long-poll session keeps itself alive:

@@ -79,7 +79,7 @@ func TestAnswer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestSession(t)
 			r := &recorder{}
-			s.h = r
+			s.answers.Serve(r)
 			err := s.Answer(&longpoll.Response{Status: 200, Body: []byte(tc.answer), At: 7})
 			switch {
 			case tc.err == "" && err != nil:
@@ -110,7 +110,7 @@ func TestAnswer(t *testing.T) {
 // server error ends it as an error.
 func TestAnswerStatus(t *testing.T) {
 	s := newTestSession(t)
-	s.h = &recorder{}
+	s.answers.Serve(&recorder{})
 	s.d.setToken("imc-a", 0, "tok")
 	err := s.Answer(&longpoll.Response{Status: 401, Body: []byte(`{"errcode":"M_UNKNOWN_TOKEN","error":"Unknown token"}`)})
 	if probe.ReasonOf(err) != "server_close" || !strings.Contains(err.Error(), "M_UNKNOWN_TOKEN") {

@@ -1,13 +1,9 @@
 package mattermost
 
 import (
-	"context"
 	"encoding/json"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +12,9 @@ import (
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
+	"github.com/imcanary/imcanary/probe/internal/probetest"
 	"github.com/imcanary/imcanary/probe/reference"
 )
-
-type inboxHandler struct{ in *probe.Inbox }
-
-func (h inboxHandler) OnAck(uint64, probe.Ack)      {}
-func (h inboxHandler) OnReject(uint64, string)      {}
-func (h inboxHandler) OnDelivery(d *probe.Delivery) { h.in.Receive(d.Body, d.At) }
 
 // appendBody appends the probe body of a group message of seq at intended.
 func appendBody(dst []byte, seq uint64, intended int64) []byte {
@@ -65,7 +56,7 @@ func BenchmarkFrameToLedger(b *testing.B) {
 			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
 			start := time.Now().UnixNano()
 			in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
-			h := inboxHandler{in}
+			h := probetest.InboxHandler{In: in}
 			s := newTestSession(b, "http://127.0.0.1:9")
 			s.catchUp = false
 			if err := s.read([]byte(hello), 1, h); err != nil {
@@ -143,35 +134,5 @@ func measureSessions(b *testing.B, url string, n int) (heapPer, stackPer float64
 	if err != nil {
 		b.Fatal(err)
 	}
-	prefix := "imcbench" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
-	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
-	pop, err := probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{Driver: drv, Run: "bench", Heartbeat: time.Hour,
-			BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second},
-		Set: set, Prefix: prefix, Users: n, GroupSize: 5, Deadline: time.Second, LostAfter: 2 * time.Second,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h0, s0 := memNow()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = pop.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
-	limit := 60*time.Second + time.Duration(n)*200*time.Millisecond
-	for end := time.Now().Add(limit); !pop.Ready(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			b.Fatalf("only %d of %d sessions online after %s", pop.Online(), n, limit)
-		}
-	}
-	time.Sleep(time.Second)
-	h1, s1 := memNow()
-	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n)
-}
-
-func memNow() (heap, stack int64) {
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapInuse), int64(ms.StackInuse)
+	return probetest.SessionMemory(b, drv, "imcbench"+strconv.FormatInt(time.Now().UnixNano()%1e9, 10), n)
 }

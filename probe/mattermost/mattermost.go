@@ -285,7 +285,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	}
 	tokens := make([]string, len(plan.Users))
 	ids := make([]string, len(plan.Users))
-	err := parallel(ctx, len(plan.Users), func(ctx context.Context, i int) error {
+	err := probe.Parallel(ctx, len(plan.Users), provisionWorkers, func(ctx context.Context, i int) error {
 		tok, id, err := d.ensureUser(ctx, plan.Users[i])
 		tokens[i], ids[i] = tok, id
 		return err
@@ -319,7 +319,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		wants = append(wants, want{members: []string{k[0], k[1]}, pair: k})
 	}
 	chans := make([]string, len(wants))
-	err = parallel(ctx, len(wants), func(ctx context.Context, i int) error {
+	err = probe.Parallel(ctx, len(wants), provisionWorkers, func(ctx context.Context, i int) error {
 		w := wants[i]
 		mids := make([]string, len(w.members))
 		for j, m := range w.members {
@@ -394,34 +394,6 @@ func pairKey(a, b string) [2]string {
 		a, b = b, a
 	}
 	return [2]string{a, b}
-}
-
-// parallel runs f for 0..n-1 on provisionWorkers goroutines and returns
-// the first error; the rest are cancelled.
-func parallel(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(provisionWorkers, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := f(ctx, i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return ctx.Err()
 }
 
 // channelOf returns the channel a message of self goes to.

@@ -5,11 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"strings"
@@ -230,75 +226,6 @@ func TestMattermostDevices(t *testing.T) {
 	}
 }
 
-// faultProxy is a reverse proxy in front of Mattermost that meddles with
-// every third post: "drop" forwards it and then cuts the connection
-// before the answer reaches imcanary, so that imcanary retries a post the
-// server made; "double" forwards it twice, the second time without its
-// pending_post_id, as a server that ignores it would.
-type faultProxy struct {
-	mode    string
-	target  *url.URL
-	rp      *httputil.ReverseProxy
-	n       atomic.Int64
-	meddled atomic.Int64
-	mu      sync.Mutex
-	seen    map[string]bool
-}
-
-func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/api/v4/posts" {
-		p.rp.ServeHTTP(w, r)
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	p.mu.Lock()
-	again := p.seen[string(body)]
-	p.seen[string(body)] = true
-	p.mu.Unlock()
-	forward := func(b []byte) (*http.Response, error) {
-		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, p.target.String()+r.URL.Path, bytes.NewReader(b))
-		req.Header = r.Header.Clone()
-		return http.DefaultClient.Do(req)
-	}
-	if again || p.n.Add(1)%3 != 0 {
-		resp, err := forward(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
-		return
-	}
-	resp, err := forward(body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	p.meddled.Add(1)
-	switch p.mode {
-	case "drop":
-		// The server made the post; imcanary never hears of it.
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			panic("no hijacker")
-		}
-		conn, _, _ := hj.Hijack()
-		conn.Close()
-	case "double":
-		if resp2, err := forward(bytes.Replace(body, []byte(`"pending_post_id":"`), []byte(`"pending_post_id":"x`), 1)); err == nil {
-			resp2.Body.Close()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(answer)
-	}
-}
-
 // TestRetriedPostCountedOnce: a third of the posts get no answer, so
 // imcanary retries them under the same pending_post_id; Mattermost
 // answers a retry with the post it already made, and no message is
@@ -306,39 +233,39 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // same send (the "double" proxy) is seen as duplicates.
 func TestRetriedPostCountedOnce(t *testing.T) {
 	target := server(t)
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, mode := range []string{"drop", "double"} {
 		t.Run(mode, func(t *testing.T) {
-			u, err := url.Parse(target)
-			if err != nil {
-				t.Fatal(err)
+			p := &probetest.SendProxy{Mode: mode, Target: u,
+				Match: func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/api/v4/posts" },
+				// The body holds the pending_post_id.
+				Key: func(_ *http.Request, body []byte) string { return string(body) },
+				// The same post under another pending_post_id.
+				Again: func(r *http.Request, body []byte) (string, []byte) {
+					return r.URL.Path, bytes.Replace(body, []byte(`"pending_post_id":"`), []byte(`"pending_post_id":"x`), 1)
+				},
 			}
-			p := &faultProxy{mode: mode, target: u, seen: map[string]bool{}, rp: httputil.NewSingleHostReverseProxy(u)}
-			srv := httptest.NewUnstartedServer(p)
-			srv.Listener.Close()
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.Listener = l
-			srv.Start()
-			defer srv.Close()
+			srv := p.Start(t)
 			fx := start(t, popConfig{users: 20, groupSize: 5, rate: 0.4, catchUp: true, url: srv.URL})
 			c := fx.soakUntil(300, time.Minute, 10*time.Second, metrics.Normal)
-			t.Logf("%s: %v; posts meddled with %d, retries %d", mode, c, p.meddled.Load(), fx.drv.Retries())
-			if p.meddled.Load() == 0 {
+			t.Logf("%s: %v; posts meddled with %d, retries %d", mode, c, p.Meddled.Load(), fx.drv.Retries())
+			if p.Meddled.Load() == 0 {
 				t.Fatal("the proxy meddled with no post")
 			}
 			switch mode {
 			case "drop":
-				if fx.drv.Retries() < uint64(p.meddled.Load()) {
-					t.Errorf("%d retries for %d unanswered posts", fx.drv.Retries(), p.meddled.Load())
+				if fx.drv.Retries() < uint64(p.Meddled.Load()) {
+					t.Errorf("%d retries for %d unanswered posts", fx.drv.Retries(), p.Meddled.Load())
 				}
 				if c.Dup != 0 || c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
 					t.Errorf("%v: want every retried post delivered once", c)
 				}
 			case "double":
 				if c.Dup == 0 {
-					t.Errorf("%v: %d posts made twice by the server, no duplicate seen", c, p.meddled.Load())
+					t.Errorf("%v: %d posts made twice by the server, no duplicate seen", c, p.Meddled.Load())
 				}
 			}
 		})

@@ -53,9 +53,8 @@ type session struct {
 	done   bool
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
-	h     probe.Handler
-	early []result
+	// answers hands the posts' outcomes to Serve's handler.
+	answers probe.Answers
 
 	// Serve's own, on its goroutine.
 	connID   string
@@ -66,14 +65,6 @@ type session struct {
 	hdr      probe.Header
 	delivery probe.Delivery
 	list     postList
-}
-
-// result is what a send came to.
-type result struct {
-	ref    uint64
-	postID string
-	reject string
-	err    error
 }
 
 // wsFrame is one frame from the server: an event (event, seq, data,
@@ -276,14 +267,7 @@ func (s *session) fetchContext() context.Context {
 
 // Serve implements probe.Session.
 func (s *session) Serve(h probe.Handler) error {
-	s.mu.Lock()
-	s.h = h
-	early := s.early
-	s.early = nil
-	s.mu.Unlock()
-	for _, r := range early {
-		s.report(h, r)
-	}
+	s.answers.Serve(h)
 	err := s.conn.Serve(&reader{s: s, h: h})
 	s.stop()
 	return err
@@ -374,10 +358,10 @@ func (s *session) postOne(ref uint64, payload map[string]string) {
 		}
 		switch st := statusOf(err); {
 		case err == nil && p.ID != "":
-			s.result(result{ref: ref, postID: p.ID})
+			s.answers.Report(probe.Answer{Ref: ref, ServerID: p.ID})
 			return
 		case err == nil:
-			s.result(result{ref: ref, reject: "answer without a post id"})
+			s.answers.Report(probe.Answer{Ref: ref, Reject: "answer without a post id"})
 			return
 		case r != nil && st != http.StatusTooManyRequests && st < 500:
 			if st == http.StatusUnauthorized {
@@ -387,7 +371,7 @@ func (s *session) postOne(ref uint64, payload map[string]string) {
 			if ae, ok := errors.AsType[*apiError](err); ok && ae.ID != "" {
 				reject = ae.ID
 			}
-			s.result(result{ref: ref, reject: reject})
+			s.answers.Report(probe.Answer{Ref: ref, Reject: reject})
 			return
 		}
 		if attempt >= s.d.cfg.SendRetries {
@@ -398,35 +382,7 @@ func (s *session) postOne(ref uint64, payload map[string]string) {
 			return
 		}
 	}
-	s.result(result{ref: ref, err: err})
-}
-
-// result reports r to Serve's handler, or keeps it for Serve.
-func (s *session) result(r result) {
-	s.mu.Lock()
-	h := s.h
-	if h == nil {
-		s.early = append(s.early, r)
-	}
-	s.mu.Unlock()
-	if h != nil {
-		s.report(h, r)
-	}
-}
-
-func (s *session) report(h probe.Handler, r result) {
-	switch {
-	case r.err != nil:
-		if f, ok := h.(probe.SendFailer); ok {
-			f.OnSendFailed(r.ref, r.err)
-			return
-		}
-		h.OnReject(r.ref, r.err.Error())
-	case r.reject != "":
-		h.OnReject(r.ref, r.reject)
-	default:
-		h.OnAck(r.ref, probe.Ack{ServerID: []byte(r.postID)})
-	}
+	s.answers.Report(probe.Answer{Ref: ref, Err: err})
 }
 
 // Ping implements probe.Session: a WebSocket ping, whose pong keeps the

@@ -1,0 +1,63 @@
+package probetest
+
+import (
+	"context"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// InboxHandler is a Handler that hands every delivery to an inbox of the
+// ledger, as the population does: the end of a frame-to-ledger benchmark.
+type InboxHandler struct{ In *probe.Inbox }
+
+func (h InboxHandler) OnAck(uint64, probe.Ack)      {}
+func (h InboxHandler) OnReject(uint64, string)      {}
+func (h InboxHandler) OnDelivery(d *probe.Delivery) { h.In.Receive(d.Body, d.At) }
+
+// SessionMemory brings n idle users of drv online (users PREFIX-uN, in
+// groups of 5, sending nothing, keepalive an hour apart) and returns what
+// each session costs this process once all are: Go heap and goroutine
+// stacks, per session. Provisioning may register users on the server: the
+// wait for them is bounded by n.
+func SessionMemory(tb testing.TB, drv probe.Driver, prefix string, n int) (heapPer, stackPer float64) {
+	tb.Helper()
+	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
+	pop, err := probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{Driver: drv, Run: "bench", Heartbeat: time.Hour,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second},
+		Set: set, Prefix: prefix, Users: n, GroupSize: 5, Deadline: time.Second, LostAfter: 2 * time.Second,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h0, s0 := memNow()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = pop.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	limit := 60*time.Second + time.Duration(n)*200*time.Millisecond
+	for end := time.Now().Add(limit); !pop.Ready(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			tb.Fatalf("only %d of %d sessions online after %s", pop.Online(), n, limit)
+		}
+	}
+	// Whatever the logins left behind settles.
+	time.Sleep(time.Second)
+	h1, s1 := memNow()
+	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n)
+}
+
+func memNow() (heap, stack int64) {
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse), int64(ms.StackInuse)
+}
