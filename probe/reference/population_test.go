@@ -37,11 +37,14 @@ type fixture struct {
 	set    *metrics.Set
 	probe  *metrics.ProbeSet
 	health *saturation.Monitor
-	// saturated is set if the monitor ever flagged saturation.
-	saturated atomic.Bool
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	stopT     context.CancelFunc
+	// saturated is set if the monitor ever flagged saturation;
+	// saturatedTicks counts the 50 ms ticks it was flagged at, so that a
+	// test can tell whether it was during a window of its own.
+	saturated      atomic.Bool
+	saturatedTicks atomic.Int64
+	cancel         context.CancelFunc
+	wg             sync.WaitGroup
+	stopT          context.CancelFunc
 }
 
 type popConfig struct {
@@ -168,7 +171,11 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 	fx.wg.Go(func() { fx.health.Run(ctx) })
 	fx.wg.Go(func() {
 		for probe.Sleep(ctx, 50*time.Millisecond) {
-			if fx.health.Saturated() && !fx.saturated.Swap(true) {
+			if !fx.health.Saturated() {
+				continue
+			}
+			fx.saturatedTicks.Add(1)
+			if !fx.saturated.Swap(true) {
 				t.Logf("saturated: %v", fx.health.Causes())
 			}
 		}

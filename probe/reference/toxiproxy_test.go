@@ -97,7 +97,9 @@ func (l *latencies) median() (time.Duration, int) {
 // TestNetworkFaults puts Toxiproxy between the population and the embedded
 // target (IMCANARYTEST_TOXIPROXY_API, as .ci/run starts it) and injects
 // each network fault in turn, checking it is measured as what it is: added
-// latency shows in the delivery latency within 2 ms of the injected value;
+// latency shows in the delivery latency within 2 ms of the injected value
+// (or more, when the prober flagged itself saturated meanwhile: its own
+// lag is then in the figure, and it said so);
 // a bandwidth cut below the traffic makes deliveries late; resets and a link
 // that stops passing data end sessions as errors. Once
 // each fault is lifted the population is whole again, and in the end every
@@ -126,6 +128,7 @@ func TestNetworkFaults(t *testing.T) {
 	// Latency: the median delivery, with and without 100 ms more.
 	time.Sleep(time.Second)
 	lat.median()
+	sat0 := fx.saturatedTicks.Load()
 	time.Sleep(3 * time.Second)
 	base, n0 := lat.median()
 	remove := tp.toxic(name, "latency", "latency", map[string]any{"latency": 100, "jitter": 0})
@@ -135,8 +138,12 @@ func TestNetworkFaults(t *testing.T) {
 	slow, n1 := lat.median()
 	remove()
 	added := slow - base
-	t.Logf("latency: median delivery %v without, %v with 100 ms injected (%d and %d deliveries): +%v", base, slow, n0, n1, added)
-	if n0 < 100 || n1 < 100 || added < 98*time.Millisecond || added > 102*time.Millisecond {
+	// A prober that could not keep up meanwhile adds its own lag, and
+	// flags itself saturated: the figure is then above the truth, never
+	// below it, and says so.
+	saturated := fx.saturatedTicks.Load() > sat0
+	t.Logf("latency: median delivery %v without, %v with 100 ms injected (%d and %d deliveries): +%v; prober saturated meanwhile: %v", base, slow, n0, n1, added, saturated)
+	if n0 < 100 || n1 < 100 || added < 98*time.Millisecond || (added > 102*time.Millisecond && !saturated) {
 		t.Errorf("injected 100 ms measured as +%v (%d, %d deliveries), want within 2 ms", added, n0, n1)
 	}
 	if e := disc(metrics.ReasonError) + disc(metrics.ReasonSlowConsumer) + disc(metrics.ReasonServerClose); e != 0 {
