@@ -203,6 +203,10 @@ type Metrics struct {
 
 	DeliveriesSaturated *prometheus.CounterVec
 
+	// DeliveriesUnowed counts apart the deliveries of messages the server
+	// never acknowledged, so that delivered never exceeds expected.
+	DeliveriesUnowed *prometheus.CounterVec
+
 	StreamsTracked  *prometheus.GaugeVec
 	Ready           *prometheus.GaugeVec
 	DeliveryLag     *prometheus.HistogramVec
@@ -355,6 +359,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "imcanary_deliveries_saturated_total",
 			Help: "Deliveries recorded while the prober was saturated (imcanary_probe_saturated 1): their latency samples include imcanary's own delay.",
 		}, []string{"target", "source", "kind"}),
+		DeliveriesUnowed: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_unowed_total",
+			Help: "First deliveries (pushed or recovered) of messages the server never acknowledged to their sender (ack timeout, a reset that ate the ack, an ack after the timeout): never owed, so not in imcanary_deliveries_expected_total, imcanary_deliveries_total or imcanary_deliveries_recovered_total.",
+		}, []string{"target", "source", "kind", "cohort"}),
 		DeliveryLag: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "imcanary_session_delivery_lag_messages",
 			Help:    "Messages the server acknowledged to a session's conversations that the session has not received, sampled once per sweep for every online session.",
@@ -525,6 +533,9 @@ type RecvSet struct {
 	// times them.
 	Recovered       prometheus.Counter
 	RecoveryLatency prometheus.Observer
+	// Unowed counts first deliveries of messages never acknowledged to
+	// their sender, which Expected does not owe.
+	Unowed prometheus.Counter
 }
 
 // Kind indexes Set.Kind: a message's kind.
@@ -610,6 +621,7 @@ func (m *Metrics) For(target, source string) *Set {
 				DeliveryLatency: m.DeliveryLatency.WithLabelValues(target, source, k, c),
 				Recovered:       m.DeliveriesRecovered.WithLabelValues(target, source, k, c),
 				RecoveryLatency: m.RecoveryLatency.WithLabelValues(target, source, k, c),
+				Unowed:          m.DeliveriesUnowed.WithLabelValues(target, source, k, c),
 			}
 		}
 		s.Kind[i] = ks

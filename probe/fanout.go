@@ -20,7 +20,11 @@ import (
 const fanRing = 32
 
 type fanout struct {
-	obs  prometheus.Observer
+	obs prometheus.Observer
+	// key is the group stream's inbox key, and slow (ns) the fan-out time
+	// above which an observation carries an exemplar naming its message.
+	key  string
+	slow int64
 	mu   sync.Mutex
 	ring [fanRing]fanEntry
 }
@@ -49,7 +53,13 @@ func (f *fanout) arrived(seq uint64, now int64) {
 	e.left--
 	done, intended := e.left == 0, e.intended
 	f.mu.Unlock()
-	if done {
-		f.obs.Observe(float64(now-intended) / 1e9)
+	if !done {
+		return
 	}
+	t := now - intended
+	if eo, ok := f.obs.(prometheus.ExemplarObserver); ok && f.slow > 0 && t > f.slow {
+		eo.ObserveWithExemplar(float64(t)/1e9, exemplar(f.key, seq))
+		return
+	}
+	f.obs.Observe(float64(t) / 1e9)
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/imcanary/imcanary/metrics"
 )
 
@@ -58,6 +60,16 @@ type Ledger struct {
 	// fanouts are the fan-out trackers of this run's group streams, by
 	// inbox key; written before the population runs, only read after.
 	fanouts map[string]*fanout
+	// fates are the ack records of this run's send streams, by inbox key;
+	// written before the population runs, only read after. A stream
+	// without one (another process's) counts every first delivery.
+	fates map[string]*fate
+	// slow (ns) is the latency above which a delivery's observation
+	// carries an exemplar naming its message.
+	slow int64
+	// lost logs, at a bounded rate, the messages written off as lost; nil
+	// logs nothing.
+	lost *lostLog
 }
 
 // NewLedger returns a ledger that records into set. run is this process's
@@ -71,6 +83,7 @@ func NewLedger(set *metrics.Set, run string, start time.Time, deadline, lostAfte
 		deadline:  int64(deadline),
 		lostAfter: int64(lostAfter),
 		evict:     int64(max(minEvict, 10*lostAfter)),
+		slow:      int64(slowAfter(deadline)),
 	}
 }
 
@@ -100,6 +113,7 @@ func (l *Ledger) Streams() int64 { return l.streams.Load() }
 type Inbox struct {
 	l    *Ledger
 	user int // the receiving user's index, for the observer
+	dev  int // the device's index among its user's, for the lost log
 	// cohort is the receiving user's.
 	cohort metrics.Cohort
 	// self is the receiving user's name: its own messages are owed to
@@ -159,7 +173,29 @@ type stream struct {
 	voids   []span
 	// fan, for a group stream of this run, times its messages' fan-out.
 	fan *fanout
+	// key is the stream's inbox key, "RUN SENDER STREAM".
+	key string
+	// fate, for a stream of this run, says whether the server acknowledged
+	// each message; awaiting holds the first deliveries of messages whose
+	// sender was still waiting for the ack, counted once it has it or has
+	// written them off. At most the sender's messages in flight.
+	fate     *fate
+	awaiting []unsettled
 }
+
+// unsettled is a first delivery not yet counted: what counting it needs.
+type unsettled struct {
+	seq       uint64
+	lat       int64 // ns from the intended send time
+	recovered bool  // fetched by catch-up, not pushed
+	reordered bool  // after a later message of its stream
+	saturated bool  // while the prober was saturated
+}
+
+// maxAwaiting bounds a stream's deliveries awaiting their ack; the sender
+// has at most maxInflight messages in flight, so it is never reached but by
+// a server that invents seqs of this run.
+const maxAwaiting = maxInflight
 
 // Receive records the push of body at now (Unix ns). It does not allocate
 // once the stream exists.
@@ -207,18 +243,22 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 			in.observe(&h, now, Ignored)
 			return
 		}
-		st = &stream{kind: metrics.KindOf(h.Stream[0] == 'g'), base: h.Seq}
+		st = &stream{kind: metrics.KindOf(h.Stream[0] == 'g'), base: h.Seq, key: string(key)}
 		if bytes.Equal(h.Run, l.run) {
 			st.base, st.own = 1, true
+			st.fate = l.fates[st.key]
 			if !own {
-				st.fan = l.fanouts[string(key)]
+				st.fan = l.fanouts[st.key]
 			}
 		}
-		in.streams[string(key)] = st
+		in.streams[st.key] = st
 		l.streams.Add(1)
 	}
 	kset := &l.set.Kind[st.kind]
 	ks := &kset.Cohort[in.cohort]
+	if len(st.awaiting) > 0 {
+		in.settle(st, kset, ks)
+	}
 	st.last = now
 	if h.VoidHi != 0 {
 		st.addVoid(h.VoidLo, h.VoidHi)
@@ -244,27 +284,17 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 	case st.isPending(s):
 		outcome = in.again(ks, own, fetched || st.pendingHow(s) == holdFetched, st.pendingHow(s) == holdExcused)
 	case fetched:
-		lat := now - h.Intended
-		ks.Recovered.Inc()
-		ks.RecoveryLatency.Observe(float64(lat) / 1e9)
 		outcome = Recovered
 		st.maxSeen = max(st.maxSeen, s)
 		st.hold(s, h.Intended, holdFetched)
 		if st.fan != nil && h.Intended >= in.onlineSince.Load() {
 			st.fan.arrived(s, now)
 		}
+		in.first(st, kset, ks, unsettled{seq: s, lat: now - h.Intended, recovered: true})
 	default:
-		lat := now - h.Intended
-		ks.Delivered.Inc()
-		ks.DeliveryLatency.Observe(float64(lat) / 1e9)
-		if l.health != nil && l.health.Saturated() {
-			kset.Saturated.Inc()
-		}
-		if lat > l.deadline {
-			ks.Late.Inc()
-		}
+		a := unsettled{seq: s, lat: now - h.Intended, saturated: l.health != nil && l.health.Saturated()}
 		if s < st.maxSeen {
-			ks.Reordered.Inc()
+			a.reordered = true
 		} else {
 			st.maxSeen = s
 		}
@@ -278,12 +308,75 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		} else {
 			st.hold(s, h.Intended, holdPush)
 			if len(st.pending) > maxPending {
-				st.writeOff(ks, st.pending[0].seq)
+				in.writeOff(st, ks, st.pending[0].seq, st.pending[0].intended)
 			}
 		}
+		in.first(st, kset, ks, a)
 	}
 	st.advance()
 	in.observe(&h, now, outcome)
+}
+
+// first counts a first delivery by what became of its message: delivered
+// (or recovered) once the server acknowledged it, unowed if its sender
+// wrote it off, and nothing yet while the sender waits for the ack, which
+// a delivery often beats. A message of another process has no record here
+// and counts as delivered: its sender's process owes it or not.
+func (in *Inbox) first(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a unsettled) {
+	switch st.fate.of(a.seq) {
+	case fatePending:
+		if len(st.awaiting) < maxAwaiting {
+			st.awaiting = append(st.awaiting, a)
+			return
+		}
+	case fateOff:
+		ks.Unowed.Inc()
+		return
+	}
+	in.count(st, kset, ks, a)
+}
+
+// settle counts the deliveries of st awaiting an ack that has come, or a
+// write-off.
+func (in *Inbox) settle(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet) {
+	n := 0
+	for _, a := range st.awaiting {
+		switch st.fate.of(a.seq) {
+		case fatePending:
+			st.awaiting[n] = a
+			n++
+		case fateOff:
+			ks.Unowed.Inc()
+		default:
+			in.count(st, kset, ks, a)
+		}
+	}
+	st.awaiting = st.awaiting[:n]
+}
+
+// count counts a first delivery of an owed message.
+func (in *Inbox) count(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a unsettled) {
+	lat := float64(a.lat) / 1e9
+	if a.recovered {
+		ks.Recovered.Inc()
+		ks.RecoveryLatency.Observe(lat)
+		return
+	}
+	ks.Delivered.Inc()
+	if eo, ok := ks.DeliveryLatency.(prometheus.ExemplarObserver); ok && a.lat > in.l.slow {
+		eo.ObserveWithExemplar(lat, exemplar(st.key, a.seq))
+	} else {
+		ks.DeliveryLatency.Observe(lat)
+	}
+	if a.saturated {
+		kset.Saturated.Inc()
+	}
+	if a.lat > in.l.deadline {
+		ks.Late.Inc()
+	}
+	if a.reordered {
+		ks.Reordered.Inc()
+	}
 }
 
 // again classifies a message the device already holds: a duplicate if
@@ -324,7 +417,7 @@ func (in *Inbox) Sent(key string, kind metrics.Kind, seq uint64, intended int64,
 		if len(in.streams) >= maxStreams {
 			return
 		}
-		st = &stream{kind: kind, base: 1, own: true}
+		st = &stream{kind: kind, base: 1, own: true, key: key, fate: in.l.fates[key]}
 		in.streams[key] = st
 		in.l.streams.Add(1)
 	}
@@ -353,7 +446,7 @@ func (in *Inbox) Excuse(key string, kind metrics.Kind, seq uint64, intended int6
 		if len(in.streams) >= maxStreams {
 			return true
 		}
-		st = &stream{kind: kind, base: 1, own: true, fan: in.l.fanouts[key]}
+		st = &stream{kind: kind, base: 1, own: true, fan: in.l.fanouts[key], key: key, fate: in.l.fates[key]}
 		in.streams[key] = st
 		in.l.streams.Add(1)
 	}
@@ -400,9 +493,13 @@ func (in *Inbox) Sweep(now int64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for key, st := range in.streams {
-		ks := &l.set.Kind[st.kind].Cohort[in.cohort]
+		kset := &l.set.Kind[st.kind]
+		ks := &kset.Cohort[in.cohort]
+		if len(st.awaiting) > 0 {
+			in.settle(st, kset, ks)
+		}
 		for len(st.pending) > 0 && now-st.pending[0].intended > l.lostAfter {
-			st.writeOff(ks, st.pending[0].seq)
+			in.writeOff(st, ks, st.pending[0].seq, st.pending[0].intended)
 		}
 		if !st.own && len(st.pending) == 0 && now-st.last > l.evict {
 			delete(in.streams, key)
@@ -421,17 +518,28 @@ func (in *Inbox) Forget() {
 }
 
 // writeOff resolves every seq below upTo as lost, but for those the sender
-// declared void, then advances past what is resolved.
-func (st *stream) writeOff(ks *metrics.RecvSet, upTo uint64) {
+// declared void, then advances past what is resolved. before (Unix ns) is
+// the intended time of seq upTo, which the lost ones were sent before.
+func (in *Inbox) writeOff(st *stream, ks *metrics.RecvSet, upTo uint64, before int64) {
 	if upTo <= st.base {
 		return
 	}
 	missing := upTo - st.base
+	// The voids are sorted and disjoint: the lost seqs are the runs
+	// between them, each logged as one span.
+	next := st.base
 	for _, v := range st.voids {
 		lo, hi := max(v.lo, st.base), min(v.hi, upTo-1)
 		if lo <= hi {
 			missing -= hi - lo + 1
+			if next < lo {
+				in.l.lost.note(in, st.key, next, lo-1, before)
+			}
+			next = hi + 1
 		}
+	}
+	if next < upTo {
+		in.l.lost.note(in, st.key, next, upTo-1, before)
 	}
 	if missing > 0 {
 		ks.Lost.Add(float64(missing))

@@ -141,6 +141,7 @@ func NewPopulation(o Options) (*Population, error) {
 	}
 	p.ledger.obs = o.Observer
 	p.ledger.health = o.Health
+	p.ledger.lost = newLostLog(o.Logger.With("ledger", "lost"))
 	switch {
 	case o.Limiter != nil:
 		p.connects = o.Limiter
@@ -196,6 +197,7 @@ func (p *Population) layout() {
 		for d := range o.Devices {
 			in := p.ledger.NewInbox()
 			in.user, in.cohort, in.self, in.ownOwed = i, metrics.CohortOf(u.slow), u.nameB, mirror
+			in.dev = d
 			dev := &device{u: u, idx: d, inbox: in}
 			if o.CatchUp {
 				dev.catchup = NewCatchup(p.catchupGrace())
@@ -242,12 +244,16 @@ func (p *Population) layout() {
 		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: o.Devices}
 	}
 	p.ledger.fanouts = make(map[string]*fanout)
+	p.ledger.fates = make(map[string]*fate)
 	for _, u := range p.users {
 		for _, st := range u.streams() {
 			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
 			if st.fan != nil {
+				st.fan.key, st.fan.slow = st.key, p.ledger.slow
 				p.ledger.fanouts[st.key] = st.fan
 			}
+			st.fate = &fate{}
+			p.ledger.fates[st.key] = st.fate
 			owe := func(dev *device, pos int) {
 				dev.incoming = append(dev.incoming, link{st: st, pos: pos})
 				st.fanout++

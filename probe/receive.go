@@ -19,6 +19,7 @@ func (dev *device) OnAck(ref uint64, _ Ack) {
 	if ok {
 		st := f.st
 		st.acked = max(st.acked, f.seq)
+		st.fate.ack(f.seq)
 		st.acks[f.seq%ackRing] = ackStamp{seq: f.seq, at: now}
 	}
 	u.mu.Unlock()

@@ -118,6 +118,9 @@ type sendStream struct {
 	// and disjoint; voidTurn picks which one the next message carries.
 	voids    []voidCarry
 	voidTurn int
+	// fate tells this process's recipients which messages the server
+	// acknowledged and which were written off.
+	fate *fate
 }
 
 // flight is a message written and not yet acknowledged, by the device
@@ -182,6 +185,8 @@ func (u *user) take(ref uint64) (flight, bool) {
 // touches a span extends it: an inverted or overlapping span would be
 // rejected or double-counted by receivers.
 func (st *sendStream) addVoid(seq uint64) {
+	// Every write-off comes here: its delivery, if any, is not owed.
+	st.fate.writeOff(seq)
 	i := 0
 	for i < len(st.voids) && st.voids[i].hi+1 < seq {
 		i++

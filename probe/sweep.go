@@ -71,6 +71,7 @@ func (p *Population) Sweep(now time.Time) {
 			}
 		}
 	}
+	p.ledger.lost.flush()
 	set.Streams.Set(float64(p.ledger.Streams()))
 	set.SessionsLagging.Set(float64(lagging))
 	p.slowLag.Store(slowLag)

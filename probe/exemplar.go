@@ -1,0 +1,71 @@
+package probe
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Exemplars: a slow observation of the delivery latency or the group
+// fan-out time carries the sender, stream and seq of its message, so that
+// a point on a latency panel leads to one message, and from it to the
+// server's logs.
+
+// sloLatency is the latency SLI's threshold: the histograms have a bucket
+// boundary there (metrics.LatencyBuckets).
+const sloLatency = time.Second
+
+// slowAfter is the latency above which an observation carries an exemplar:
+// past the latency SLI's threshold or the deadline (late), whichever is
+// less. Those are the observations an SLI counts as errors, so every
+// exemplar shown is a message an alert counted; the fast ones, nearly all
+// of them, pay nothing for it (an exemplar allocates its labels).
+func slowAfter(deadline time.Duration) time.Duration {
+	if deadline <= 0 {
+		return sloLatency
+	}
+	return min(deadline, sloLatency)
+}
+
+// exemplarRunes is OpenMetrics' limit on an exemplar's label names and
+// values together, past which the client library panics.
+const exemplarRunes = prometheus.ExemplarMaxRunes
+
+// exemplar returns the labels naming seq of the stream with inbox key key
+// ("RUN SENDER STREAM"): its sender, stream and seq. The run is left out:
+// it names the process, which the scrape already does. Names are the
+// population's own (its prefix and indices, never a secret); a stream of
+// another process's is what a server sent, so its bytes are made valid
+// UTF-8, and long names are cut from the left, keeping their distinctive
+// end, to stay within the limit.
+func exemplar(key string, seq uint64) prometheus.Labels {
+	_, rest, _ := strings.Cut(key, " ")
+	sender, stream, _ := strings.Cut(rest, " ")
+	sender, stream = strings.ToValidUTF8(sender, "?"), strings.ToValidUTF8(stream, "?")
+	s := strconv.FormatUint(seq, 10)
+	budget := exemplarRunes - len("sender") - len("stream") - len("seq") - len(s)
+	ns, nt := utf8.RuneCountInString(sender), utf8.RuneCountInString(stream)
+	if ns+nt > budget {
+		// The sender keeps at least half, or what the stream leaves.
+		keep := min(ns, max(budget/2, budget-nt))
+		sender, stream = cutLeft(sender, keep), cutLeft(stream, budget-keep)
+	}
+	return prometheus.Labels{"sender": sender, "stream": stream, "seq": s}
+}
+
+// cutLeft returns the last n runes of s, the first of them replaced by
+// "…" if any were cut.
+func cutLeft(s string, n int) string {
+	c := utf8.RuneCountInString(s)
+	if c <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	r := []rune(s)
+	return "…" + string(r[c-n+1:])
+}
