@@ -308,7 +308,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		} else {
 			st.hold(s, h.Intended, holdPush)
 			if len(st.pending) > maxPending {
-				in.writeOff(st, ks, st.pending[0].seq, st.pending[0].intended)
+				in.writeOff(st, st.pending[0].seq, st.pending[0].intended)
 			}
 		}
 		in.first(st, kset, ks, a)
@@ -499,7 +499,7 @@ func (in *Inbox) Sweep(now int64) {
 			in.settle(st, kset, ks)
 		}
 		for len(st.pending) > 0 && now-st.pending[0].intended > l.lostAfter {
-			in.writeOff(st, ks, st.pending[0].seq, st.pending[0].intended)
+			in.writeOff(st, st.pending[0].seq, st.pending[0].intended)
 		}
 		if !st.own && len(st.pending) == 0 && now-st.last > l.evict {
 			delete(in.streams, key)
@@ -517,32 +517,28 @@ func (in *Inbox) Forget() {
 	in.mu.Unlock()
 }
 
-// writeOff resolves every seq below upTo as lost, but for those the sender
-// declared void, then advances past what is resolved. before (Unix ns) is
-// the intended time of seq upTo, which the lost ones were sent before.
-func (in *Inbox) writeOff(st *stream, ks *metrics.RecvSet, upTo uint64, before int64) {
+// writeOff resolves every seq below upTo as lost, but for those not owed,
+// then advances past what is resolved. before (Unix ns) is the intended
+// time of seq upTo, which the lost ones were sent before.
+func (in *Inbox) writeOff(st *stream, upTo uint64, before int64) {
 	if upTo <= st.base {
 		return
 	}
-	missing := upTo - st.base
-	// The voids are sorted and disjoint: the lost seqs are the runs
-	// between them, each logged as one span.
+	// The voids are sorted and disjoint: the missing seqs are the runs
+	// between them and the runs they cover.
 	next := st.base
 	for _, v := range st.voids {
 		lo, hi := max(v.lo, st.base), min(v.hi, upTo-1)
 		if lo <= hi {
-			missing -= hi - lo + 1
 			if next < lo {
-				in.l.lost.note(in, st.key, next, lo-1, before)
+				in.missing(st, next, lo-1, false, before)
 			}
+			in.missing(st, lo, hi, true, before)
 			next = hi + 1
 		}
 	}
 	if next < upTo {
-		in.l.lost.note(in, st.key, next, upTo-1, before)
-	}
-	if missing > 0 {
-		ks.Lost.Add(float64(missing))
+		in.missing(st, next, upTo-1, false, before)
 	}
 	// Only the last histBits seqs need their history bit cleared.
 	for s := max(st.base, upTo-min(upTo, histBits)); s < upTo; s++ {
@@ -550,6 +546,58 @@ func (in *Inbox) writeOff(st *stream, ks *metrics.RecvSet, upTo uint64, before i
 	}
 	st.base = upTo
 	st.advance()
+}
+
+// missing counts as lost those of the missing seqs lo through hi that were
+// owed, and logs them. void says the sender declared them void in its
+// bodies. Where this process has the sender's ack record, the record
+// decides: a message written off before its void reached this device is
+// not owed, and an acknowledged one that a sender's merged void span covers
+// is. Below the record's window, or for another process's stream, the
+// voids decide.
+func (in *Inbox) missing(st *stream, lo, hi uint64, void bool, before int64) {
+	ks := &in.l.set.Kind[st.kind].Cohort[in.cohort]
+	lose := func(lo, hi uint64) {
+		ks.Lost.Add(float64(hi - lo + 1))
+		in.l.lost.note(in, st.key, lo, hi, before)
+	}
+	win, top := hi+1, hi // the record decides win through top
+	if st.fate != nil {
+		sent := st.fate.sent.Load()
+		win = lo
+		if sent >= fateRing {
+			win = max(lo, sent-fateRing+1)
+		}
+		win, top = min(win, hi+1), min(hi, sent)
+	}
+	if !void && lo < win {
+		lose(lo, win-1)
+	}
+	runLo, run := uint64(0), false
+	for s := win; s <= top && s >= win; s++ {
+		owed := !void
+		switch st.fate.of(s) {
+		case fateAcked:
+			owed = true
+		case fateOff:
+			owed = false
+		}
+		switch {
+		case owed && !run:
+			runLo, run = s, true
+		case !owed && run:
+			lose(runLo, s-1)
+			run = false
+		}
+	}
+	if run {
+		lose(runLo, top)
+	}
+	if t := max(top+1, win); !void && top < hi && t <= hi {
+		// Above what the sender wrote: seqs no message of this
+		// process had, which only a lying server announces.
+		lose(t, hi)
+	}
 }
 
 // advance moves base past every seq that is received or void.
@@ -563,20 +611,41 @@ func (st *stream) advance() {
 			continue
 		}
 		hi, ok := st.voidAt(st.base)
-		if !ok {
+		if !ok || st.fate.of(st.base) == fateAcked {
 			return
 		}
 		// Jump over the void span at once, up to the next received seq:
-		// a span is sent by a peer and may be long.
+		// a span is sent by a peer and may be long. Not past a seq the
+		// server acknowledged, which a sender's merged span may cover:
+		// that one is owed, and stays missing until it comes or is lost.
 		end := hi + 1
 		if len(st.pending) > 0 && st.pending[0].seq < end {
 			end = st.pending[0].seq
 		}
+		end = st.ackedFrom(st.base, end)
 		for s := max(st.base, end-min(end, histBits)); s < end; s++ {
 			st.mark(s, false, holdPush)
 		}
 		st.base = end
 	}
+}
+
+// ackedFrom returns the first seq from lo below end that the sender's ack
+// record says was acknowledged, or end.
+func (st *stream) ackedFrom(lo, end uint64) uint64 {
+	if st.fate == nil {
+		return end
+	}
+	sent := st.fate.sent.Load()
+	if sent >= fateRing {
+		lo = max(lo, sent-fateRing+1)
+	}
+	for s := lo; s < end && s <= sent; s++ {
+		if st.fate.of(s) == fateAcked {
+			return s
+		}
+	}
+	return end
 }
 
 func (st *stream) voidAt(s uint64) (hi uint64, ok bool) {

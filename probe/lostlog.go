@@ -20,7 +20,7 @@ const (
 	// lostBurst lines may be logged at once, then lostRate a second: an
 	// outage that loses thousands of messages logs its first few gaps,
 	// which name the streams and times to look at.
-	lostBurst = 10
+	lostBurst = 20
 	lostRate  = 1
 	// lostSummaryEvery is how often at most the summary of what was not
 	// logged is logged.

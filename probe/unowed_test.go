@@ -3,6 +3,7 @@ package probe
 import (
 	"bytes"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -249,8 +250,69 @@ func TestLostLog(t *testing.T) {
 		if n := strings.Count(out, `msg="messages lost"`); n != lostBurst {
 			t.Errorf("%d lines for 100 losses at once, want the burst of %d:\n%s", n, lostBurst, out)
 		}
-		if !strings.Contains(out, `msg="more messages lost than logged one by one" spans=90 messages=90`) {
-			t.Errorf("no summary of the 90 not logged:\n%s", out)
+		rest := strconv.Itoa(100 - lostBurst)
+		if !strings.Contains(out, `msg="more messages lost than logged one by one" spans=`+rest+` messages=`+rest) {
+			t.Errorf("no summary of the %s not logged:\n%s", rest, out)
 		}
 	})
+}
+
+// TestAckRecordDecidesLoss: where the sender is in this process, its ack
+// record, not the voids its bodies carry, decides what a missing message
+// was owed. A write-off whose void never reached the recipient is not
+// lost; an acknowledged message that a (merged) void span covers is owed:
+// it stays missing, is delivered if it comes, and is lost if it does not.
+func TestAckRecordDecidesLoss(t *testing.T) {
+	tests := []struct {
+		name string
+		// ack1 says whether the server acknowledged seq 1; void is the
+		// span seq 2 carries; late1 delivers seq 1 after seq 2.
+		ack1  bool
+		void  [2]uint64
+		late1 bool
+		want  owedCounts
+	}{
+		{"written off, its void never arrived", false, [2]uint64{}, false, owedCounts{expected: 1, delivered: 1}},
+		{"written off, its void arrived", false, [2]uint64{1, 1}, false, owedCounts{expected: 1, delivered: 1}},
+		{"acked, lost", true, [2]uint64{}, false, owedCounts{expected: 2, delivered: 1, lost: 1}},
+		{"acked under a void span, lost", true, [2]uint64{1, 1}, false, owedCounts{expected: 2, delivered: 1, lost: 1}},
+		{"acked under a void span, delivered late", true, [2]uint64{1, 1}, true, owedCounts{expected: 2, delivered: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t0 := time.Now()
+			p, set := lagPop(t, t0, 0)
+			sender, rcpt := p.users[1], p.users[0]
+			in := rcpt.devices[0].inbox
+			s1, err := p.SendNow(1, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.ack1 {
+				sender.devices[0].OnAck(s1.Ref, Ack{})
+			} else {
+				p.Sweep(time.Now().Add(p.opts.Deadline + time.Second))
+			}
+			s2, err := p.SendNow(1, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sender.devices[0].OnAck(s2.Ref, Ack{})
+			mk := func(s Sent, vlo, vhi uint64) []byte {
+				return AppendBody(nil, &Header{Run: p.run, Sender: sender.nameB, Stream: sender.direct.name, Seq: s.Seq, Intended: s.Intended.UnixNano(), VoidLo: vlo, VoidHi: vhi}, 0)
+			}
+			in.Receive(mk(s2, tt.void[0], tt.void[1]), s2.Intended.Add(time.Millisecond).UnixNano())
+			p.Sweep(s2.Intended.Add(10 * time.Millisecond))
+			if got := readOwed(set, metrics.Direct); got.lost != 0 {
+				t.Fatalf("lost %v at once, want nothing lost before lost_after", got.lost)
+			}
+			if tt.late1 {
+				in.Receive(mk(s1, 0, 0), s2.Intended.Add(20*time.Millisecond).UnixNano())
+			}
+			p.Sweep(s2.Intended.Add(p.opts.LostAfter + time.Second))
+			if got := readOwed(set, metrics.Direct); got != tt.want {
+				t.Errorf("counts = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
 }

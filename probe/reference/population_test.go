@@ -2,6 +2,7 @@ package reference_test
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
@@ -73,6 +74,8 @@ type popConfig struct {
 	behaviours []config.Behaviour
 	// target, if set, adjusts the target's options.
 	target func(*refserver.Options)
+	// logger, if set, is the population's.
+	logger *slog.Logger
 }
 
 func startTarget(t *testing.T, addr string, o refserver.Options) (*refserver.Server, net.Listener, context.CancelFunc, *sync.WaitGroup) {
@@ -161,6 +164,7 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 		Groups:          pc.groups,
 		SessionLifetime: pc.lifetime,
 		Behaviours:      pc.behaviours,
+		Logger:          pc.logger,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +222,8 @@ func (fx *fixture) soak(d, lostAfter time.Duration) {
 
 type totals struct {
 	sent, expected, delivered, recovered, lost, late, dup, reordered float64
+	// unowed are deliveries of messages never acked: not in expected.
+	unowed float64
 }
 
 // counts returns the normal users' counts (and everything sent).
@@ -235,6 +241,7 @@ func (fx *fixture) cohort(i int) totals {
 		c.late += metrics.Value(k.Cohort[i].Late)
 		c.dup += metrics.Value(k.Cohort[i].Duplicate)
 		c.reordered += metrics.Value(k.Cohort[i].Reordered)
+		c.unowed += metrics.Value(k.Cohort[i].Unowed)
 	}
 	return c
 }
