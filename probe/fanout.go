@@ -25,6 +25,7 @@ type fanout struct {
 	// above which an observation carries an exemplar naming its message.
 	key  string
 	slow int64
+	gate *exemplarGate // shared by the size class's streams
 	mu   sync.Mutex
 	ring [fanRing]fanEntry
 }
@@ -57,7 +58,7 @@ func (f *fanout) arrived(seq uint64, now int64) {
 		return
 	}
 	t := now - intended
-	if eo, ok := f.obs.(prometheus.ExemplarObserver); ok && f.slow > 0 && t > f.slow {
+	if eo, ok := f.obs.(prometheus.ExemplarObserver); ok && f.slow > 0 && t > f.slow && f.gate.allow(float64(t)/1e9, now) {
 		eo.ObserveWithExemplar(float64(t)/1e9, exemplar(f.key, seq))
 		return
 	}

@@ -65,8 +65,10 @@ type Ledger struct {
 	// without one (another process's) counts every first delivery.
 	fates map[string]*fate
 	// slow (ns) is the latency above which a delivery's observation
-	// carries an exemplar naming its message.
-	slow int64
+	// carries an exemplar naming its message, through the gate of its
+	// histogram.
+	slow  int64
+	gates [len(metrics.Kinds)][len(metrics.Cohorts)]exemplarGate
 	// lost logs, at a bounded rate, the messages written off as lost; nil
 	// logs nothing.
 	lost *lostLog
@@ -363,7 +365,7 @@ func (in *Inbox) count(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a
 		return
 	}
 	ks.Delivered.Inc()
-	if eo, ok := ks.DeliveryLatency.(prometheus.ExemplarObserver); ok && a.lat > in.l.slow {
+	if eo, ok := ks.DeliveryLatency.(prometheus.ExemplarObserver); ok && a.lat > in.l.slow && in.l.gates[st.kind][in.cohort].allow(lat, time.Now().UnixNano()) {
 		eo.ObserveWithExemplar(lat, exemplar(st.key, a.seq))
 	} else {
 		ks.DeliveryLatency.Observe(lat)

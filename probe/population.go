@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/imcanary/imcanary/metrics"
@@ -245,11 +246,15 @@ func (p *Population) layout() {
 	}
 	p.ledger.fanouts = make(map[string]*fanout)
 	p.ledger.fates = make(map[string]*fate)
+	gates := map[prometheus.Observer]*exemplarGate{}
 	for _, u := range p.users {
 		for _, st := range u.streams() {
 			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
 			if st.fan != nil {
-				st.fan.key, st.fan.slow = st.key, p.ledger.slow
+				if gates[st.fan.obs] == nil {
+					gates[st.fan.obs] = &exemplarGate{}
+				}
+				st.fan.key, st.fan.slow, st.fan.gate = st.key, p.ledger.slow, gates[st.fan.obs]
 				p.ledger.fanouts[st.key] = st.fan
 			}
 			st.fate = &fate{}

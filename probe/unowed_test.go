@@ -316,3 +316,57 @@ func TestAckRecordDecidesLoss(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkInboxReceiveAcked is BenchmarkInboxReceive with the sender in
+// this process: each delivery reads its message's ack record.
+// BenchmarkInboxReceiveSlow is with every delivery past the exemplar
+// threshold, so that each observation carries an exemplar.
+func BenchmarkInboxReceiveAcked(b *testing.B) { benchReceive(b, time.Millisecond, true) }
+func BenchmarkInboxReceiveSlow(b *testing.B)  { benchReceive(b, 2*time.Second, true) }
+
+func benchReceive(b *testing.B, lat time.Duration, acked bool) {
+	set := newTestSet(b)
+	start := time.Now()
+	l := NewLedger(set, "run1", start, testDeadline, testLostAfter)
+	f := &fate{}
+	l.fates = map[string]*fate{"run1 imcanary-u17 g.imcanary-g3": f}
+	in := l.NewInbox()
+	h := Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3")}
+	buf := make([]byte, 0, 128)
+	now := start.UnixNano()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		h.Seq = uint64(i + 1)
+		h.Intended = now + int64(i)
+		if acked {
+			f.write(h.Seq)
+			f.ack(h.Seq)
+		}
+		buf = AppendBody(buf[:0], &h, 0)
+		in.Receive(buf, now+int64(i)+int64(lat))
+	}
+}
+
+// TestExemplarGate: one exemplar per bucket per exemplarEvery, buckets
+// apart.
+func TestExemplarGate(t *testing.T) {
+	var g exemplarGate
+	t0 := time.Unix(1_700_000_000, 0).UnixNano()
+	steps := []struct {
+		v    float64
+		at   time.Duration
+		want bool
+	}{
+		{1.5, 0, true},
+		{1.7, 10 * time.Millisecond, false}, // same bucket (1, 2]
+		{3, 20 * time.Millisecond, true},    // bucket (2, 5]
+		{1.2, exemplarEvery - time.Millisecond, false},
+		{1.2, exemplarEvery, true},
+		{100, 0, true}, // +Inf
+	}
+	for _, s := range steps {
+		if got := g.allow(s.v, t0+int64(s.at)); got != s.want {
+			t.Errorf("allow(%v at +%v) = %v, want %v", s.v, s.at, got, s.want)
+		}
+	}
+}
