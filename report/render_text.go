@@ -146,6 +146,42 @@ func WriteText(w io.Writer, r *Soak) error {
 		}
 	}
 
+	for _, c := range r.Comparisons {
+		tw.printf("\n%s\n", renderComparisonTitle(c))
+		if s := renderComparisonSettings(c); s != "" {
+			tw.printf("  %s\n", s)
+		}
+		// Only what changed, to keep the summary on a screen; the JSON
+		// and HTML reports list every measure.
+		rows = [][]string{renderDeltaHeader}
+		same := 0
+		for _, d := range c.Deltas {
+			if d.Change == 0 {
+				same++
+				continue
+			}
+			rows = append(rows, renderDeltaRow(d))
+		}
+		if len(rows) > 1 {
+			// The judgement column is empty in the header: the table
+			// goes through a buffer so that no line keeps its padding.
+			var buf bytes.Buffer
+			t := &renderTextWriter{w: &buf}
+			t.table(renderNumbers, rows)
+			tw.err = errors.Join(tw.err, t.err)
+			for line := range strings.Lines(buf.String()) {
+				tw.printf("%s\n", strings.TrimRight(line, " \n"))
+			}
+		}
+		switch {
+		case c.Missing != "":
+		case same == len(c.Deltas):
+			tw.printf("  no measure changed\n")
+		case same > 0:
+			tw.printf("  (%s measures unchanged, listed in the full report)\n", renderCount(int64(same)))
+		}
+	}
+
 	if len(r.Notes) > 0 {
 		tw.printf("\nnotes\n")
 		for _, n := range r.Notes {
