@@ -374,11 +374,11 @@ th.count + th, td.err { text-align: left; }
 td.err { white-space: normal; word-break: break-word; font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
 ul.notes { margin: 0; padding-left: 20px; }
 ul.notes li { margin: 4px 0; }
-.compare-title { font-weight: 600; margin: 16px 0 6px; }
+{{if .Comparisons}}.compare-title { font-weight: 600; margin: 16px 0 6px; }
 .compare-settings { color: var(--aborted); font-weight: 600; margin: 0 0 6px; }
 .charts.compare { grid-template-columns: minmax(0, 590px); }
 tr.worse td { background: var(--fail-bg) !important; }
-footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
+{{end}}footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 @media print { .banner { -webkit-print-color-adjust: exact; print-color-adjust: exact; } }
 </style>
 </head>
