@@ -132,8 +132,9 @@ func soakPushRegistry(r *report.Soak) *prometheus.Registry {
 		dup.WithLabelValues(k).Set(float64(d.Duplicate))
 	}
 	lat := gauge(reg, "imcanary_soak_last_run_latency_seconds",
-		"The last soak run's latency percentiles by stage (login, ack, delivery_direct, delivery_group); quantile 1 is the maximum.",
-		"stage", "quantile")
+		"The last soak run's latency percentiles (p50, p95, p99, max) by stage (login, ack, delivery_direct, delivery_group).",
+		// Not "quantile": that label is a summary's, and these are gauges.
+		"stage", "percentile")
 	for stage, p := range r.Latency {
 		if p.Count == 0 {
 			continue // no observation, no percentile: absent rather than 0
@@ -141,7 +142,7 @@ func soakPushRegistry(r *report.Soak) *prometheus.Registry {
 		for _, q := range []struct {
 			q string
 			d time.Duration
-		}{{"0.5", p.P50}, {"0.95", p.P95}, {"0.99", p.P99}, {"1", p.Max}} {
+		}{{"p50", p.P50}, {"p95", p.P95}, {"p99", p.P99}, {"max", p.Max}} {
 			lat.WithLabelValues(stage, q.q).Set(q.d.Seconds())
 		}
 	}

@@ -176,7 +176,7 @@ func TestPushGateway(t *testing.T) {
 	if !ok || success <= 0 {
 		t.Errorf("imcanary_soak_last_success_timestamp_seconds%v = %v (present %v), want the run's end", soakGroup, success, ok)
 	}
-	if _, ok := pushed(fams, "imcanary_soak_last_run_latency_seconds", map[string]string{"job": pushJobSoak, "stage": "delivery_direct", "quantile": "0.99"}); !ok {
+	if _, ok := pushed(fams, "imcanary_soak_last_run_latency_seconds", map[string]string{"job": pushJobSoak, "stage": "delivery_direct", "percentile": "p99"}); !ok {
 		t.Error("no delivery_direct p99 pushed")
 	}
 	// The gateway's own record of the push, which Prometheus alerts on
