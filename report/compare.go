@@ -141,7 +141,7 @@ func newDelta(name, unit string, was, now float64, worse bool) Delta {
 	d := Delta{Name: name, Unit: unit, Was: renderFinite(was), Now: renderFinite(now)}
 	d.Change = d.Now - d.Was
 	if d.Was != 0 {
-		rel := d.Change / d.Was
+		rel := renderFinite(d.Change / d.Was) // a tiny Was can overflow it
 		d.Relative = &rel
 	}
 	d.Worse = worse

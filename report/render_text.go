@@ -23,7 +23,8 @@ const renderTextPeriods = 5
 // WriteText writes a summary of r for a person at a terminal, about forty
 // lines: the verdict line first, then the counts, the delivery, latency and
 // threshold tables, the slow-reader drill and the prober's saturation if
-// the run had them, the top errors and the notes. The output depends only
+// the run had them, the top errors, what changed since the compared runs
+// and the notes. The output depends only
 // on r (map keys are sorted), so it can be compared as a golden file.
 func WriteText(w io.Writer, r *Soak) error {
 	if r == nil {
