@@ -13,7 +13,7 @@ import (
 // writes atomically, so no crash should).
 func reportSeeds(f *testing.F) [][]byte {
 	var out [][]byte
-	for _, name := range []string{"report.golden.json", "report-drill.golden.json"} {
+	for _, name := range []string{"report.golden.json", "report-drill.golden.json", "report-compare.golden.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)

@@ -63,6 +63,10 @@ type renderPageData struct {
 	Saturation *renderSaturationData
 	// Shaded says a chart shades saturated spans.
 	Shaded bool
+	// Comparisons set the run beside earlier ones; CompareChart draws
+	// their latency, nil when no compared run was found.
+	Comparisons  []renderComparisonData
+	CompareChart *renderChart
 }
 
 // renderDrillData is the slow-reader drill's section.
@@ -108,6 +112,8 @@ func renderNewPage(r *Soak) renderPageData {
 		Samples: len(r.Samples),
 	}
 	p.SamplesText = renderCount(int64(p.Samples))
+	p.Comparisons = renderComparisons(r)
+	p.CompareChart = renderCompareChart(r)
 	switch r.Result {
 	case metrics.ResultPass:
 		p.VerdictClass = "pass"
@@ -368,7 +374,11 @@ th.count + th, td.err { text-align: left; }
 td.err { white-space: normal; word-break: break-word; font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
 ul.notes { margin: 0; padding-left: 20px; }
 ul.notes li { margin: 4px 0; }
-footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
+{{if .Comparisons}}.compare-title { font-weight: 600; margin: 16px 0 6px; }
+.compare-settings { color: var(--aborted); font-weight: 600; margin: 0 0 6px; }
+.charts.compare { grid-template-columns: minmax(0, 590px); }
+tr.worse td { background: var(--fail-bg) !important; }
+{{end}}footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 @media print { .banner { -webkit-print-color-adjust: exact; print-color-adjust: exact; } }
 </style>
 </head>
@@ -428,7 +438,21 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 {{range .Charts}}{{template "chart" .}}{{end}}</div>
 <p class="chart-note">{{if .Samples}}{{.SamplesText}} sample{{if ne .Samples 1}}s{{end}}. Dashed grey lines mark the start of each phase{{with .Abbreviated}} (too short to name in full: {{range $i, $a := .}}{{if $i}}, {{end}}{{$a}}{{end}}){{end}}. Latency is per sample interval; gaps mean nothing arrived.{{if .Shaded}} Shaded spans: imcanary itself was saturated.{{end}}{{else}}This run recorded no samples.{{end}}</p>
 </section>
-
+{{if .Comparisons}}
+<section aria-labelledby="h-compare">
+<h2 id="h-compare">Compared with earlier runs</h2>
+{{range .Comparisons}}<p class="compare-title">{{.Title}}</p>
+{{with .Settings}}<p class="compare-settings">{{.}}</p>
+{{end}}{{if .Rows}}<table class="deltas">
+<thead><tr><th>measure</th><th>was</th><th>now</th><th>change</th><th>relative</th><th></th></tr></thead>
+<tbody>
+{{range .Rows}}<tr{{if eq (index . 5) "worse"}} class="worse"{{end}}>{{range $i, $c := .}}{{if eq $i 0}}<td class="name">{{$c}}</td>{{else}}<td>{{$c}}</td>{{end}}{{end}}</tr>
+{{end}}</tbody>
+</table>
+{{end}}{{end}}{{with .CompareChart}}<div class="charts compare">{{template "chart" .}}</div>
+<p class="chart-note">Each compared run is drawn at this run's sample times, by time since its own start: each point is that run's latest sample up to then.</p>
+{{end}}</section>
+{{end}}
 <section aria-labelledby="h-deliveries">
 <h2 id="h-deliveries">Deliveries</h2>
 {{if .Deliveries}}<table>

@@ -23,7 +23,8 @@ const renderTextPeriods = 5
 // WriteText writes a summary of r for a person at a terminal, about forty
 // lines: the verdict line first, then the counts, the delivery, latency and
 // threshold tables, the slow-reader drill and the prober's saturation if
-// the run had them, the top errors and the notes. The output depends only
+// the run had them, the top errors, what changed since the compared runs
+// and the notes. The output depends only
 // on r (map keys are sorted), so it can be compared as a golden file.
 func WriteText(w io.Writer, r *Soak) error {
 	if r == nil {
@@ -143,6 +144,42 @@ func WriteText(w io.Writer, r *Soak) error {
 		tw.table(renderCounted, rows)
 		if n := len(r.Errors) - renderTextErrors; n > 0 {
 			tw.printf("  (%s more in the full report)\n", renderCount(int64(n)))
+		}
+	}
+
+	for _, c := range r.Comparisons {
+		tw.printf("\n%s\n", renderComparisonTitle(c))
+		if s := renderComparisonSettings(c); s != "" {
+			tw.printf("  %s\n", s)
+		}
+		// Only what changed, to keep the summary on a screen; the JSON
+		// and HTML reports list every measure.
+		rows = [][]string{renderDeltaHeader}
+		same := 0
+		for _, d := range c.Deltas {
+			if d.Change == 0 {
+				same++
+				continue
+			}
+			rows = append(rows, renderDeltaRow(d))
+		}
+		if len(rows) > 1 {
+			// The judgement column is empty in the header: the table
+			// goes through a buffer so that no line keeps its padding.
+			var buf bytes.Buffer
+			t := &renderTextWriter{w: &buf}
+			t.table(renderNumbers, rows)
+			tw.err = errors.Join(tw.err, t.err)
+			for line := range strings.Lines(buf.String()) {
+				tw.printf("%s\n", strings.TrimRight(line, " \n"))
+			}
+		}
+		switch {
+		case c.Missing != "":
+		case same == len(c.Deltas):
+			tw.printf("  no measure changed\n")
+		case same > 0:
+			tw.printf("  (%s measures unchanged, listed in the full report)\n", renderCount(int64(same)))
 		}
 	}
 

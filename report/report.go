@@ -73,6 +73,10 @@ type Soak struct {
 	// Notes say how numbers were measured where a reader could misread
 	// them, and anything that makes the verdict less than certain.
 	Notes []string `json:"notes,omitempty"`
+	// Comparisons set this run beside the previous run of its profile
+	// and the profile's pinned baseline, in that order; empty in reports
+	// written before comparisons, or saved without a history.
+	Comparisons []Comparison `json:"comparisons,omitempty"`
 }
 
 // Profile is the soak profile a run used, as configured.

@@ -92,6 +92,11 @@ func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	// Compared before saving, so the stored report, and the page the
+	// daemon renders from it, carry the comparison too.
+	if err := store.Compare(rep); err != nil {
+		log.Warn("comparing the soak run with earlier runs", "err", err)
+	}
 	if err := store.SaveSoak(rep); err != nil {
 		log.Error("saving soak report", "err", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -122,4 +123,14 @@ func noArgs(fs *pflag.FlagSet, args []string) error {
 		break
 	}
 	return err
+}
+
+// pushFlags registers --push.gateway and --push.timeout, for the one-shot
+// commands that a CI pipeline runs where nothing scrapes them.
+func pushFlags(fs *pflag.FlagSet, job string) *pushOptions {
+	o := &pushOptions{}
+	fs.StringVar(&o.gateway, "push.gateway", "", "push the final metrics to this Prometheus Pushgateway (http://HOST:PORT) as job "+
+		job+"; exit 3 if the push fails and the verdict passed")
+	fs.DurationVar(&o.timeout, "push.timeout", 10*time.Second, "how long the push to --push.gateway may take")
+	return o
 }

@@ -20,11 +20,14 @@ import (
 	"github.com/imcanary/imcanary/config"
 )
 
-// Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
+// Exit codes: 0 success, 1 failure, 2 bad usage or configuration, 3 a
+// one-shot command whose verdict passed but whose push to the Pushgateway
+// failed.
 const (
 	exitOK    = 0
 	exitFail  = 1
 	exitUsage = 2
+	exitPush  = 3
 )
 
 // usageError marks errors that exit with exitUsage.
@@ -53,14 +56,19 @@ POST /-/reload reads the configuration again.`},
 	{"canary", "imcanary canary --once [--config FILE] [--KEY=VALUE ...]",
 		"run one canary round and exit: 0 pass, 1 fail",
 		`Brings the canary users online against the target, runs one round, prints
-its checks and exits: 0 pass, 1 fail, 2 bad usage or configuration. For a
-deploy pipeline; scheduled rounds run inside imcanary run.`},
-	{"soak", "imcanary soak --profile NAME [--config FILE] [--json FILE] [--html FILE] [--KEY=VALUE ...]",
+its checks and exits: 0 pass, 1 fail, 2 bad usage or configuration, 3 passed
+but --push.gateway failed. For a deploy pipeline; scheduled rounds run inside
+imcanary run.`},
+	{"soak", "imcanary soak --profile NAME [--config FILE] [--json FILE] [--html FILE] [--push.gateway URL] [--KEY=VALUE ...]\n" +
+		"       imcanary soak pin RUN_ID [--config FILE] [--data_dir DIR]",
 		"run one soak profile and exit: 0 pass, 1 fail",
 		`Runs the soak profile NAME of soak.profiles once, showing its progress,
 prints the report, saves it in the history under data_dir and exits: 0 pass,
-1 fail, 2 bad usage or configuration. Ctrl-C stops the run cleanly; its
-report says aborted.`},
+1 fail, 2 bad usage or configuration, 3 passed but --push.gateway failed.
+Ctrl-C stops the run cleanly; its report says aborted. The report compares
+the run with the previous run of the profile and with its pinned baseline;
+"imcanary soak pin RUN_ID" pins a run of the history as its profile's
+baseline.`},
 	{"config", "imcanary config check [FILE] [--config FILE] [--KEY=VALUE ...]",
 		"check a configuration as imcanary run would load it",
 		`Loads the configuration exactly as imcanary run does, from FILE (or
@@ -273,6 +281,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	case errors.Is(err, errReported):
 		return exitUsage
+	case errors.As(err, new(pushFailed)):
+		printError(stderr, cmd, err)
+		return exitPush
 	case errors.As(err, new(usageError)):
 		printError(stderr, cmd, err)
 		if !errors.As(err, new(quietUsage)) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
@@ -33,7 +34,8 @@ func commonFlags(fs *pflag.FlagSet, cmd config.Command) (cfgFile, logLevel, logF
 
 func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("canary", stdout, stderr)
-	once := fs.Bool("once", false, "run one round and exit: 0 pass, 1 fail, 2 bad usage or configuration")
+	once := fs.Bool("once", false, "run one round and exit: 0 pass, 1 fail, 2 bad usage or configuration, 3 push failed")
+	pushOpt := pushFlags(fs, pushJobCanary)
 	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandCanary)
 	if err := parseFlags(fs, "canary", args); err != nil {
 		return usageError{err}
@@ -43,6 +45,9 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if !*once {
 		return usageError{errors.New("--once is required: scheduled rounds run inside 'imcanary run'")}
+	}
+	if err := pushOpt.check(); err != nil {
+		return usageError{err}
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -62,17 +67,25 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := report.WriteRoundText(stdout, r); err != nil {
 		return err
 	}
+	var verdict, pushErr error
 	if r.Result != metrics.ResultPass {
-		return errFailed
+		verdict = errFailed
 	}
-	return nil
+	if pushOpt.gateway != "" {
+		pushErr = pushOpt.push(ctx, canaryPushRegistry(r), pushJobCanary, verdict == nil, "target", r.Target)
+	}
+	return verdictAndPush(verdict, pushErr, func(err error) { printError(stderr, "canary", err) })
 }
 
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "pin" {
+		return runSoakPin(args[1:], stdout, stderr)
+	}
 	fs := newFlags("soak", stdout, stderr)
 	profile := fs.String("profile", "", "name of the soak profile to run (from soak.profiles)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "also write the report as HTML to this file")
+	pushOpt := pushFlags(fs, pushJobSoak)
 	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandSoak)
 	if err := parseFlags(fs, "soak", args); err != nil {
 		return usageError{err}
@@ -82,6 +95,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *profile == "" {
 		return usageError{errors.New("--profile is required")}
+	}
+	if err := pushOpt.check(); err != nil {
+		return usageError{err}
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
@@ -114,9 +130,49 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
+	var verdict, pushErr error
 	if rep.Result != metrics.ResultPass {
-		return errFailed
+		verdict = errFailed
 	}
+	if pushOpt.gateway != "" {
+		pushErr = pushOpt.push(ctx, soakPushRegistry(rep), pushJobSoak, verdict == nil,
+			"profile", rep.Profile.Name, "target", rep.Target)
+	}
+	return verdictAndPush(verdict, pushErr, func(err error) { printError(stderr, "soak", err) })
+}
+
+// runSoakPin is imcanary soak pin RUN_ID: it pins a run of the history
+// under data_dir as the baseline of its profile, which every later run of
+// the profile is then compared with.
+func runSoakPin(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("soak", stdout, stderr)
+	cfgFile, _, _ := commonFlags(fs, config.CommandSoak)
+	if err := parseFlags(fs, "soak", args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("soak pin: want one RUN_ID, as 'imcanary soak --profile NAME' printed it or the status page lists it")}
+	}
+	cfg, err := protocols.Loader().Load(*cfgFile, os.Environ(), fs)
+	if err != nil {
+		return badConfig(err)
+	}
+	store, err := history.Open(cfg.DataDir, history.Options{
+		MaxRuns: cfg.History.MaxRuns, MaxAge: cfg.History.MaxAge, MaxCanaryRounds: cfg.History.MaxCanaryRounds,
+	})
+	if err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	id := fs.Arg(0)
+	sum, err := store.PinBaseline(id)
+	if errors.Is(err, history.ErrNotFound) {
+		return badConfig(fmt.Errorf("soak pin: no run %q in the history under %s", id, cfg.DataDir))
+	}
+	if err != nil {
+		return badConfig(err)
+	}
+	fmt.Fprintf(stdout, "pinned %s (%s, started %s) as the baseline of profile %q: its later runs are compared with it\n",
+		sum.ID, sum.Result, report.FormatTime(sum.Start), sum.Profile)
 	return nil
 }
 
