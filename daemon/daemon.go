@@ -498,6 +498,11 @@ func (d *Daemon) soakJob(ctx context.Context, p config.Profile) {
 		d.log.Warn("soak run skipped", "profile", p.Name, "err", err)
 		return
 	}
+	// As soak.Once does: compared before saving, so that the stored
+	// report and its page carry the comparison.
+	if err := d.store.Compare(rep); err != nil {
+		d.log.Warn("comparing the soak run with earlier runs", "profile", p.Name, "err", err)
+	}
 	if err := d.store.SaveSoak(rep); err != nil {
 		d.log.Error("saving soak report", "profile", p.Name, "err", err)
 	}

@@ -181,7 +181,7 @@ func TestScheduledJobsAndHistory(t *testing.T) {
 	var st Status
 	waitFor(t, 20*time.Second, "a canary round and a soak run in /api/v1/status", func() bool {
 		getJSON(t, base+"/api/v1/status", &st)
-		return len(st.Canary.Rounds) > 0 && len(st.Soak.Runs) > 0
+		return len(st.Canary.Rounds) > 0 && len(st.Soak.Runs) > 1
 	})
 	if r := st.Canary.Rounds[0]; r.Result != "pass" {
 		t.Errorf("canary round = %+v, want pass on a clean target", r)
@@ -197,6 +197,12 @@ func TestScheduledJobsAndHistory(t *testing.T) {
 	getJSON(t, base+"/api/v1/runs/"+run.ID, &rep)
 	if rep["id"] != run.ID {
 		t.Errorf("/api/v1/runs/%s id = %v", run.ID, rep["id"])
+	}
+	// A scheduled run is compared with the one before it, as a one-shot is.
+	if cs, _ := rep["comparisons"].([]any); len(cs) == 0 {
+		t.Errorf("/api/v1/runs/%s has no comparisons, want one with the previous run %s", run.ID, st.Soak.Runs[1].ID)
+	} else if c, _ := cs[0].(map[string]any); c["against"] != "previous" || c["id"] != st.Soak.Runs[1].ID {
+		t.Errorf("/api/v1/runs/%s comparisons[0] = against %v id %v, want the previous run %s", run.ID, c["against"], c["id"], st.Soak.Runs[1].ID)
 	}
 	if code, body := get(t, base+"/"); code != 200 || !strings.Contains(body, "tiny") {
 		t.Errorf("status page = %d, want 200 naming the profile", code)
