@@ -62,7 +62,9 @@ type Daemon struct {
 	// lastRound is the last canary round that ran, for the verdict.
 	lastRound atomic.Pointer[report.Round]
 	store     *history.Store
-	started   time.Time
+	// lock keeps data_dir this daemon's from New until Run returns.
+	lock    *history.Lock
+	started time.Time
 
 	httpLn net.Listener
 	// webConfig is the --web.config.file; "" serves plain HTTP.
@@ -129,12 +131,20 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			return nil, fmt.Errorf("--web.config.file %s: %w", d.webConfig, err)
 		}
 	}
+	// data_dir first: opening the target may write to it (a kept
+	// secret, what a driver learnt of the server).
+	lock, err := history.Acquire(cfg.DataDir, "imcanary run")
+	if err != nil {
+		return nil, err
+	}
 	// The populations that may run at once.
 	pops := populations(cfg)
 	e, err := protocols.Open(cfg, pops, log)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
+	d.lock = lock
 	d.target = e
 	d.cfg = e.Config
 	ok := false
@@ -144,6 +154,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			if d.httpLn != nil {
 				d.httpLn.Close()
 			}
+			d.lock.Release()
 		}
 	}()
 	d.store, err = history.Open(cfg.DataDir, history.Options{
@@ -306,6 +317,8 @@ func (d *Daemon) TargetURL() string { return probe.RedactURL(d.cfg.Target.URL) }
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
 	d.started = time.Now()
+	// Last, after the reference server: nothing writes data_dir then.
+	defer d.lock.Release()
 	defer d.target.Close()
 	d.target.Start(log)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
@@ -91,6 +92,13 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return badConfig(err)
 	}
+	// The run writes data_dir's history, as a daemon does: one process
+	// at a time (see history.Acquire).
+	lock, err := history.Acquire(cfg.DataDir, "imcanary soak --profile "+*profile)
+	if err != nil {
+		return badConfig(err)
+	}
+	defer lock.Release()
 	pr := newProgressPrinter(stdout)
 	rep, err := soak.Once(ctx, cfg, *profile, log, pr.print)
 	pr.done()
