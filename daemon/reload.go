@@ -32,7 +32,9 @@ var liveKeys = map[string]bool{
 	"population.users": true,
 	"canary.schedule":  true,
 	"canary.jitter":    true,
-	"soak.profiles":    true,
+	// Read at each failed round.
+	"canary.retry_after": true,
+	"soak.profiles":      true,
 }
 
 // Reload reads the configuration again and applies it, or returns why not.
@@ -81,7 +83,7 @@ func (d *Daemon) reload() ([]string, error) {
 		}
 	}
 	if len(fixed) > 0 {
-		return nil, fmt.Errorf("reload: %s changed: only population.users, canary.schedule, canary.jitter and soak.profiles "+
+		return nil, fmt.Errorf("reload: %s changed: only population.users, canary.schedule, canary.jitter, canary.retry_after and soak.profiles "+
 			"apply while running; restart imcanary for the rest", strings.Join(fixed, ", "))
 	}
 	if (cur.Canary.Schedule == "") != (next.Canary.Schedule == "") {
