@@ -586,11 +586,12 @@ func (d *Daemon) handler() http.Handler {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "method not allowed: POST to reload", http.StatusMethodNotAllowed)
 		default:
-			if err := d.Reload(); err != nil {
+			changed, err := d.reloadChanges()
+			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
-			fmt.Fprintln(w, "configuration reloaded")
+			fmt.Fprintln(w, reloadAnswer(changed))
 		}
 	})
 	// Profiles, as Prometheus serves them: how docs/performance.md's
