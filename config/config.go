@@ -263,6 +263,11 @@ type Canary struct {
 	// that several canaries on one schedule do not hit the target at the
 	// same instant.
 	Jitter time.Duration `koanf:"jitter"`
+	// RetryAfter, when positive, brings the next round this soon after a
+	// failed one, instead of at the schedule's next time, so that a
+	// failure is confirmed or cleared within seconds on a slow schedule;
+	// after a round that passes the schedule is followed again. 0 is off.
+	RetryAfter time.Duration `koanf:"retry_after"`
 }
 
 // Soak holds the soak profiles: named load tests run on demand or on their

@@ -389,6 +389,7 @@ func TestKeys(t *testing.T) {
 		"canary.deadline",
 		"canary.jitter",
 		"canary.messages",
+		"canary.retry_after",
 		"canary.schedule",
 		"canary.users",
 		"data_dir",

@@ -279,6 +279,9 @@ var keyDocs = map[string]keyDoc{
 	"canary.users":              {"number of users in each canary round", CommandRun | CommandCanary},
 	"canary.messages":           {"number of messages each canary user sends per round", CommandRun | CommandCanary},
 	"canary.jitter":             {"maximum random delay of each canary round's start", CommandRun},
+	"canary.retry_after": {"after a failed canary round, run the next this soon rather than at the schedule's next time, to confirm or clear the failure; " +
+		"back to the schedule after a round that passes. Positive and shorter than the schedule's interval, or 0 (the default): off, " +
+		"since a retry adds rounds against a target that is failing, and no fixed default fits every schedule", CommandRun},
 }
 
 // Command is a command of imcanary that takes configuration keys as flags;

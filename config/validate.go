@@ -101,6 +101,32 @@ var (
 
 // checkSchedule returns nil if spec is a schedule that robfig/cron v3's
 // standard parser accepts, or the parser's reason.
+// minScheduleInterval returns the shortest gap between the times a cron
+// spec fires, over its first thousand from a fixed moment (so that the
+// answer never depends on when it is asked), or 0 for a spec that does not
+// parse. A schedule such as "0 9,17 * * *" has gaps of 8 and 16 hours:
+// 8 is its interval for canary.retry_after.
+func minScheduleInterval(spec string) (iv time.Duration) {
+	if checkSchedule(spec) != nil {
+		return 0
+	}
+	sch, _ := cron.ParseStandard(spec)
+	// Enough for the gaps of a week of weekdays at any hour, and cheap.
+	const fires = 1000
+	prev := sch.Next(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	for i := 0; i < fires && !prev.IsZero(); i++ {
+		next := sch.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if gap := next.Sub(prev); iv == 0 || gap < iv {
+			iv = gap
+		}
+		prev = next
+	}
+	return iv
+}
+
 func checkSchedule(spec string) (err error) {
 	// cron v3.0.1 panics on a time zone prefix without a space after it
 	// ("TZ=UTC"); a configuration file must not crash the daemon.
@@ -391,6 +417,13 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 	}
 	if cn.Jitter < 0 {
 		fail("canary.jitter", cn.Jitter, "must not be negative")
+	}
+	if cn.RetryAfter < 0 {
+		fail("canary.retry_after", cn.RetryAfter, "must be positive, or 0 for no retry")
+	} else if cn.RetryAfter > 0 && cn.Schedule != "" {
+		if iv := minScheduleInterval(cn.Schedule); iv > 0 && cn.RetryAfter >= iv {
+			fail("canary.retry_after", cn.RetryAfter, "must be shorter than canary.schedule's interval (%v for %q): a retry any later is the scheduled round", iv, cn.Schedule)
+		}
 	}
 
 	first := make(map[string]int) // profile name → index of its first use

@@ -52,6 +52,9 @@ type Daemon struct {
 	shard   config.Shard
 	canary  *canary.Canary // nil when canary.schedule is empty
 	soak    *soak.Runner
+	// retry brings a round forward after a failed one
+	// (canary.retry_after); nil with the canary.
+	retry *retrier
 	// health is the prober's self-monitor, shared by every population.
 	health *saturation.Monitor
 	// reach is whether the target takes logins, from every population's
@@ -62,7 +65,9 @@ type Daemon struct {
 	// lastRound is the last canary round that ran, for the verdict.
 	lastRound atomic.Pointer[report.Round]
 	store     *history.Store
-	started   time.Time
+	// lock keeps data_dir this daemon's from New until Run returns.
+	lock    *history.Lock
+	started time.Time
 
 	httpLn net.Listener
 	// webConfig is the --web.config.file; "" serves plain HTTP.
@@ -129,12 +134,20 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			return nil, fmt.Errorf("--web.config.file %s: %w", d.webConfig, err)
 		}
 	}
+	// data_dir first: opening the target may write to it (a kept
+	// secret, what a driver learnt of the server).
+	lock, err := history.Acquire(cfg.DataDir, "imcanary run")
+	if err != nil {
+		return nil, err
+	}
 	// The populations that may run at once.
 	pops := populations(cfg)
 	e, err := protocols.Open(cfg, pops, log)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
+	d.lock = lock
 	d.target = e
 	d.cfg = e.Config
 	ok := false
@@ -144,6 +157,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			if d.httpLn != nil {
 				d.httpLn.Close()
 			}
+			d.lock.Release()
 		}
 	}()
 	d.store, err = history.Open(cfg.DataDir, history.Options{
@@ -182,6 +196,13 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 		if d.canary, err = newCanary(d.cfg, d.shard, e, d.metrics, d.health, d.reach, log, cohortCanary); err != nil {
 			return nil, err
 		}
+		d.retry = newRetrier(
+			func() time.Duration { return d.current().Canary.RetryAfter },
+			func(t time.Time) time.Time { return nextDue(d.current().Canary.Schedule, t) },
+			func() time.Duration { return canaryRoundSpan(d.current()) },
+			func(ctx context.Context) { d.canaryRound(ctx, true) },
+			func() { d.setCanaryDue(time.Now()) },
+			log.With("target", d.cfg.Target.Name, "source", metrics.SourceCanary))
 	}
 	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
@@ -306,6 +327,8 @@ func (d *Daemon) TargetURL() string { return probe.RedactURL(d.cfg.Target.URL) }
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
 	d.started = time.Now()
+	// Last, after the reference server: nothing writes data_dir then.
+	defer d.lock.Release()
 	defer d.target.Close()
 	d.target.Start(log)
 
@@ -346,6 +369,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.canary != nil {
 		// Exits when jobs ends.
 		wg.Go(func() { _ = d.canary.Run(jobs) })
+		// Exits when jobs ends, a retry round in progress with it.
+		wg.Go(func() { d.retry.run(jobs) })
 	}
 	sched.Start()
 	d.setCanaryDue(time.Now())
@@ -421,22 +446,43 @@ func (d *Daemon) canaryJob(ctx context.Context) {
 		// rather than going silent.
 		return
 	}
+	// This round answers what a pending retry would have.
+	d.retry.superseded()
+	d.canaryRound(ctx, false)
+}
+
+// canaryRound runs a round, scheduled or the retry of a failed one, and
+// records it. A round running already makes it skip, counted.
+func (d *Daemon) canaryRound(ctx context.Context, retry bool) {
 	r, err := d.canary.TryRound(ctx)
 	if err != nil {
-		d.log.Warn("canary round skipped", "err", err)
+		d.log.Warn("canary round skipped", "err", err, "retry", retry)
 		return
 	}
 	if r.Result == metrics.ResultAborted {
 		return
 	}
 	d.lastRound.Store(r)
+	due := d.retry.ended(r.End, r.Result == metrics.ResultPass)
 	d.setCanaryDue(r.End)
 	if err := d.store.SaveCanary(r); err != nil {
 		d.log.Error("saving canary round", "err", err)
 	}
-	if r.Result != metrics.ResultPass {
-		d.log.Warn("canary round failed: "+canarySummary(r), "round", r.ID)
+	switch {
+	case r.Result == metrics.ResultPass && retry:
+		d.log.Info("canary retry round passed: the failure cleared; back to canary.schedule", "round", r.ID)
+	case r.Result != metrics.ResultPass && !due.IsZero():
+		d.log.Warn("canary round failed: "+canarySummary(r), "round", r.ID, "retry", retry, "retry_at", due)
+	case r.Result != metrics.ResultPass:
+		d.log.Warn("canary round failed: "+canarySummary(r), "round", r.ID, "retry", retry)
 	}
+}
+
+// canaryRoundSpan is the longest a canary round takes once it starts: it
+// waits up to 1.5 × canary.deadline for the last delivery (see
+// canary.Canary's round).
+func canaryRoundSpan(cfg config.Config) time.Duration {
+	return cfg.Canary.Deadline + cfg.Canary.Deadline/2
 }
 
 // setCanaryDue sets imcanary_canary_next_round_timestamp_seconds to when
@@ -447,7 +493,12 @@ func (d *Daemon) setCanaryDue(t time.Time) {
 	if d.canary == nil {
 		return
 	}
-	if next := nextDue(d.current().Canary.Schedule, t); !next.IsZero() {
+	next := nextDue(d.current().Canary.Schedule, t)
+	if retry := d.retry.pending(); !retry.IsZero() && (next.IsZero() || retry.Before(next)) {
+		// A failed round's retry comes first.
+		next = retry
+	}
+	if !next.IsZero() {
 		d.metrics.CanaryNextRound.WithLabelValues(d.cfg.Target.Name).Set(float64(next.UnixNano()) / 1e9)
 	}
 }
@@ -542,11 +593,12 @@ func (d *Daemon) handler() http.Handler {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "method not allowed: POST to reload", http.StatusMethodNotAllowed)
 		default:
-			if err := d.Reload(); err != nil {
+			changed, err := d.reloadChanges()
+			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
-			fmt.Fprintln(w, "configuration reloaded")
+			fmt.Fprintln(w, reloadAnswer(changed))
 		}
 	})
 	// Profiles, as Prometheus serves them: how docs/performance.md's
@@ -631,6 +683,9 @@ func (d *Daemon) Status() Status {
 	now := time.Now()
 	if d.canary != nil {
 		st.Canary.Next, st.Canary.Jitter = nextDue(cur.Canary.Schedule, now), cur.Canary.Jitter
+		if retry := d.retry.pending(); !retry.IsZero() && retry.Before(st.Canary.Next) {
+			st.Canary.Next = retry
+		}
 	}
 	for _, p := range cur.Soak.Profiles {
 		st.Soak.Profiles = append(st.Soak.Profiles, p.Name)

@@ -32,25 +32,38 @@ var liveKeys = map[string]bool{
 	"population.users": true,
 	"canary.schedule":  true,
 	"canary.jitter":    true,
-	"soak.profiles":    true,
+	// Read at each failed round.
+	"canary.retry_after": true,
+	"soak.profiles":      true,
 }
 
 // Reload reads the configuration again and applies it, or returns why not.
 // On any error the running configuration stays, whole.
 // imcanary_config_last_reload_successful says which.
 func (d *Daemon) Reload() error {
+	_, err := d.reloadChanges()
+	return err
+}
+
+// secretChanged is how a reload's changes name a new target secret: the
+// file's contents changed, not the key, and never what they are.
+const secretChanged = "target secret (contents of target.secret_file)"
+
+// reloadChanges is Reload, returning what changed: the keys, and
+// secretChanged for a rotated secret file.
+func (d *Daemon) reloadChanges() ([]string, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	changed, err := d.reload()
 	if err != nil {
 		d.metrics.ConfigLastReloadOK.Set(0)
 		d.log.Error("configuration reload failed; the running configuration stays", "err", err)
-		return err
+		return nil, err
 	}
 	d.metrics.ConfigLastReloadOK.Set(1)
 	d.metrics.ConfigLastReloadSuccess.SetToCurrentTime()
 	d.log.Info("configuration reloaded", "changed", changed)
-	return nil
+	return changed, nil
 }
 
 func (d *Daemon) reload() ([]string, error) {
@@ -81,14 +94,22 @@ func (d *Daemon) reload() ([]string, error) {
 		}
 	}
 	if len(fixed) > 0 {
-		return nil, fmt.Errorf("reload: %s changed: only population.users, canary.schedule, canary.jitter and soak.profiles "+
+		return nil, fmt.Errorf("reload: %s changed: only population.users, canary.schedule, canary.jitter, canary.retry_after and soak.profiles "+
 			"apply while running; restart imcanary for the rest", strings.Join(fixed, ", "))
 	}
 	if (cur.Canary.Schedule == "") != (next.Canary.Schedule == "") {
 		return nil, errors.New("reload: canary.schedule: turning the canary on or off needs a restart (its users log in at start)")
 	}
+	// Read after the keys' check: a file that moved is a key's change.
+	secret, err := d.target.SecretChange(next)
+	if err != nil {
+		return nil, fmt.Errorf("reload: %w", err)
+	}
 	for _, dep := range next.Deprecated {
 		d.log.Warn(dep)
+	}
+	if secret != nil {
+		changed = append(changed, secretChanged)
 	}
 	if len(changed) == 0 {
 		return nil, nil
@@ -120,6 +141,12 @@ func (d *Daemon) reload() ([]string, error) {
 	// A new schedule has a new next round: the gauge the canary-stopped
 	// alert reads must not keep the old one's.
 	d.setCanaryDue(time.Now())
+	if secret != nil {
+		// Last: nothing after it can fail, so a refused reload never
+		// leaves the new secret half applied.
+		d.target.Rekey(secret)
+		d.log.Info("target secret changed: new logins and token refreshes use it; sessions logged in stay", "file", next.Target.SecretFile)
+	}
 	return changed, nil
 }
 
@@ -155,4 +182,12 @@ func (d *Daemon) registerProfile(name string) {
 	}
 	d.metrics.SoakSkipped.WithLabelValues(t, name)
 	d.metrics.SoakRunning.WithLabelValues(t, name)
+}
+
+// reloadAnswer is POST /-/reload's answer to a reload that succeeded.
+func reloadAnswer(changed []string) string {
+	if len(changed) == 0 {
+		return "configuration reloaded: nothing changed"
+	}
+	return "configuration reloaded: changed " + strings.Join(changed, ", ")
 }

@@ -1,8 +1,8 @@
 // Package history is the run history under data_dir: the soak runs and
-// canary rounds imcanary recorded, kept within bounds, written so that a
-// crash never leaves half a record, and shared by the daemon and a one-off
-// `imcanary soak` on the same directory. It keeps report values
-// (report.Soak, report.Round) and gives them back.
+// canary rounds imcanary recorded, kept within bounds, and written so that
+// a crash never leaves half a record. One process writes a data_dir at a
+// time (Acquire); a Store still sees runs that others put there. It keeps
+// report values (report.Soak, report.Round) and gives them back.
 package history
 
 import (

@@ -122,16 +122,21 @@ soak:
 		t.Errorf("exit took %v after SIGTERM, want within the 5 s shutdown timeout", took)
 	}
 	write("")
-	_, base := start()
+	restarted, base := start()
 	var got runList
 	waitUntil(30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
 	if len(got.Runs) != 1 || got.Runs[0].Result != "aborted" || !strings.Contains(notes(base, got.Runs[0].ID), "stopped before its end") {
 		t.Fatalf("runs after SIGTERM = %+v, want the run, aborted and saved by the daemon itself", got.Runs)
 	}
 	termID := got.Runs[0].ID
+	// One daemon on a data_dir at a time: the next holds it after this
+	// one (see history.Acquire).
+	_ = restarted.Process.Signal(syscall.SIGTERM)
+	_ = restarted.Wait()
 
-	// SIGKILL: nothing runs after the signal; the next start finds the
-	// run's mark and records it.
+	// SIGKILL: nothing runs after the signal; the next start takes over
+	// the lock the killed one could not release, finds the run's mark and
+	// records it.
 	runSoakAndSignal(syscall.SIGKILL)
 	write("")
 	_, base = start()

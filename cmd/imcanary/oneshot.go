@@ -107,6 +107,13 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return badConfig(err)
 	}
+	// The run writes data_dir's history, as a daemon does: one process
+	// at a time (see history.Acquire).
+	lock, err := history.Acquire(cfg.DataDir, "imcanary soak --profile "+*profile)
+	if err != nil {
+		return badConfig(err)
+	}
+	defer lock.Release()
 	pr := newProgressPrinter(stdout)
 	rep, err := soak.Once(ctx, cfg, *profile, log, pr.print)
 	pr.done()

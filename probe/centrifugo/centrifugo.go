@@ -88,6 +88,9 @@ type Driver struct {
 	log  *slog.Logger
 	// conn is what every session's connection shares.
 	conn *wsconn.Settings
+	// key signs the connection tokens, at connect and at each refresh:
+	// opts.Secret, until Rekey replaces it.
+	key *probe.Key
 	// groupPrefix is "chat:", what a group channel starts with.
 	groupPrefix []byte
 
@@ -181,6 +184,7 @@ func New(o Options) (*Driver, error) {
 	}
 	return &Driver{
 		opts: o,
+		key:  probe.NewKey(o.Secret),
 		log:  log,
 		// The login raises the idle timeout to two of the server's pings
 		// when those are slower (session.connected).
@@ -314,7 +318,7 @@ func (d *Driver) token(user string) (string, error) {
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(d.opts.TokenTTL)),
 	})
-	s, err := t.SignedString(d.opts.Secret)
+	s, err := t.SignedString(d.key.Bytes())
 	if err != nil {
 		return "", fmt.Errorf("sign token: %w", err)
 	}

@@ -51,6 +51,8 @@ type Options struct {
 // Driver connects users to a reference server.
 type Driver struct {
 	opts Options
+	// key signs the logins: opts.Secret, until Rekey replaces it.
+	key *probe.Key
 	// conn is what every session's connection shares.
 	conn *wsconn.Settings
 
@@ -135,6 +137,7 @@ func New(o Options) (*Driver, error) {
 	}
 	return &Driver{
 		opts: o,
+		key:  probe.NewKey(o.Secret),
 		conn: wsconn.NewSettings(wsconn.Settings{
 			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
 			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
@@ -301,8 +304,8 @@ const maxAsked = 16
 
 func (s *session) login(user string) error {
 	token := "open"
-	if s.d.opts.Secret != nil {
-		token = refserver.Token(s.d.opts.Secret, user)
+	if secret := s.d.key.Bytes(); secret != nil {
+		token = refserver.Token(secret, user)
 	}
 	b := jsonscan.AppendString([]byte(`{"type":"login","id":"login","user":`), user)
 	b = append(b, `,"token":`...)
