@@ -279,6 +279,9 @@ var keyDocs = map[string]keyDoc{
 	"canary.users":              {"number of users in each canary round", CommandRun | CommandCanary},
 	"canary.messages":           {"number of messages each canary user sends per round", CommandRun | CommandCanary},
 	"canary.jitter":             {"maximum random delay of each canary round's start", CommandRun},
+
+	// The cross-shard canary ring's clock exchange.
+	"canary.max_clock_uncertainty": {"uncertainty of a peer shard's clock offset, measured through the target by the cross-shard canary, above which cross-shard latencies are untrusted and kept out of the latency histogram", CommandRun},
 }
 
 // Command is a command of imcanary that takes configuration keys as flags;

@@ -392,6 +392,9 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 	if cn.Jitter < 0 {
 		fail("canary.jitter", cn.Jitter, "must not be negative")
 	}
+	if cn.MaxClockUncertainty <= 0 {
+		fail("canary.max_clock_uncertainty", cn.MaxClockUncertainty, "must be positive")
+	}
 
 	first := make(map[string]int) // profile name → index of its first use
 	for i, p := range c.Soak.Profiles {

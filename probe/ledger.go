@@ -58,6 +58,11 @@ type Ledger struct {
 	// fanouts are the fan-out trackers of this run's group streams, by
 	// inbox key; written before the population runs, only read after.
 	fanouts map[string]*fanout
+	// clock, if set, corrects the latencies of cross-shard deliveries
+	// by the sender's clock offset; shift is Connection.TestClockOffset,
+	// by which every intended time read is ahead of the local clock.
+	clock *crossClock
+	shift int64
 }
 
 // NewLedger returns a ledger that records into set. run is this process's
@@ -176,6 +181,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		l.set.Ignored[metrics.IgnoredMalformed].Inc()
 		return
 	}
+	h.Intended -= l.shift
 	own := bytes.Equal(h.Sender, in.self) && bytes.Equal(h.Run, l.run)
 	if own && !in.ownOwed {
 		l.set.Ignored[metrics.IgnoredOwn].Inc()
@@ -244,9 +250,11 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 	case st.isPending(s):
 		outcome = in.again(ks, own, fetched || st.pendingHow(s) == holdFetched, st.pendingHow(s) == holdExcused)
 	case fetched:
-		lat := now - h.Intended
+		lat, trusted := in.latency(&h, now)
 		ks.Recovered.Inc()
-		ks.RecoveryLatency.Observe(float64(lat) / 1e9)
+		if trusted {
+			ks.RecoveryLatency.Observe(float64(lat) / 1e9)
+		}
 		outcome = Recovered
 		st.maxSeen = max(st.maxSeen, s)
 		st.hold(s, h.Intended, holdFetched)
@@ -254,9 +262,11 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 			st.fan.arrived(s, now)
 		}
 	default:
-		lat := now - h.Intended
+		lat, trusted := in.latency(&h, now)
 		ks.Delivered.Inc()
-		ks.DeliveryLatency.Observe(float64(lat) / 1e9)
+		if trusted {
+			ks.DeliveryLatency.Observe(float64(lat) / 1e9)
+		}
 		if l.health != nil && l.health.Saturated() {
 			kset.Saturated.Inc()
 		}
@@ -284,6 +294,30 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 	}
 	st.advance()
 	in.observe(&h, now, outcome)
+}
+
+// latency is the latency of h received at now: now minus its intended
+// time, and for a cross-shard delivery plus the sender's clock offset. It
+// is untrusted (false) for a cross-shard delivery whose sender's offset is
+// not known well enough: then it is raw, counted as untrusted, and the
+// caller does not observe it, so that no skew reaches the latency SLI.
+// Whether it is late is still judged on it: a skew of the order of the
+// bound moves only deliveries within it of the deadline.
+func (in *Inbox) latency(h *Header, now int64) (int64, bool) {
+	lat := now - h.Intended
+	c := in.l.clock
+	if c == nil || bytes.Equal(h.Run, in.l.run) {
+		return lat, true
+	}
+	off, cross, ok := c.correction(h.Sender, now)
+	if !cross {
+		return lat, true
+	}
+	if !ok {
+		c.untrusted.Inc()
+		return lat, false
+	}
+	return lat + off, true
 }
 
 // again classifies a message the device already holds: a duplicate if
