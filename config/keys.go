@@ -281,7 +281,7 @@ var keyDocs = map[string]keyDoc{
 	"canary.jitter":             {"maximum random delay of each canary round's start", CommandRun},
 
 	// The cross-shard canary ring's clock exchange.
-	"canary.max_clock_uncertainty": {"uncertainty of a peer shard's clock offset, measured through the target by the cross-shard canary, above which cross-shard latencies are untrusted and kept out of the latency histogram", CommandRun},
+	"canary.max_clock_uncertainty": {"uncertainty of a peer shard's clock offset, measured through the target by the cross-shard canary, above which cross-shard latencies are untrusted and kept out of the latency histogram", CommandRun | CommandCanary},
 }
 
 // Command is a command of imcanary that takes configuration keys as flags;
