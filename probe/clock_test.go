@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 )
@@ -59,4 +60,28 @@ func TestClockEstimate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzClockBody feeds user 0 arbitrary clock bodies: none may panic, and
+// only one addressed to it, from a peer, with a round trip within the
+// deadline, may become a sample.
+func FuzzClockBody(f *testing.F) {
+	f.Add([]byte("imt1 answer r0 s0-u0 r1 s1-u0 1000 2000 2500"))
+	f.Add([]byte("imt1 return r0 s0-u0 r1 s1-u0 -5 99999999999999999999 0"))
+	f.Add([]byte("imt1 answer r0 s0-u0 r1 s1-u0 1000 2000"))
+	f.Add([]byte("imt1  answer"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p := &Population{opts: Options{CrossFrom: "s1-u0", Deadline: time.Second}, run: []byte("r0"), log: slog.New(slog.DiscardHandler)}
+		u := &user{p: p, name: "s0-u0", nameB: []byte("s0-u0")}
+		p.users = []*user{u}
+		c := newCrossClock(p)
+		dev := &device{u: u}
+		at := int64(3000)
+		if !c.onDelivery(dev, body, at) && len(body) >= 5 && string(body[:5]) == clockMagic+" " {
+			t.Fatalf("onDelivery(%q) = false for a clock body", body)
+		}
+		if pc := c.peers[0]; pc.n > 0 && (pc.newest.unc < 0 || pc.newest.unc > int64(time.Second)) {
+			t.Fatalf("onDelivery(%q) kept a sample of uncertainty %d ns", body, pc.newest.unc)
+		}
+	})
 }
