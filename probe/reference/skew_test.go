@@ -92,8 +92,7 @@ func (s *skewShard) estimate(peer string) (off, unc time.Duration, ok bool) {
 func TestClockSkewIsMeasuredAndRemoved(t *testing.T) {
 	const shift = 150 * time.Millisecond
 	const rounds = 8
-	srv, ln, stopT, twg := startTarget(t, "127.0.0.1:0", refserver.Options{Faults: refserver.Faults{}})
-	_ = srv
+	_, ln, stopT, twg := startTarget(t, "127.0.0.1:0", refserver.Options{})
 	defer func() { stopT(); twg.Wait() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
