@@ -40,6 +40,12 @@ type Options struct {
 	// not part of this round's verdict; Prometheus's sum over shards
 	// judges it.
 	CrossPeer, CrossFrom string
+	// CrossPeerShard and CrossFromShard are those users' shards, the
+	// peer_shard label of the clock offsets the ring measures;
+	// MaxClockUncertainty is canary.max_clock_uncertainty (see
+	// probe.Options).
+	CrossPeerShard, CrossFromShard string
+	MaxClockUncertainty            time.Duration
 }
 
 // Canary keeps the canary users online and runs rounds on demand.
@@ -81,6 +87,13 @@ func New(o Options) (*Canary, error) {
 		}
 	}
 	o.Metrics.CanarySkipped.WithLabelValues(o.Target)
+	var peerClock, fromClock *metrics.ClockPeer
+	if o.CrossPeer != "" {
+		peerClock = o.Metrics.Clock.ClockPeer(o.Target, metrics.SourceCanary, o.CrossPeerShard)
+	}
+	if o.CrossFrom != "" {
+		fromClock = o.Metrics.Clock.ClockPeer(o.Target, metrics.SourceCanary, o.CrossFromShard)
+	}
 	var err error
 	c.pop, err = probe.NewPopulation(probe.Options{
 		Connection: o.Connection,
@@ -97,6 +110,10 @@ func New(o Options) (*Canary, error) {
 		Observer:  c,
 		CrossPeer: o.CrossPeer,
 		CrossFrom: o.CrossFrom,
+
+		CrossPeerClock:      peerClock,
+		CrossFromClock:      fromClock,
+		MaxClockUncertainty: o.MaxClockUncertainty,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("canary: %w", err)

@@ -23,7 +23,8 @@ func FromConfig(cfg config.Config, conn probe.Connection, m *metrics.Metrics, pr
 	return Options{
 		Connection: conn, Metrics: m, Target: cfg.Target.Name, Prefix: prefix,
 		Users: c.Users, Messages: c.Messages, Deadline: c.Deadline,
-		Logger: log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
+		MaxClockUncertainty: c.MaxClockUncertainty,
+		Logger:              log.With("target", cfg.Target.Name, "source", metrics.SourceCanary),
 	}
 }
 

@@ -268,6 +268,11 @@ type Canary struct {
 	// failure is confirmed or cleared within seconds on a slow schedule;
 	// after a round that passes the schedule is followed again. 0 is off.
 	RetryAfter time.Duration `koanf:"retry_after"`
+	// MaxClockUncertainty is the uncertainty of a peer shard's clock
+	// offset (measured through the target by the cross-shard canary
+	// ring) above which the latencies of its cross-shard deliveries are
+	// untrusted: counted, but kept out of the latency histograms.
+	MaxClockUncertainty time.Duration `koanf:"max_clock_uncertainty"`
 }
 
 // Soak holds the soak profiles: named load tests run on demand or on their
@@ -429,6 +434,12 @@ func defaults() Config {
 			Users:    4,
 			Messages: 1,
 			Jitter:   5 * time.Second,
+			// 5% of the latency SLI's 1 s: a corrected latency is
+			// off by at most this, and the bound is about a one-way
+			// delivery through the target, which a healthy server
+			// near its probers stays under; 10 ms would distrust
+			// every cross-shard latency of a server a few ms away.
+			MaxClockUncertainty: 50 * time.Millisecond,
 		},
 		// No profiles: soak tests are opt-in, as they load the target.
 		Soak: Soak{},

@@ -388,6 +388,7 @@ func TestKeys(t *testing.T) {
 	want := []string{
 		"canary.deadline",
 		"canary.jitter",
+		"canary.max_clock_uncertainty",
 		"canary.messages",
 		"canary.retry_after",
 		"canary.schedule",

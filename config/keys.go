@@ -282,6 +282,9 @@ var keyDocs = map[string]keyDoc{
 	"canary.retry_after": {"after a failed canary round, run the next this soon rather than at the schedule's next time, to confirm or clear the failure; " +
 		"back to the schedule after a round that passes. Positive and shorter than the schedule's interval, or 0 (the default): off, " +
 		"since a retry adds rounds against a target that is failing, and no fixed default fits every schedule", CommandRun},
+
+	// The cross-shard canary ring's clock exchange.
+	"canary.max_clock_uncertainty": {"uncertainty of a peer shard's clock offset, measured through the target by the cross-shard canary, above which cross-shard latencies are untrusted and kept out of the latency histogram", CommandRun | CommandCanary},
 }
 
 // Command is a command of imcanary that takes configuration keys as flags;

@@ -425,6 +425,9 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 			fail("canary.retry_after", cn.RetryAfter, "must be shorter than canary.schedule's interval (%v for %q): a retry any later is the scheduled round", iv, cn.Schedule)
 		}
 	}
+	if cn.MaxClockUncertainty <= 0 {
+		fail("canary.max_clock_uncertainty", cn.MaxClockUncertainty, "must be positive")
+	}
 
 	first := make(map[string]int) // profile name → index of its first use
 	for i, p := range c.Soak.Profiles {

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,6 +261,7 @@ func newCanary(cfg config.Config, sh config.Shard, e *protocols.Target, m *metri
 		// 0 of the next shard's, and hears from the previous one's.
 		o.CrossPeer = shardPrefix(cfg, sh.Next(), sh) + "-" + cohort + "-u0"
 		o.CrossFrom = shardPrefix(cfg, sh.Prev(), sh) + "-" + cohort + "-u0"
+		o.CrossPeerShard, o.CrossFromShard = strconv.Itoa(sh.Next()), strconv.Itoa(sh.Prev())
 	}
 	return canary.New(o)
 }

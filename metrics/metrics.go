@@ -233,6 +233,9 @@ type Metrics struct {
 	SoakSkipped     *prometheus.CounterVec
 	SoakLastSuccess *prometheus.GaugeVec
 	SoakRunning     *prometheus.GaugeVec
+
+	// Clock is the clock-offset estimates between shards (clock.go).
+	Clock *Clock
 }
 
 // Canary failure reasons.
@@ -455,6 +458,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while a soak run of the profile is in progress.",
 		}, []string{"target", "profile"}),
 	}
+	m.Clock = newClock(f)
 	return m
 }
 

@@ -72,6 +72,11 @@ type Ledger struct {
 	// lost logs, at a bounded rate, the messages written off as lost; nil
 	// logs nothing.
 	lost *lostLog
+	// clock, if set, corrects the latencies of cross-shard deliveries
+	// by the sender's clock offset; shift is Connection.TestClockOffset,
+	// by which every intended time read is ahead of the local clock.
+	clock *crossClock
+	shift int64
 }
 
 // NewLedger returns a ledger that records into set. run is this process's
@@ -192,6 +197,10 @@ type unsettled struct {
 	recovered bool  // fetched by catch-up, not pushed
 	reordered bool  // after a later message of its stream
 	saturated bool  // while the prober was saturated
+	// untrusted: a cross-shard latency whose sender's clock offset is not
+	// known well enough to correct it (Inbox.latency); counted, not
+	// observed.
+	untrusted bool
 }
 
 // maxAwaiting bounds a stream's deliveries awaiting their ack; the sender
@@ -214,6 +223,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		l.set.Ignored[metrics.IgnoredMalformed].Inc()
 		return
 	}
+	h.Intended -= l.shift
 	own := bytes.Equal(h.Sender, in.self) && bytes.Equal(h.Run, l.run)
 	if own && !in.ownOwed {
 		l.set.Ignored[metrics.IgnoredOwn].Inc()
@@ -286,15 +296,17 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 	case st.isPending(s):
 		outcome = in.again(ks, own, fetched || st.pendingHow(s) == holdFetched, st.pendingHow(s) == holdExcused)
 	case fetched:
+		lat, trusted := in.latency(&h, now)
 		outcome = Recovered
 		st.maxSeen = max(st.maxSeen, s)
 		st.hold(s, h.Intended, holdFetched)
 		if st.fan != nil && h.Intended >= in.onlineSince.Load() {
 			st.fan.arrived(s, now)
 		}
-		in.first(st, kset, ks, unsettled{seq: s, lat: now - h.Intended, recovered: true})
+		in.first(st, kset, ks, unsettled{seq: s, lat: lat, untrusted: !trusted, recovered: true})
 	default:
-		a := unsettled{seq: s, lat: now - h.Intended, saturated: l.health != nil && l.health.Saturated()}
+		lat, trusted := in.latency(&h, now)
+		a := unsettled{seq: s, lat: lat, untrusted: !trusted, saturated: l.health != nil && l.health.Saturated()}
 		if s < st.maxSeen {
 			a.reordered = true
 		} else {
@@ -361,11 +373,15 @@ func (in *Inbox) count(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a
 	lat := float64(a.lat) / 1e9
 	if a.recovered {
 		ks.Recovered.Inc()
-		ks.RecoveryLatency.Observe(lat)
+		if !a.untrusted {
+			ks.RecoveryLatency.Observe(lat)
+		}
 		return
 	}
 	ks.Delivered.Inc()
-	if eo, ok := ks.DeliveryLatency.(prometheus.ExemplarObserver); ok && a.lat > in.l.slow && in.l.gates[st.kind][in.cohort].allow(lat, time.Now().UnixNano()) {
+	if a.untrusted {
+		// Not observed: no skew reaches the latency SLI.
+	} else if eo, ok := ks.DeliveryLatency.(prometheus.ExemplarObserver); ok && a.lat > in.l.slow && in.l.gates[st.kind][in.cohort].allow(lat, time.Now().UnixNano()) {
 		eo.ObserveWithExemplar(lat, exemplar(st.key, a.seq))
 	} else {
 		ks.DeliveryLatency.Observe(lat)
@@ -379,6 +395,30 @@ func (in *Inbox) count(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a
 	if a.reordered {
 		ks.Reordered.Inc()
 	}
+}
+
+// latency is the latency of h received at now: now minus its intended
+// time, and for a cross-shard delivery plus the sender's clock offset. It
+// is untrusted (false) for a cross-shard delivery whose sender's offset is
+// not known well enough: then it is raw, counted as untrusted, and the
+// caller does not observe it, so that no skew reaches the latency SLI.
+// Whether it is late is still judged on it: a skew of the order of the
+// bound moves only deliveries within it of the deadline.
+func (in *Inbox) latency(h *Header, now int64) (int64, bool) {
+	lat := now - h.Intended
+	c := in.l.clock
+	if c == nil || bytes.Equal(h.Run, in.l.run) {
+		return lat, true
+	}
+	off, cross, ok := c.correction(h.Sender, now)
+	if !cross {
+		return lat, true
+	}
+	if !ok {
+		c.untrusted.Inc()
+		return lat, false
+	}
+	return lat + off, true
 }
 
 // again classifies a message the device already holds: a duplicate if

@@ -42,6 +42,12 @@ type Connection struct {
 	// servers keep history fetch what a device missed, and has the
 	// population ask each session to sync once per SyncEvery.
 	CatchUp bool
+	// TestClockOffset shifts this prober's clock, as other processes see
+	// it, by this much: every time it writes into a body is ahead by it,
+	// and every time it reads from one is taken as such. Only tests set
+	// it, to be a shard on a node whose clock is off; no configuration
+	// key reaches it.
+	TestClockOffset time.Duration
 }
 
 // Options configures a Population.
@@ -111,6 +117,16 @@ type Options struct {
 	// its half: the sender what the server acknowledged (expected), the
 	// receiver what arrived, so Prometheus's sum over shards is the whole.
 	CrossPeer, CrossFrom string
+	// CrossPeerClock and CrossFromClock export the clock offset to
+	// CrossPeer's and CrossFrom's shards (one shard, on a ring of two),
+	// which the ring measures through the target (see clock.go);
+	// CrossFromClock's Untrusted counts CrossFrom's deliveries whose
+	// latency is not observed. Either may be nil, exporting nothing.
+	CrossPeerClock, CrossFromClock *metrics.ClockPeer
+	// MaxClockUncertainty is the uncertainty of CrossFrom's clock offset
+	// above which its deliveries' latencies are untrusted: counted, but
+	// not observed. 0 is DefaultMaxClockUncertainty.
+	MaxClockUncertainty time.Duration
 }
 
 // MaxDevices bounds Options.Devices: a person has a phone, a laptop, a

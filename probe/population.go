@@ -78,6 +78,10 @@ type Population struct {
 	// ns) is when that was last logged.
 	held       atomic.Int64
 	heldLogged atomic.Int64
+
+	// clock estimates the cross-shard peers' clock offsets; nil without
+	// a cross-shard peer.
+	clock *crossClock
 }
 
 // readyGrace is how long after its ramp a population that is not fully
@@ -117,6 +121,8 @@ func NewPopulation(o Options) (*Population, error) {
 		return bad("Offset %d, GroupOffset %d: want at least 0", o.Offset, o.GroupOffset)
 	case !(o.MaxConnectRate >= 0):
 		return bad("MaxConnectRate %v, want at least 0", o.MaxConnectRate)
+	case o.MaxClockUncertainty < 0:
+		return bad("MaxClockUncertainty %v, want at least 0", o.MaxClockUncertainty)
 	}
 	for _, g := range o.Groups {
 		if g.Size < 2 || g.Count < 0 {
@@ -143,6 +149,8 @@ func NewPopulation(o Options) (*Population, error) {
 	p.ledger.obs = o.Observer
 	p.ledger.health = o.Health
 	p.ledger.lost = newLostLog(o.Logger.With("ledger", "lost"))
+	p.clock = newCrossClock(p)
+	p.ledger.clock, p.ledger.shift = p.clock, int64(o.TestClockOffset)
 	switch {
 	case o.Limiter != nil:
 		p.connects = o.Limiter
@@ -525,6 +533,10 @@ func (p *Population) Run(ctx context.Context) error {
 	}
 	if p.churn {
 		wg.Go(func() { p.regroup(ctx) })
+	}
+	if p.clock != nil {
+		// Exits when ctx ends.
+		wg.Go(func() { p.clock.loop(ctx) })
 	}
 	wg.Wait()
 	if !o.Block {

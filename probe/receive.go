@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
@@ -86,12 +87,17 @@ func (dev *device) OnDelivery(d *Delivery) {
 	if at == 0 {
 		at = time.Now().UnixNano()
 	}
+	p := dev.u.p
+	// A clock body fetched by catch-up dates from its fetch, not its
+	// delivery: neither a sample nor a probe message.
+	if c := p.clock; c != nil && (d.Recovered && bytes.HasPrefix(d.Body, []byte(clockMagic+" ")) || !d.Recovered && c.onDelivery(dev, d.Body, at)) {
+		return
+	}
 	if d.Recovered {
 		dev.inbox.Recover(d.Body, at)
 	} else {
 		dev.inbox.Receive(d.Body, at)
 	}
-	p := dev.u.p
 	if dev.u.slow {
 		dev.readSlowly()
 		return

@@ -146,7 +146,7 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 	sess := dev.sess
 	st.seq++
 	st.fate.write(st.seq)
-	h := Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended}
+	h := Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended + int64(p.opts.TestClockOffset)}
 	h.VoidLo, h.VoidHi = st.takeVoid()
 	ref := p.refs.Add(1)
 	if len(u.inflight) >= maxInflight {

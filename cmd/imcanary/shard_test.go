@@ -118,6 +118,16 @@ func checkShards(t *testing.T, s [2]map[string]*dto.MetricFamily, users int) (bo
 		if n := value(s[i], "imcanary_ledger_streams", "source", "canary"); n != 17 {
 			return false, fmt.Sprintf("shard %d: the canary ledger tracks %v streams, want 4×4 of its own and 1 from the other shard", i, n)
 		}
+		// The ring measures the other shard's clock through the
+		// target; both run on this machine's, so the offset must be
+		// zero within its uncertainty.
+		peer := fmt.Sprint(1 - i)
+		if value(s[i], "imcanary_clock_offset_samples_total", "peer_shard", peer) < 2 {
+			return false, fmt.Sprintf("shard %d: fewer than 2 clock exchanges with shard %s yet", i, peer)
+		}
+		if off, unc := value(s[i], "imcanary_clock_offset_seconds", "peer_shard", peer), value(s[i], "imcanary_clock_offset_uncertainty_seconds", "peer_shard", peer); off > unc+1e-6 || -off > unc+1e-6 {
+			t.Fatalf("shard %d: shard %s's clock offset %v ± %v s, want 0 within the uncertainty (one clock)", i, peer, off, unc)
+		}
 		expected += value(s[i], "imcanary_deliveries_expected_total", "source", "canary", "kind", "direct")
 		delivered += value(s[i], "imcanary_deliveries_total", "source", "canary", "kind", "direct")
 		rounds += value(s[i], "imcanary_canary_rounds_total", "kind", "direct", "result", "pass")
