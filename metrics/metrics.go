@@ -229,6 +229,9 @@ type Metrics struct {
 	SoakSkipped     *prometheus.CounterVec
 	SoakLastSuccess *prometheus.GaugeVec
 	SoakRunning     *prometheus.GaugeVec
+
+	// connect is the connect path's series (connect.go).
+	connect *connectMetrics
 }
 
 // Canary failure reasons.
@@ -447,6 +450,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while a soak run of the profile is in progress.",
 		}, []string{"target", "profile"}),
 	}
+	m.connect = newConnectMetrics(f)
 	return m
 }
 
@@ -505,6 +509,9 @@ type Set struct {
 	Fanout []prometheus.Observer
 	// MembershipChanges counts membership churn's leaves and rejoins.
 	MembershipChanges prometheus.Counter
+
+	// Connect times the phases of the sessions' connects (connect.go).
+	Connect ConnectSet
 }
 
 // KindSet is the per-kind part of a Set: what the sender records, and what
@@ -617,6 +624,7 @@ func (m *Metrics) For(target, source string) *Set {
 	for _, c := range SizeClasses {
 		s.Fanout = append(s.Fanout, m.GroupFanout.WithLabelValues(target, source, c))
 	}
+	s.Connect = m.connect.For(target, source)
 	return s
 }
 
