@@ -41,29 +41,21 @@ var ConnectBuckets = []float64{
 	0.1, 0.2, 0.5, 1, 2, 5, 10,
 }
 
-// connectMetrics are the series of the connect path.
-type connectMetrics struct {
-	duration   *prometheus.HistogramVec
-	handshakes *prometheus.CounterVec
-	expiry     *prometheus.GaugeVec
-}
-
-func newConnectMetrics(f promauto.Factory) *connectMetrics {
-	return &connectMetrics{
-		duration: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "imcanary_connect_duration_seconds",
-			Help:    "Time of each phase of a session's connect that completed: dns, tcp (connect), tls (handshake), upgrade (WebSocket request to 101), login (the protocol's login after the upgrade). A phase that did not happen, or failed, is not observed; failures are counted in imcanary_session_connect_failures_total.",
-			Buckets: ConnectBuckets,
-		}, []string{"target", "source", "phase"}),
-		handshakes: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "imcanary_tls_handshakes_total",
-			Help: "TLS handshakes of sessions' connects that completed, by resumed (true: an abbreviated handshake resuming an earlier session's ticket).",
-		}, []string{"target", "source", "resumed"}),
-		expiry: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imcanary_tls_earliest_cert_expiry_timestamp_seconds",
-			Help: "Unix time the earliest certificate of the target's chain, as the most recent TLS handshake verified it, expires (blackbox_exporter's probe_ssl_earliest_cert_expiry). Absent for a target never reached over TLS.",
-		}, []string{"target"}),
-	}
+// newConnect creates the connect path's series.
+func (m *Metrics) newConnect(f promauto.Factory) {
+	m.ConnectDuration = f.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "imcanary_connect_duration_seconds",
+		Help:    "Time of each phase of a session's connect that completed: dns, tcp (connect), tls (handshake), upgrade (WebSocket request to 101), login (the protocol's login after the upgrade). A phase that did not happen, or failed, is not observed; failures are counted in imcanary_session_connect_failures_total.",
+		Buckets: ConnectBuckets,
+	}, []string{"target", "source", "phase"})
+	m.TLSHandshakes = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "imcanary_tls_handshakes_total",
+		Help: "TLS handshakes of sessions' connects that completed, by resumed (true: an abbreviated handshake resuming an earlier session's ticket).",
+	}, []string{"target", "source", "resumed"})
+	m.TLSCertExpiry = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "imcanary_tls_earliest_cert_expiry_timestamp_seconds",
+		Help: "Unix time the earliest certificate of the chain the most recent TLS handshake to the target verified expires (blackbox_exporter's probe_ssl_earliest_cert_expiry); of several verified chains, the one that lasts longest. Absent for a target never reached over TLS.",
+	}, []string{"target"})
 }
 
 // ConnectSet is the connect-path series of one (target, source) pair.
@@ -77,15 +69,15 @@ type ConnectSet struct {
 	target         string
 }
 
-func (c *connectMetrics) For(target, source string) ConnectSet {
+func (m *Metrics) connectFor(target, source string) ConnectSet {
 	s := ConnectSet{
-		Fresh:   c.handshakes.WithLabelValues(target, source, "false"),
-		Resumed: c.handshakes.WithLabelValues(target, source, "true"),
-		expiry:  c.expiry,
+		Fresh:   m.TLSHandshakes.WithLabelValues(target, source, "false"),
+		Resumed: m.TLSHandshakes.WithLabelValues(target, source, "true"),
+		expiry:  m.TLSCertExpiry,
 		target:  target,
 	}
 	for i, p := range ConnectPhases {
-		s.Phase[i] = c.duration.WithLabelValues(target, source, p)
+		s.Phase[i] = m.ConnectDuration.WithLabelValues(target, source, p)
 	}
 	return s
 }

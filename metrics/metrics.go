@@ -230,8 +230,11 @@ type Metrics struct {
 	SoakLastSuccess *prometheus.GaugeVec
 	SoakRunning     *prometheus.GaugeVec
 
-	// connect is the connect path's series (connect.go).
-	connect *connectMetrics
+	// The connect path's series (connect.go). TLSCertExpiry is created
+	// by the first TLS handshake of a target, not at zero.
+	ConnectDuration *prometheus.HistogramVec
+	TLSHandshakes   *prometheus.CounterVec
+	TLSCertExpiry   *prometheus.GaugeVec
 }
 
 // Canary failure reasons.
@@ -450,7 +453,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while a soak run of the profile is in progress.",
 		}, []string{"target", "profile"}),
 	}
-	m.connect = newConnectMetrics(f)
+	m.newConnect(f)
 	return m
 }
 
@@ -624,7 +627,7 @@ func (m *Metrics) For(target, source string) *Set {
 	for _, c := range SizeClasses {
 		s.Fanout = append(s.Fanout, m.GroupFanout.WithLabelValues(target, source, c))
 	}
-	s.Connect = m.connect.For(target, source)
+	s.Connect = m.connectFor(target, source)
 	return s
 }
 
