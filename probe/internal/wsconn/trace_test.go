@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,27 @@ func BenchmarkDial(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkTrace measures what timing the phases adds to one connect,
+// apart from the network: the trace's context and hooks, the hooks'
+// calls as a wss:// dial by name makes them, and the observations.
+func BenchmarkTrace(b *testing.B) {
+	cert, _ := selfSigned(b, time.Now().Add(24*time.Hour))
+	cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert.Leaf}, VerifiedChains: [][]*x509.Certificate{{cert.Leaf}}}
+	set := metrics.New(prometheus.NewRegistry()).For("t", metrics.SourceBackground)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		tr := &connectTrace{start: time.Now()}
+		h := httptrace.ContextClientTrace(httptrace.WithClientTrace(ctx, tr.hooks()))
+		h.DNSStart(httptrace.DNSStartInfo{})
+		h.DNSDone(httptrace.DNSDoneInfo{})
+		h.GotConn(httptrace.GotConnInfo{})
+		h.TLSHandshakeStart()
+		h.TLSHandshakeDone(cs, nil)
+		tr.record(&set.Connect, time.Now())
+		set.Connect.Phase[metrics.Login].Observe(0.001)
 	}
 }
