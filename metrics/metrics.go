@@ -236,6 +236,12 @@ type Metrics struct {
 
 	// Clock is the clock-offset estimates between shards (clock.go).
 	Clock *Clock
+
+	// The connect path's series (connect.go). TLSCertExpiry is created
+	// by the first TLS handshake of a target, not at zero.
+	ConnectDuration *prometheus.HistogramVec
+	TLSHandshakes   *prometheus.CounterVec
+	TLSCertExpiry   *prometheus.GaugeVec
 }
 
 // Canary failure reasons.
@@ -459,6 +465,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"target", "profile"}),
 	}
 	m.Clock = newClock(f)
+	m.newConnect(f)
 	return m
 }
 
@@ -517,6 +524,9 @@ type Set struct {
 	Fanout []prometheus.Observer
 	// MembershipChanges counts membership churn's leaves and rejoins.
 	MembershipChanges prometheus.Counter
+
+	// Connect times the phases of the sessions' connects (connect.go).
+	Connect ConnectSet
 }
 
 // KindSet is the per-kind part of a Set: what the sender records, and what
@@ -633,6 +643,7 @@ func (m *Metrics) For(target, source string) *Set {
 	for _, c := range SizeClasses {
 		s.Fanout = append(s.Fanout, m.GroupFanout.WithLabelValues(target, source, c))
 	}
+	s.Connect = m.connectFor(target, source)
 	return s
 }
 

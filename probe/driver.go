@@ -232,4 +232,8 @@ type Link struct {
 	// only as many connections to one server port as there are ephemeral
 	// ports; a population spread over several holds that many times more.
 	Source netip.Addr
+	// Connect, if set, is where the connection layer records the
+	// connect's phases and its TLS handshake: the population's series.
+	// Provisioning connects leave it nil; they are no session's.
+	Connect *metrics.ConnectSet
 }

@@ -179,7 +179,7 @@ func (p *Population) connect(ctx context.Context, dev *device) (Session, error) 
 	u := dev.u
 	// Slow readers dial as a slow link; a device keeps its source address
 	// across reconnects.
-	d := Device{Index: dev.idx, Link: Link{Slow: u.slow}, Catchup: dev.catchup}
+	d := Device{Index: dev.idx, Link: Link{Slow: u.slow, Connect: &p.opts.Set.Connect}, Catchup: dev.catchup}
 	if a := p.opts.SourceAddrs; len(a) > 0 {
 		d.Link.Source = a[(u.idx*p.opts.Devices+dev.idx)%len(a)]
 	}

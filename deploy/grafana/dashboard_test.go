@@ -318,6 +318,7 @@ func exported(t *testing.T) map[string]series {
 	m.SoakSkipped.WithLabelValues("t", "p")
 	m.SoakLastSuccess.WithLabelValues("t", "p")
 	m.SoakRunning.WithLabelValues("t", "p")
+	m.TLSCertExpiry.WithLabelValues("t")
 	own, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -836,6 +837,11 @@ var required = []struct {
 	{"Probe self-health", "Goroutines", "timeseries", []string{"go_goroutines"}},
 	{"Probe self-health", "Deliveries recorded while saturated", "timeseries", []string{"imcanary_deliveries_saturated_total"}},
 	{"Probe self-health", "imcanary version by shard", "table", []string{"imcanary_build_info"}},
+
+	{"Connect path", "Connect phase time p50 / p99 by phase", "timeseries", []string{"imcanary_connect_duration_seconds_bucket"}},
+	{"Connect path", "Mean connect time by phase (stacked)", "timeseries", []string{"imcanary_connect_duration_seconds_sum", "imcanary_connect_duration_seconds_count"}},
+	{"Connect path", "TLS session resumption", "timeseries", []string{"imcanary_tls_handshakes_total"}},
+	{"Connect path", "TLS certificate expires in", "stat", []string{"imcanary_tls_earliest_cert_expiry_timestamp_seconds"}},
 }
 
 // windows names one SLI's error-ratio rules over every window the rules
@@ -981,6 +987,12 @@ var requiredQueries = map[string][]wantQuery{
 	},
 	"Conflict disconnects (another login of the same user)": {
 		selecting("imcanary_session_disconnects_total", map[string]string{"reason": "conflict"}),
+	},
+	"Connect phase time p50 / p99 by phase": {
+		quantilesBy("imcanary_connect_duration_seconds_bucket", "phase"),
+	},
+	"TLS session resumption": {
+		selecting("imcanary_tls_handshakes_total", map[string]string{"resumed": "true"}),
 	},
 }
 

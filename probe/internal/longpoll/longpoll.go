@@ -88,6 +88,9 @@ func NewPool(s Settings) *Pool {
 
 // client returns the client that dials over link.
 func (p *Pool) client(link probe.Link) *http.Client {
+	// A transport is per kind of link, not per population: pooled
+	// connections are not timed per connect.
+	link.Connect = nil
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.clients[link]; c != nil {

@@ -2,10 +2,12 @@ package wsconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"sync"
 	"time"
@@ -54,6 +56,10 @@ type Settings struct {
 	// Binary writes binary data frames (the Farewell too): a protocol
 	// of binary packets, as MQTT over WebSocket is.
 	Binary bool
+	// TLS, if set, is the client TLS configuration of wss:// (trusted
+	// roots); nil verifies against the system's roots (SSL_CERT_FILE).
+	// NewSettings gives it a ClientSessionCache if it has none.
+	TLS *tls.Config
 
 	dialer websocket.Dialer
 }
@@ -97,6 +103,18 @@ func NewSettings(s Settings) *Settings {
 	if s.Subprotocol != "" {
 		s.dialer.Subprotocols = []string{s.Subprotocol}
 	}
+	// One session cache for every connect of these Settings: without
+	// one, each login is a full handshake and a reconnect storm costs
+	// the target a full key exchange per session.
+	tc := &tls.Config{}
+	if s.TLS != nil {
+		tc = s.TLS.Clone()
+	}
+	if tc.ClientSessionCache == nil {
+		tc.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
+	}
+	s.TLS = tc
+	s.dialer.TLSClientConfig = tc
 	return &s
 }
 
@@ -156,9 +174,17 @@ type Conn struct {
 func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 	d := s.dialer
 	d.NetDialContext = NetDialer(link)
+	var tr *connectTrace
+	if link.Connect != nil {
+		tr = &connectTrace{start: time.Now()}
+		ctx = httptrace.WithClientTrace(ctx, tr.hooks())
+	}
 	ws, err := dial(ctx, &d, s.URL, s.Header)
 	if err != nil {
 		return nil, err
+	}
+	if tr != nil {
+		tr.record(link.Connect, time.Now())
 	}
 	if s.Subprotocol != "" && ws.Subprotocol() != s.Subprotocol {
 		ws.Close()
@@ -181,6 +207,7 @@ func Open(ctx context.Context, s *Settings, link probe.Link, user string, login 
 		return nil, err
 	}
 	stop := c.Interrupt(ctx)
+	began := time.Now()
 	err = login(c)
 	// stop reports false if ctx ended meanwhile: the connection is closed
 	// then, even if the login got through.
@@ -202,6 +229,9 @@ func Open(ctx context.Context, s *Settings, link probe.Link, user string, login 
 			err = context.DeadlineExceeded
 		}
 		return nil, fmt.Errorf("login %s: %w", user, err)
+	}
+	if link.Connect != nil {
+		link.Connect.Phase[metrics.Login].Observe(time.Since(began).Seconds())
 	}
 	return c, nil
 }
