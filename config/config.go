@@ -139,10 +139,10 @@ type Population struct {
 	MessageSize int `koanf:"message_size"`
 	// Backoff bounds the reconnect delay (exponential with full jitter).
 	Backoff Backoff `koanf:"backoff"`
-	// MaxConnectRate caps the connect attempts per second of each
-	// population (the background one, the canary, a soak run), first
-	// logins and reconnects alike, so that a server coming back is not
-	// stormed by everyone it dropped at once.
+	// MaxConnectRate caps the connect attempts per second of the process:
+	// one limiter shared by all its populations (the background one, the
+	// canary, every soak run), first logins and reconnects alike, so that
+	// a server coming back is not stormed by everyone it dropped at once.
 	MaxConnectRate float64 `koanf:"max_connect_rate"`
 	// SourceAddrs is a comma-separated list of local IP addresses and
 	// inclusive IPv4 ranges ("127.0.0.1-127.0.0.16") the sessions connect

@@ -57,6 +57,10 @@ type Daemon struct {
 	// reach is whether the target takes logins, from every population's
 	// connect attempts.
 	reach *probe.Reach
+	// connects is the process's one connect limiter (nil: no limit),
+	// shared by the background population, the canary and every soak run,
+	// so that population.max_connect_rate holds for the daemon.
+	connects *rate.Limiter
 	// trend keeps the last hour of SLI readings for the status page.
 	trend *trend
 	// lastRound is the last canary round that ran, for the verdict.
@@ -174,16 +178,19 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 		return nil, err
 	}
 	d.reach = newReach(d.metrics, d.cfg.Target.Name)
+	if r := d.cfg.Population.MaxConnectRate; r > 0 {
+		d.connects = probe.NewConnectLimiter(r)
+	}
 	d.trend = newTrend(d.metrics, d.cfg.Target.Name)
-	if d.bg, err = d.newBackground(e); err != nil {
+	if d.bg, err = d.newBackground(); err != nil {
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
-		if d.canary, err = newCanary(d.cfg, d.shard, e, d.metrics, d.health, d.reach, log, cohortCanary); err != nil {
+		if d.canary, err = newCanary(d.cfg, d.shard, d.connection(d.reach), d.metrics, log, cohortCanary); err != nil {
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.store, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.metrics, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		d.registerProfile(pr.Name)
 	}
@@ -232,8 +239,17 @@ func newReach(m *metrics.Metrics, target string) *probe.Reach {
 	})
 }
 
-func newCanary(cfg config.Config, sh config.Shard, e *protocols.Target, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, log *slog.Logger, cohort string) (*canary.Canary, error) {
-	o := canary.FromConfig(cfg, e.Connection(h, reach), m, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
+// connection is what every population of the daemon shares: the target's
+// connection, the self-monitor, reach (nil for a soak run, whose failures
+// are its own) and the process's connect limiter.
+func (d *Daemon) connection(reach *probe.Reach) probe.Connection {
+	c := d.target.Connection(d.health, reach)
+	c.Limiter = d.connects
+	return c
+}
+
+func newCanary(cfg config.Config, sh config.Shard, conn probe.Connection, m *metrics.Metrics, log *slog.Logger, cohort string) (*canary.Canary, error) {
+	o := canary.FromConfig(cfg, conn, m, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
 		// 0 of the next shard's, and hears from the previous one's.
@@ -243,27 +259,23 @@ func newCanary(cfg config.Config, sh config.Shard, e *protocols.Target, m *metri
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, e *protocols.Target, m *metrics.Metrics, h *saturation.Monitor, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, conn probe.Connection, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable
 	// for the background population and the canary.
-	return soak.NewRunner(soak.FromConfig(cfg, e.Connection(h, nil), m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log))
+	return soak.NewRunner(soak.FromConfig(cfg, conn, m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log))
 }
 
 // newBackground makes the background population of d.cfg, as blocks that
-// share one connect limiter (see background).
-func (d *Daemon) newBackground(e *protocols.Target) (*background, error) {
+// share the process's connect limiter (see background).
+func (d *Daemon) newBackground() (*background, error) {
 	p := d.cfg.Population
 	name := d.cfg.Target.Name
 	set := d.metrics.For(name, metrics.SourceBackground)
 	log := d.log.With("target", name, "source", metrics.SourceBackground)
-	var limiter *rate.Limiter
-	if p.MaxConnectRate > 0 {
-		limiter = probe.NewConnectLimiter(p.MaxConnectRate)
-	}
 	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*probe.Population, error) {
 		return probe.NewPopulation(probe.Options{
-			Connection:      e.Connection(d.health, d.reach),
+			Connection:      d.connection(d.reach),
 			Set:             set,
 			Logger:          log,
 			Prefix:          shardPrefix(d.cfg, d.shard.Index, d.shard),
@@ -271,7 +283,6 @@ func (d *Daemon) newBackground(e *protocols.Target) (*background, error) {
 			Offset:          offset,
 			GroupOffset:     groupOffset,
 			Block:           true,
-			Limiter:         limiter,
 			Ramp:            p.Ramp,
 			GroupSize:       p.GroupSize,
 			Groups:          p.GroupLayout(),
