@@ -197,6 +197,23 @@ func TestLoadProfileErrors(t *testing.T) {
 			env:  []string{"IMCANARY_POPULATION_USERS=3"},
 			want: "soak.profiles[0].late_after: 1m0s: must be less than soak.profiles[0].duration (1m0s) when soak.profiles[0].late_logins is above 0",
 		},
+		{
+			name: "storm without its recovery thresholds",
+			body: "soak: {profiles: [{name: a, users: 2, storm: {fraction: 0.5, after: 10s}}]}",
+			want: "soak.profiles[0].thresholds.recovery_99: 0s: must be positive when soak.profiles[0].storm.fraction (0.5) is above 0: it is the drill's verdict\n" +
+				"soak.profiles[0].thresholds.recovery_100: 0s: must be positive when soak.profiles[0].storm.fraction (0.5) is above 0: it is the drill's verdict",
+		},
+		{
+			name: "storm after the send phase",
+			body: "soak: {profiles: [{name: a, users: 2, storm: {fraction: 1, after: 1m}, thresholds: {recovery_99: 10s, recovery_100: 20s}}]}",
+			want: "soak.profiles[0].storm.after: 1m0s: must be less than soak.profiles[0].duration (1m0s) when soak.profiles[0].storm.fraction is above 0",
+		},
+		{
+			name: "storm fraction above 1, recovery thresholds the wrong way round",
+			body: "soak: {profiles: [{name: a, users: 2, storm: {fraction: 1.5, after: 10s}, thresholds: {recovery_99: 30s, recovery_100: 20s}}]}",
+			want: "soak.profiles[0].storm.fraction: 1.5: must be at least 0 and at most 1\n" +
+				"soak.profiles[0].thresholds.recovery_99: 30s: must be at most soak.profiles[0].thresholds.recovery_100 (20s)",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/robfig/cron/v3"
-	"golang.org/x/time/rate"
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
@@ -60,7 +59,7 @@ type Daemon struct {
 	// connects is the process's one connect limiter (nil: no limit),
 	// shared by the background population, the canary and every soak run,
 	// so that population.max_connect_rate holds for the daemon.
-	connects *rate.Limiter
+	connects *probe.ConnectLimiter
 	// trend keeps the last hour of SLI readings for the status page.
 	trend *trend
 	// lastRound is the last canary round that ran, for the verdict.
@@ -190,7 +189,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			return nil, err
 		}
 	}
-	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.metrics, d.store, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.bg, d.metrics, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		d.registerProfile(pr.Name)
 	}
@@ -259,11 +258,16 @@ func newCanary(cfg config.Config, sh config.Shard, conn probe.Connection, m *met
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, conn probe.Connection, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
+// A storm drill drops sessions of bg, the background population: the
+// drill is of what the daemon keeps online, as a load balancer restart
+// would drop them.
+func newSoakRunner(cfg config.Config, sh config.Shard, conn probe.Connection, bg soak.StormTarget, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable
 	// for the background population and the canary.
-	return soak.NewRunner(soak.FromConfig(cfg, conn, m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log))
+	o := soak.FromConfig(cfg, conn, m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
+	o.Storm, o.StormSource = bg, metrics.SourceBackground
+	return soak.NewRunner(o)
 }
 
 // newBackground makes the background population of d.cfg, as blocks that

@@ -233,3 +233,10 @@ type Link struct {
 	// ports; a population spread over several holds that many times more.
 	Source netip.Addr
 }
+
+// Aborter is a Session that can end without a clean close: its connection
+// dropped as a lost link or a load balancer restart drops it, with no
+// close frame. A reconnect-storm drill (Population.Drop) needs it.
+type Aborter interface {
+	Abort()
+}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
-	"golang.org/x/time/rate"
 )
 
 // Connection is what every population of one prober shares: the target's
@@ -37,7 +36,7 @@ type Connection struct {
 	// every population it runs, the background's blocks, the canary and
 	// each soak run, so that MaxConnectRate caps the process, not each
 	// population.
-	Limiter *rate.Limiter
+	Limiter *ConnectLimiter
 	// Health, if set, records the prober's own send and receive lags and
 	// says when it is saturated.
 	Health Health

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/imcanary/imcanary/metrics"
 )
 
@@ -72,7 +70,7 @@ type Population struct {
 
 	// connects is the token bucket every connect attempt draws from; nil
 	// when MaxConnectRate is 0.
-	connects *rate.Limiter
+	connects *ConnectLimiter
 	// held counts the attempts waiting for their token; heldLogged (Unix
 	// ns) is when that was last logged.
 	held       atomic.Int64
