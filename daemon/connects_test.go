@@ -12,6 +12,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/report"
 )
 
 // TestConnectRateHoldsForTheProcess logs a background population and a
@@ -73,4 +74,66 @@ func TestConnectRateHoldsForTheProcess(t *testing.T) {
 		t.Errorf("%.0f connect attempts in %v, want at most %.0f: population.max_connect_rate %.0f/s does not hold for the process",
 			n, window.Round(time.Millisecond), bound, limit)
 	}
+}
+
+// TestStormDropsTheBackground runs a storm drill in the daemon: it drops
+// half of the background population, not the run's own users, and every
+// dropped background session comes back.
+func TestStormDropsTheBackground(t *testing.T) {
+	const users = 100
+	cfg := testConfig(t)
+	cfg.Population.Users = users
+	cfg.Canary.Schedule = ""
+	cfg.Soak.Profiles = []config.Profile{{
+		Name: "storm", Users: 10, GroupSize: 5, Rate: 1,
+		Duration: 3 * time.Second, Drain: time.Second, Deadline: time.Second, LostAfter: 2 * time.Second,
+		Storm: config.Storm{Fraction: 0.5, After: time.Second},
+		Thresholds: config.Thresholds{MaxLoss: 1, MaxLate: 1, P99Ack: time.Minute, P99Delivery: time.Minute,
+			MaxDisconnects: 0, Recovery99: time.Hour, Recovery100: time.Hour},
+	}}
+	d, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.target.Close()
+	d.target.Start(d.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	// Exits when ctx ends, after closing its sessions.
+	wg.Go(func() { d.bg.run(ctx) })
+	waitFor(t, time.Minute, "the background population online", d.bg.Ready)
+	rep, err := d.soak.Run(ctx, cfg.Soak.Profiles[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Storm
+	if s == nil {
+		t.Fatalf("Storm = nil, want the drill's section; notes %q", rep.Notes)
+	}
+	if s.Population != metrics.SourceBackground || s.Online != users || s.Dropped != users/2 || s.Back != s.Dropped || !s.Reached100 {
+		t.Errorf("storm %s: %d of %d dropped, %d back (100%% %v), want %d of the %d background sessions dropped and back",
+			s.Population, s.Dropped, s.Online, s.Back, s.Reached100, users/2, users)
+	}
+	bg := d.metrics.For(cfg.Target.Name, metrics.SourceBackground)
+	if n := metrics.Value(bg.Disconnects[metrics.ReasonError]); n != float64(s.Dropped) {
+		t.Errorf("background disconnects{reason=error} = %v, want %d", n, s.Dropped)
+	}
+	// The run's own users were left alone.
+	if th := row(rep.Thresholds, "max_disconnects"); !th.Pass || rep.Result != metrics.ResultPass {
+		t.Errorf("max_disconnects %+v, result %s: want the run's users undisturbed and a pass", th, rep.Result)
+	}
+	if s.AttemptsOf != "process" || s.MaxConnectRate != cfg.Population.MaxConnectRate {
+		t.Errorf("attempts of %q against %v, want the process's limiter of %v", s.AttemptsOf, s.MaxConnectRate, cfg.Population.MaxConnectRate)
+	}
+}
+
+func row(ths []report.Threshold, name string) report.Threshold {
+	for _, th := range ths {
+		if th.Name == name {
+			return th
+		}
+	}
+	return report.Threshold{Name: "missing " + name}
 }

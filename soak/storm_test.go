@@ -24,6 +24,9 @@ func stormProfile(users int, fraction float64) config.Profile {
 	p.Duration, p.Drain = 4*time.Second, 2*time.Second
 	p.Storm = config.Storm{Fraction: fraction, After: time.Second}
 	p.Thresholds.Recovery99, p.Thresholds.Recovery100 = time.Hour, time.Hour
+	// What the storm costs the deliveries is reported, not judged here:
+	// a loaded machine makes its catch-up late.
+	p.Thresholds.MaxLate, p.Thresholds.P99Ack, p.Thresholds.P99Delivery = 1, time.Minute, time.Minute
 	return p
 }
 
