@@ -36,15 +36,18 @@ func (l *ConnectLimiter) Limit() float64 { return float64(l.lim.Limit()) }
 // Burst is how many attempts may go at once, over the rate.
 func (l *ConnectLimiter) Burst() int { return l.lim.Burst() }
 
-// Attempts counts the connect attempts that have taken a token.
+// Attempts counts the connect attempts let through: those whose token
+// came, when it came, not when they asked for it.
 func (l *ConnectLimiter) Attempts() int64 { return l.attempts.Load() }
 
 // reserve takes one attempt's token and returns how long the attempt
-// must wait for it.
+// must wait for it; the attempt counts once it has (went).
 func (l *ConnectLimiter) reserve() time.Duration {
-	l.attempts.Add(1)
 	return l.lim.Reserve().Delay() // always OK: one token, burst at least 1
 }
+
+// went counts an attempt whose wait for its token is over.
+func (l *ConnectLimiter) went() { l.attempts.Add(1) }
 
 // provision retries until the server takes the plan: a daemon that starts
 // before its target must wait for it, not exit.
@@ -222,6 +225,7 @@ func (p *Population) awaitConnect(ctx context.Context) bool {
 	}
 	d := p.connects.reserve()
 	if d <= 0 {
+		p.connects.went()
 		return ctx.Err() == nil
 	}
 	p.held.Add(1)
@@ -230,6 +234,7 @@ func (p *Population) awaitConnect(ctx context.Context) bool {
 	live := Sleep(ctx, d)
 	waiting := p.held.Add(-1)
 	if live {
+		p.connects.went()
 		p.noteHeldBack(d, waiting)
 	}
 	return live
