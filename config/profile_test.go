@@ -277,6 +277,7 @@ func TestSoakScenarios(t *testing.T) {
 		"talkwire-loopback-2",
 		"netty-burst",
 		"nightly",
+		"lb-restart-storm",
 	}
 	if !slices.Equal(names, want) {
 		t.Errorf("profile names in %s = %q, want %q", scenarios, names, want)
@@ -298,6 +299,9 @@ func TestSoakScenarios(t *testing.T) {
 		ok   func(Profile) bool
 		want string
 	}{
+		{"lb-restart-storm", func(p Profile) bool {
+			return p.Storm.Fraction == 0.5 && p.Storm.After < p.Duration && p.Thresholds.Recovery100 > 0 && p.Thresholds.MaxLoss == 0
+		}, "half dropped during sending, judged on recovery and loss"},
 		{"openim-small-reliability", func(p Profile) bool {
 			return p.Users == 200 && p.LateLogins == 0.5 && p.Thresholds.MaxLoss == 0 && p.Groups == "200x5"
 		}, "200 users, half late, no loss, each in 5 groups"},
