@@ -271,6 +271,10 @@ func stormRows(t config.Thresholds, s *report.Storm, err error) []report.Thresho
 // notes.
 func stormNote(s *report.Storm) string {
 	whose := "the daemon's background population"
+	attempts := "the whole process's (every population sharing its connect limiter)"
+	if s.AttemptsOf != "process" {
+		attempts = "the dropped sessions' own (no connect limiter)"
+	}
 	after := ""
 	if s.Population == metrics.SourceSoak {
 		whose = "the run's own users"
@@ -278,9 +282,9 @@ func stormNote(s *report.Storm) string {
 	}
 	return fmt.Sprintf("Reconnect-storm drill: %s of the sessions of %s online at the drop were aborted at once, their connections closed with no close frame, as a load balancer restart does. "+
 		"A session is back when its connect attempt (dial and login) succeeds; the recovery times run from the drop to the login that brought 99%% (rounded up) and all of them back, and login latency is those attempts' own duration. "+
-		"Connect attempts are counted at the connect limiter (%s), from the drop to the last session back; the peak second is sampled every %s. "+
+		"Connect attempts are %s, counted as each one's turn under the connect limit comes, from the drop until the last session was back; the peak second is sampled every %s. "+
 		"Deliveries are the dropped population's, from the drop to the end of the run.%s",
-		report.FormatPercent(s.Fraction), whose, s.AttemptsOf, stormTick, after)
+		report.FormatPercent(s.Fraction), whose, attempts, stormTick, after)
 }
 
 // drop makes the drill's drop of p now: the storm target's sessions, or

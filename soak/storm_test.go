@@ -3,6 +3,8 @@ package soak
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -192,5 +194,25 @@ func TestStormRows(t *testing.T) {
 	}
 	if !strings.HasPrefix(stormRows(lim, nil, errors.New("x"))[0].Limit, "2s") {
 		t.Errorf("limit = %q, want 2s", stormRows(lim, nil, errors.New("x"))[0].Limit)
+	}
+}
+
+// TestGoldenStormNote: the note the runner writes for a storm drill is what
+// package report's golden storm report shows for the same drill.
+func TestGoldenStormNote(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "report", "testdata", "report-storm.golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := report.ReadJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Storm == nil || len(r.Notes) == 0 {
+		t.Fatalf("golden storm report has storm %v and %d notes, want both", r.Storm, len(r.Notes))
+	}
+	if got, want := stormNote(r.Storm), r.Notes[len(r.Notes)-1]; got != want {
+		t.Errorf("stormNote() = %q,\nwant the golden report's %q", got, want)
 	}
 }
