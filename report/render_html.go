@@ -426,16 +426,14 @@ footer { color: var(--muted); font-size: 12px; margin: 40px 0 24px; }
 {{end}}</tbody></table>
 </section>
 {{end}}
-{{with .Storm}}
-<section aria-labelledby="h-storm">
+{{with .Storm}}<section aria-labelledby="h-storm">
 <h2 id="h-storm">Reconnect storm</h2>
 <p class="reaction">{{.Reaction}}</p>
 <table class="kv"><tbody>
 {{range .Rows}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>
 {{end}}</tbody></table>
 </section>
-{{end}}
-<section aria-labelledby="h-charts">
+{{end}}<section aria-labelledby="h-charts">
 <h2 id="h-charts">Over time</h2>
 <div class="charts">
 {{range .Charts}}{{template "chart" .}}{{end}}</div>
