@@ -53,7 +53,13 @@ func Once(ctx context.Context, cfg config.Config, log *slog.Logger, readyTimeout
 	if err != nil {
 		return nil, err
 	}
-	c, err := New(FromConfig(cfg, t.Connection(h, nil), m, cfg.Population.Prefix+"-"+OnceCohort, log))
+	conn := t.Connection(h, nil)
+	// The process's one connect limiter, made here as the daemon makes
+	// its own: the round is the only population of this process.
+	if r := cfg.Population.MaxConnectRate; r > 0 {
+		conn.Limiter = probe.NewConnectLimiter(r)
+	}
+	c, err := New(FromConfig(cfg, conn, m, cfg.Population.Prefix+"-"+OnceCohort, log))
 	if err != nil {
 		return nil, err
 	}

@@ -139,10 +139,10 @@ type Population struct {
 	MessageSize int `koanf:"message_size"`
 	// Backoff bounds the reconnect delay (exponential with full jitter).
 	Backoff Backoff `koanf:"backoff"`
-	// MaxConnectRate caps the connect attempts per second of each
-	// population (the background one, the canary, a soak run), first
-	// logins and reconnects alike, so that a server coming back is not
-	// stormed by everyone it dropped at once.
+	// MaxConnectRate caps the connect attempts per second of the process:
+	// one limiter shared by all its populations (the background one, the
+	// canary, every soak run), first logins and reconnects alike, so that
+	// a server coming back is not stormed by everyone it dropped at once.
 	MaxConnectRate float64 `koanf:"max_connect_rate"`
 	// SourceAddrs is a comma-separated list of local IP addresses and
 	// inclusive IPv4 ranges ("127.0.0.1-127.0.0.16") the sessions connect
@@ -335,8 +335,24 @@ type Profile struct {
 	// SlowReaders makes the run a slow-reader drill, as
 	// population.slow_readers.
 	SlowReaders SlowReaders `koanf:"slow_readers"`
+	// Storm makes the run a reconnect-storm drill.
+	Storm Storm `koanf:"storm"`
 	// Thresholds are the limits the run must stay within to pass.
 	Thresholds Thresholds `koanf:"thresholds"`
+}
+
+// Storm configures a reconnect-storm drill: Fraction of a population's
+// sessions dropped at once, After into the send phase, without a clean
+// close (as a load balancer restart drops them), and the time until they
+// are back measured. In the daemon the drop is the background
+// population's, in soak --profile the run's own cohort's.
+type Storm struct {
+	// Fraction of the sessions online at the drop, above 0 and at most 1,
+	// spread evenly; 0 is no drill.
+	Fraction float64 `koanf:"fraction"`
+	// After is how long into the send phase the drop comes: less than
+	// duration, so that the run sends while the sessions come back.
+	After time.Duration `koanf:"after"`
 }
 
 // Thresholds are the pass/fail limits of a soak run. Ratios are fractions
@@ -364,6 +380,12 @@ type Thresholds struct {
 	// MaxDisconnects is the most disconnects the server may cause (our own
 	// shutdown at the end of the run is not counted).
 	MaxDisconnects int64 `koanf:"max_disconnects"`
+	// Recovery99 and Recovery100 are the longest a reconnect-storm drill
+	// may take, from the drop, until 99% and until all of the dropped
+	// sessions are back (logged in again); both must be positive in a
+	// drill, and are not judged without one.
+	Recovery99  time.Duration `koanf:"recovery_99"`
+	Recovery100 time.Duration `koanf:"recovery_100"`
 }
 
 // Profile returns the soak profile named name, and whether there is one.

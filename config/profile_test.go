@@ -197,6 +197,23 @@ func TestLoadProfileErrors(t *testing.T) {
 			env:  []string{"IMCANARY_POPULATION_USERS=3"},
 			want: "soak.profiles[0].late_after: 1m0s: must be less than soak.profiles[0].duration (1m0s) when soak.profiles[0].late_logins is above 0",
 		},
+		{
+			name: "storm without its recovery thresholds",
+			body: "soak: {profiles: [{name: a, users: 2, storm: {fraction: 0.5, after: 10s}}]}",
+			want: "soak.profiles[0].thresholds.recovery_99: 0s: must be positive when soak.profiles[0].storm.fraction (0.5) is above 0: it is the drill's verdict\n" +
+				"soak.profiles[0].thresholds.recovery_100: 0s: must be positive when soak.profiles[0].storm.fraction (0.5) is above 0: it is the drill's verdict",
+		},
+		{
+			name: "storm after the send phase",
+			body: "soak: {profiles: [{name: a, users: 2, storm: {fraction: 1, after: 1m}, thresholds: {recovery_99: 10s, recovery_100: 20s}}]}",
+			want: "soak.profiles[0].storm.after: 1m0s: must be less than soak.profiles[0].duration (1m0s) when soak.profiles[0].storm.fraction is above 0",
+		},
+		{
+			name: "storm fraction above 1, recovery thresholds the wrong way round",
+			body: "soak: {profiles: [{name: a, users: 2, storm: {fraction: 1.5, after: 10s}, thresholds: {recovery_99: 30s, recovery_100: 20s}}]}",
+			want: "soak.profiles[0].storm.fraction: 1.5: must be at least 0 and at most 1\n" +
+				"soak.profiles[0].thresholds.recovery_99: 30s: must be at most soak.profiles[0].thresholds.recovery_100 (20s)",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -260,6 +277,7 @@ func TestSoakScenarios(t *testing.T) {
 		"talkwire-loopback-2",
 		"netty-burst",
 		"nightly",
+		"lb-restart-storm",
 	}
 	if !slices.Equal(names, want) {
 		t.Errorf("profile names in %s = %q, want %q", scenarios, names, want)
@@ -281,6 +299,9 @@ func TestSoakScenarios(t *testing.T) {
 		ok   func(Profile) bool
 		want string
 	}{
+		{"lb-restart-storm", func(p Profile) bool {
+			return p.Storm.Fraction == 0.5 && p.Storm.After < p.Duration && p.Thresholds.Recovery100 > 0 && p.Thresholds.MaxLoss == 0
+		}, "half dropped during sending, judged on recovery and loss"},
 		{"openim-small-reliability", func(p Profile) bool {
 			return p.Users == 200 && p.LateLogins == 0.5 && p.Thresholds.MaxLoss == 0 && p.Groups == "200x5"
 		}, "200 users, half late, no loss, each in 5 groups"},

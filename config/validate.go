@@ -518,6 +518,7 @@ func (p Profile) problems(at string) []*ValidationError {
 	}
 
 	checkSlowReaders("slow_readers", p.SlowReaders, fail)
+	checkStorm(at, p, fail)
 
 	t := p.Thresholds
 	ratio("thresholds.max_loss", t.MaxLoss)
@@ -563,5 +564,36 @@ func checkSlowReaders(key string, sr SlowReaders, fail func(key string, value an
 	}
 	if sr.Fraction > 0 && sr.ReadDelay == 0 && sr.Pause == 0 {
 		fail(key+".read_delay", sr.ReadDelay, "must be positive, or %s.pause must be, when %s.fraction (%v) is above 0", key, key, sr.Fraction)
+	}
+}
+
+// checkStorm validates profile p's reconnect-storm drill; at names the
+// profile.
+func checkStorm(at string, p Profile, fail func(key string, value any, format string, args ...any)) {
+	st, t := p.Storm, p.Thresholds
+	if !(st.Fraction >= 0 && st.Fraction <= 1) {
+		fail("storm.fraction", st.Fraction, "must be at least 0 and at most 1")
+	}
+	switch {
+	case st.After < 0:
+		fail("storm.after", st.After, "must not be negative")
+	case st.Fraction > 0 && p.Duration > 0 && st.After >= p.Duration:
+		// The sessions must come back while messages are sent, or the
+		// drill measures nothing of what the storm cost them.
+		fail("storm.after", st.After, "must be less than %s.duration (%v) when %s.storm.fraction is above 0", at, p.Duration, at)
+	}
+	for _, r := range []struct {
+		key string
+		v   time.Duration
+	}{{"thresholds.recovery_99", t.Recovery99}, {"thresholds.recovery_100", t.Recovery100}} {
+		switch {
+		case r.v < 0:
+			fail(r.key, r.v, "must not be negative")
+		case st.Fraction > 0 && r.v == 0:
+			fail(r.key, r.v, "must be positive when %s.storm.fraction (%v) is above 0: it is the drill's verdict", at, st.Fraction)
+		}
+	}
+	if t.Recovery99 > 0 && t.Recovery100 > 0 && t.Recovery99 > t.Recovery100 {
+		fail("thresholds.recovery_99", t.Recovery99, "must be at most %s.thresholds.recovery_100 (%v)", at, t.Recovery100)
 	}
 }

@@ -21,8 +21,8 @@ import (
 // blocks from the end. Nobody else reconnects, and the messages of users
 // who stay are not disturbed. The one exception: a size that cuts through
 // a block replaces that block by a smaller one, whose users log in again.
-// All blocks share one connect limiter, so population.max_connect_rate
-// holds for the population as a whole.
+// All blocks share the process's connect limiter, with the canary and
+// the soak runs, so population.max_connect_rate holds for the process.
 type background struct {
 	// newBlock builds a block of users, numbered from offset and
 	// groupOffset.

@@ -25,7 +25,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/robfig/cron/v3"
-	"golang.org/x/time/rate"
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
@@ -61,6 +60,10 @@ type Daemon struct {
 	// reach is whether the target takes logins, from every population's
 	// connect attempts.
 	reach *probe.Reach
+	// connects is the process's one connect limiter (nil: no limit),
+	// shared by the background population, the canary and every soak run,
+	// so that population.max_connect_rate holds for the daemon.
+	connects *probe.ConnectLimiter
 	// trend keeps the last hour of SLI readings for the status page.
 	trend *trend
 	// lastRound is the last canary round that ran, for the verdict.
@@ -189,12 +192,15 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 		return nil, err
 	}
 	d.reach = newReach(d.metrics, d.cfg.Target.Name)
+	if r := d.cfg.Population.MaxConnectRate; r > 0 {
+		d.connects = probe.NewConnectLimiter(r)
+	}
 	d.trend = newTrend(d.metrics, d.cfg.Target.Name)
-	if d.bg, err = d.newBackground(e); err != nil {
+	if d.bg, err = d.newBackground(); err != nil {
 		return nil, err
 	}
 	if d.cfg.Canary.Schedule != "" {
-		if d.canary, err = newCanary(d.cfg, d.shard, e, d.metrics, d.health, d.reach, log, cohortCanary); err != nil {
+		if d.canary, err = newCanary(d.cfg, d.shard, d.connection(d.reach), d.metrics, log, cohortCanary); err != nil {
 			return nil, err
 		}
 		d.retry = newRetrier(
@@ -205,7 +211,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			func() { d.setCanaryDue(time.Now()) },
 			log.With("target", d.cfg.Target.Name, "source", metrics.SourceCanary))
 	}
-	d.soak = newSoakRunner(d.cfg, d.shard, e, d.metrics, d.health, d.store, log, cohortSoak)
+	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.bg, d.metrics, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		d.registerProfile(pr.Name)
 	}
@@ -254,8 +260,17 @@ func newReach(m *metrics.Metrics, target string) *probe.Reach {
 	})
 }
 
-func newCanary(cfg config.Config, sh config.Shard, e *protocols.Target, m *metrics.Metrics, h *saturation.Monitor, reach *probe.Reach, log *slog.Logger, cohort string) (*canary.Canary, error) {
-	o := canary.FromConfig(cfg, e.Connection(h, reach), m, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
+// connection is what every population of the daemon shares: the target's
+// connection, the self-monitor, reach (nil for a soak run, whose failures
+// are its own) and the process's connect limiter.
+func (d *Daemon) connection(reach *probe.Reach) probe.Connection {
+	c := d.target.Connection(d.health, reach)
+	c.Limiter = d.connects
+	return c
+}
+
+func newCanary(cfg config.Config, sh config.Shard, conn probe.Connection, m *metrics.Metrics, log *slog.Logger, cohort string) (*canary.Canary, error) {
+	o := canary.FromConfig(cfg, conn, m, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
 		// 0 of the next shard's, and hears from the previous one's.
@@ -266,27 +281,28 @@ func newCanary(cfg config.Config, sh config.Shard, e *protocols.Target, m *metri
 	return canary.New(o)
 }
 
-func newSoakRunner(cfg config.Config, sh config.Shard, e *protocols.Target, m *metrics.Metrics, h *saturation.Monitor, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
+// A storm drill drops sessions of bg, the background population: the
+// drill is of what the daemon keeps online, as a load balancer restart
+// would drop them.
+func newSoakRunner(cfg config.Config, sh config.Shard, conn probe.Connection, bg soak.StormTarget, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable
 	// for the background population and the canary.
-	return soak.NewRunner(soak.FromConfig(cfg, e.Connection(h, nil), m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log))
+	o := soak.FromConfig(cfg, conn, m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
+	o.Storm, o.StormSource = bg, metrics.SourceBackground
+	return soak.NewRunner(o)
 }
 
 // newBackground makes the background population of d.cfg, as blocks that
-// share one connect limiter (see background).
-func (d *Daemon) newBackground(e *protocols.Target) (*background, error) {
+// share the process's connect limiter (see background).
+func (d *Daemon) newBackground() (*background, error) {
 	p := d.cfg.Population
 	name := d.cfg.Target.Name
 	set := d.metrics.For(name, metrics.SourceBackground)
 	log := d.log.With("target", name, "source", metrics.SourceBackground)
-	var limiter *rate.Limiter
-	if p.MaxConnectRate > 0 {
-		limiter = probe.NewConnectLimiter(p.MaxConnectRate)
-	}
 	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*probe.Population, error) {
 		return probe.NewPopulation(probe.Options{
-			Connection:      e.Connection(d.health, d.reach),
+			Connection:      d.connection(d.reach),
 			Set:             set,
 			Logger:          log,
 			Prefix:          shardPrefix(d.cfg, d.shard.Index, d.shard),
@@ -294,7 +310,6 @@ func (d *Daemon) newBackground(e *protocols.Target) (*background, error) {
 			Offset:          offset,
 			GroupOffset:     groupOffset,
 			Block:           true,
-			Limiter:         limiter,
 			Ramp:            p.Ramp,
 			GroupSize:       p.GroupSize,
 			Groups:          p.GroupLayout(),

@@ -237,3 +237,10 @@ type Link struct {
 	// Provisioning connects leave it nil; they are no session's.
 	Connect *metrics.ConnectSet
 }
+
+// Aborter is a Session that can end without a clean close: its connection
+// dropped as a lost link or a load balancer restart drops it, with no
+// close frame. A reconnect-storm drill (Population.Drop) needs it.
+type Aborter interface {
+	Abort()
+}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
-	"golang.org/x/time/rate"
 )
 
 // Connection is what every population of one prober shares: the target's
@@ -31,6 +30,13 @@ type Connection struct {
 	// that dropped everyone is not stormed by them coming back at once
 	// (the jittered backoff spreads them further). 0 is no limit.
 	MaxConnectRate float64
+	// Limiter, if set, is the connect limiter every connect attempt
+	// draws from instead of one of MaxConnectRate for this population
+	// alone: the process makes one (NewConnectLimiter) and gives it to
+	// every population it runs, the background's blocks, the canary and
+	// each soak run, so that MaxConnectRate caps the process, not each
+	// population.
+	Limiter *ConnectLimiter
 	// Health, if set, records the prober's own send and receive lags and
 	// says when it is saturated.
 	Health Health
@@ -98,10 +104,6 @@ type Options struct {
 	// distributed time a session stays logged in before its user logs out
 	// and back in (churn; disconnect reason "churn").
 	SessionLifetime time.Duration
-	// Limiter, if set, is the connect limiter to use instead of one of
-	// MaxConnectRate: populations that share it share the rate, as the
-	// blocks of one resized population must.
-	Limiter *rate.Limiter
 	// Offset and GroupOffset number the users and groups from these
 	// instead of 0: PREFIX-u(Offset+i), PREFIX-g(GroupOffset+g). A
 	// population grown at run time is made of blocks, each a Population

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/imcanary/imcanary/metrics"
 )
@@ -73,7 +72,7 @@ type Population struct {
 
 	// connects is the token bucket every connect attempt draws from; nil
 	// when MaxConnectRate is 0.
-	connects *rate.Limiter
+	connects *ConnectLimiter
 	// held counts the attempts waiting for their token; heldLogged (Unix
 	// ns) is when that was last logged.
 	held       atomic.Int64

@@ -14,12 +14,40 @@ import (
 // connect rate, over the user's link), the read loop's lifetime and the
 // reconnect backoff.
 
+// ConnectLimiter is the token bucket of MaxConnectRate, which every
+// connect attempt of the populations sharing it draws from, and the count
+// of those attempts: what a reconnect-storm drill measures the achieved
+// connect rate by.
+type ConnectLimiter struct {
+	lim      *rate.Limiter
+	attempts atomic.Int64
+}
+
 // NewConnectLimiter returns the limiter of MaxConnectRate: a tenth of a
 // second's worth of burst, enough that a ramp at the limit does not stutter
 // on timer granularity, too little to be a storm.
-func NewConnectLimiter(perSecond float64) *rate.Limiter {
-	return rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond/10)))
+func NewConnectLimiter(perSecond float64) *ConnectLimiter {
+	return &ConnectLimiter{lim: rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond/10)))}
 }
+
+// Limit is the connect attempts per second allowed.
+func (l *ConnectLimiter) Limit() float64 { return float64(l.lim.Limit()) }
+
+// Burst is how many attempts may go at once, over the rate.
+func (l *ConnectLimiter) Burst() int { return l.lim.Burst() }
+
+// Attempts counts the connect attempts let through: those whose token
+// came, when it came, not when they asked for it.
+func (l *ConnectLimiter) Attempts() int64 { return l.attempts.Load() }
+
+// reserve takes one attempt's token and returns how long the attempt
+// must wait for it; the attempt counts once it has (went).
+func (l *ConnectLimiter) reserve() time.Duration {
+	return l.lim.Reserve().Delay() // always OK: one token, burst at least 1
+}
+
+// went counts an attempt whose wait for its token is over.
+func (l *ConnectLimiter) went() { l.attempts.Add(1) }
 
 // provision retries until the server takes the plan: a daemon that starts
 // before its target must wait for it, not exit.
@@ -91,6 +119,9 @@ func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time
 		sess, err := p.connect(ctx, dev)
 		if obs != nil && ctx.Err() == nil {
 			obs.Login(u.idx, time.Since(t0), err)
+		}
+		if m := dev.storm.Load(); m != nil && ctx.Err() == nil {
+			dev.stormAttempt(m, t0, err)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -192,9 +223,9 @@ func (p *Population) awaitConnect(ctx context.Context) bool {
 	if p.connects == nil {
 		return ctx.Err() == nil
 	}
-	r := p.connects.Reserve() // always OK: one token, burst at least 1
-	d := r.Delay()
+	d := p.connects.reserve()
 	if d <= 0 {
+		p.connects.went()
 		return ctx.Err() == nil
 	}
 	p.held.Add(1)
@@ -203,6 +234,7 @@ func (p *Population) awaitConnect(ctx context.Context) bool {
 	live := Sleep(ctx, d)
 	waiting := p.held.Add(-1)
 	if live {
+		p.connects.went()
 		p.noteHeldBack(d, waiting)
 	}
 	return live

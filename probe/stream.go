@@ -74,6 +74,9 @@ type device struct {
 	// guarded by u.mu.
 	sess      Session
 	sessStart int64
+	// storm is set while a reconnect-storm drill waits for this device's
+	// dropped session to come back (see Population.Drop).
+	storm atomic.Pointer[stormMark]
 }
 
 // sendStream is one of a user's outgoing sequences. Its fields are guarded

@@ -60,6 +60,7 @@ type renderPageData struct {
 	Abbreviated []string
 	// Drill and Saturation are nil when the run had none.
 	Drill      *renderDrillData
+	Storm      *renderDrillData
 	Saturation *renderSaturationData
 	// Shaded says a chart shades saturated spans.
 	Shaded bool
@@ -141,6 +142,9 @@ func renderNewPage(r *Soak) renderPageData {
 	}
 	if d := r.Drill; d != nil {
 		p.Drill = &renderDrillData{Reaction: renderOr(d.Reaction, "-"), Rows: renderDrillRows(r)}
+	}
+	if s := r.Storm; s != nil {
+		p.Storm = &renderDrillData{Reaction: renderStormHeadline(s), Rows: renderStormRows(r)}
 	}
 	if s := r.Saturation; s != nil {
 		p.Saturation = &renderSaturationData{Summary: renderSaturationSummary(s), Periods: renderSaturationPeriods(r)}
@@ -432,7 +436,14 @@ tr.worse td { background: var(--fail-bg) !important; }
 {{end}}</tbody></table>
 </section>
 {{end}}
-<section aria-labelledby="h-charts">
+{{with .Storm}}<section aria-labelledby="h-storm">
+<h2 id="h-storm">Reconnect storm</h2>
+<p class="reaction">{{.Reaction}}</p>
+<table class="kv"><tbody>
+{{range .Rows}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>
+{{end}}</tbody></table>
+</section>
+{{end}}<section aria-labelledby="h-charts">
 <h2 id="h-charts">Over time</h2>
 <div class="charts">
 {{range .Charts}}{{template "chart" .}}{{end}}</div>

@@ -117,6 +117,15 @@ func WriteText(w io.Writer, r *Soak) error {
 		tw.table(renderLeft, rows)
 	}
 
+	if s := r.Storm; s != nil {
+		tw.printf("\n")
+		rows = [][]string{{"reconnect storm", renderStormHeadline(s)}}
+		for _, kv := range renderStormRows(r) {
+			rows = append(rows, []string{"  " + kv.Key, kv.Value})
+		}
+		tw.table(renderLeft, rows)
+	}
+
 	if s := r.Saturation; s != nil {
 		tw.printf("\nimcanary saturated  %s\n", renderSaturationSummary(s))
 		rows = rows[:0]

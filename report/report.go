@@ -62,6 +62,9 @@ type Soak struct {
 	// Drill is the slow-reader drill's outcome; nil when the profile has
 	// no slow readers.
 	Drill *Drill `json:"drill,omitempty"`
+	// Storm is the reconnect-storm drill's outcome; nil when the profile
+	// has none.
+	Storm *Storm `json:"storm,omitempty"`
 	// Saturation says when imcanary itself was saturated during the run;
 	// nil when it never was (or no self-monitor was running).
 	Saturation *Saturation `json:"saturation,omitempty"`
@@ -114,6 +117,10 @@ type Thresholds struct {
 	P99Delivery             time.Duration `json:"p99_delivery_ns"`
 	MinOnlineRatio          float64       `json:"min_online_ratio"`
 	MaxDisconnects          int64         `json:"max_disconnects"`
+	// Recovery99 and Recovery100 bound a storm drill's recovery; 0
+	// without one.
+	Recovery99  time.Duration `json:"recovery_99_ns,omitempty"`
+	Recovery100 time.Duration `json:"recovery_100_ns,omitempty"`
 }
 
 // Phase is the start of one phase of the run.

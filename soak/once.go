@@ -85,7 +85,13 @@ func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logg
 	wg.Go(func() { h.Run(hctx) })
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable.
-	r := NewRunner(FromConfig(cfg, t.Connection(h, nil), m, store, cfg.Population.Prefix+"-"+OnceCohort, log))
+	conn := t.Connection(h, nil)
+	// The process's one connect limiter: every run of this process draws
+	// from it, as the daemon's populations draw from the daemon's.
+	if r := cfg.Population.MaxConnectRate; r > 0 {
+		conn.Limiter = probe.NewConnectLimiter(r)
+	}
+	r := NewRunner(FromConfig(cfg, conn, m, store, cfg.Population.Prefix+"-"+OnceCohort, log))
 	rep, err := r.Run(ctx, p, progress)
 	stop()
 	wg.Wait()

@@ -48,6 +48,11 @@ type RunnerOptions struct {
 	// progress in its history, so that a run the process dies in is not
 	// lost (history.Store.BeginSoak).
 	OnStart func(*report.Soak)
+	// Storm is the population a reconnect-storm drill drops, and
+	// StormSource the source label of its series (what it lost and late
+	// meanwhile); nil drops the run's own cohort.
+	Storm       StormTarget
+	StormSource string
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
@@ -78,6 +83,12 @@ func (r *Runner) Running() string {
 func NewRunner(o RunnerOptions) *Runner {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	// The process's limiter is the daemon's or the one-shot command's;
+	// without one, the runs of this runner share one of their own, which
+	// also counts their attempts for a storm drill.
+	if o.Limiter == nil && o.MaxConnectRate > 0 {
+		o.Limiter = probe.NewConnectLimiter(o.MaxConnectRate)
 	}
 	return &Runner{o: o}
 }
@@ -211,6 +222,10 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	// Exits when stopSampler is called.
 	wg.Go(func() { s.loop(sampleCtx) })
 
+	// st is the storm drill's record, nil until its drop.
+	var st *storm
+	stormCtx, stopStorm := context.WithCancel(context.Background())
+	defer stopStorm()
 	aborted := false
 	phase := func(name string) {
 		now := time.Now()
@@ -236,7 +251,18 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		phase(report.PhaseSend)
 		sendStart = rep.Phases[len(rep.Phases)-1].Start
 		pop.SetSending(true)
-		aborted = !probe.Sleep(ctx, p.Duration)
+		if p.Storm.Fraction > 0 {
+			aborted = !probe.Sleep(ctx, p.Storm.After)
+			if !aborted {
+				st = r.drop(p, pop, obs, s)
+				// Exits when every dropped session is back or stopStorm
+				// is called.
+				wg.Go(func() { st.sample(stormCtx) })
+				aborted = !probe.Sleep(ctx, p.Duration-p.Storm.After)
+			}
+		} else {
+			aborted = !probe.Sleep(ctx, p.Duration)
+		}
 		// A sample inside the send phase, however short it was: the
 		// online ratio is judged on send-phase samples.
 		s.sample(time.Now())
@@ -259,6 +285,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		pop.Sweep(time.Now())
 	}
 	stopSampler()
+	stopStorm()
 	stopPop()
 	wg.Wait()
 	rep.End = time.Now()
@@ -268,7 +295,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	if s.minOnline < 0 {
 		rep.Users.MinOnlineRatio = 0
 	}
-	r.fill(rep, p, snapshot(set).sub(before), obs, s, slow, aborted, sendEnd.Sub(sendStart))
+	r.fill(rep, p, snapshot(set).sub(before), obs, s, st, slow, aborted, sendEnd.Sub(sendStart))
 
 	result := rep.Result
 	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()
@@ -289,7 +316,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 // run's normal users; the slow readers, slow of them, go to the drill.
 // sending is how long the send phase ran (0 when it never began): the
 // rates are over it.
-func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observer, s *sampler, slow int, aborted bool, sending time.Duration) {
+func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observer, s *sampler, st *storm, slow int, aborted bool, sending time.Duration) {
 	rep.Deliveries = map[string]report.Deliveries{}
 	var all report.Deliveries
 	for i, k := range metrics.Kinds {
@@ -366,6 +393,9 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 		rep.Drill = drillOf(p, slow, d, obs, s.slowLag(), allDeliv.P99)
 	}
 	rep.Saturation = s.saturation(rep, obs.satDeliv.Load())
+	if st != nil {
+		r.fillStorm(rep, p, st)
+	}
 
 	failed := false
 	for _, th := range rep.Thresholds {
@@ -421,7 +451,8 @@ func profileOf(p config.Profile) report.Profile {
 		Duration: p.Duration, Drain: p.Drain, Deadline: p.Deadline,
 		LateLogins: p.LateLogins, LateAfter: p.LateAfter,
 		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, MinRealtimeCompleteness: t.MinRealtimeCompleteness, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
-			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects},
+			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects,
+			Recovery99: t.Recovery99, Recovery100: t.Recovery100},
 	}
 }
 
@@ -563,6 +594,9 @@ type sampler struct {
 	// runs on to the latest sample.
 	periods []report.SaturatedPeriod
 	satOpen bool
+	// storm is the drill of the run's own cohort once it has dropped:
+	// its dropped sessions are not sampled into minOnline until back.
+	storm *storm
 }
 
 // maxSamples bounds a run's time series whatever its duration.
@@ -664,7 +698,7 @@ func (s *sampler) sample(now time.Time) {
 
 	s.mu.Lock()
 	phase, phaseStart, sendStart := s.phase, s.phaseStart, s.sendStart
-	if phase == report.PhaseSend {
+	if phase == report.PhaseSend && !(s.storm != nil && s.storm.recovering()) {
 		due := s.normal
 		// Late users are not due online until a little after LateAfter.
 		if s.lateNormal > 0 && now.Before(s.start.Add(s.p.LateAfter+5*time.Second)) {
@@ -756,6 +790,9 @@ type observer struct {
 	// counts deliveries recorded while it was.
 	health   probe.Health
 	satDeliv atomic.Int64
+	// storm is set when a storm drill drops this cohort's sessions:
+	// their disconnects are the drill's.
+	storm *storm
 }
 
 // slowEnd is how a slow reader's session ended: the reason and the close
@@ -848,7 +885,7 @@ func (o *observer) Disconnect(user int, reason string, err error) {
 		o.on[user] = false
 		o.online[c]--
 	}
-	if reason == metrics.ReasonShutdown {
+	if reason == metrics.ReasonShutdown || (o.storm != nil && o.storm.take(user)) {
 		return
 	}
 	o.disc[c][reason]++

@@ -585,6 +585,12 @@ func (s *session) Ping() error {
 }
 
 // Close implements probe.Session.
+// Abort implements probe.Aborter: the connection is dropped with no
+// close, as a lost link or a load balancer restart drops it.
+func (s *session) Abort() { s.conn.Abort() }
+
+var _ probe.Aborter = (*session)(nil)
+
 func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session: what the login kept first, then what

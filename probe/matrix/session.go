@@ -388,4 +388,10 @@ func (s *session) attempt(ctx context.Context, path string, payload []byte) (*lo
 func (s *session) Ping() error { return nil }
 
 // Close implements probe.Session.
+// Abort implements probe.Aborter: the connection is dropped with no
+// close, as a lost link or a load balancer restart drops it.
+func (s *session) Abort() { s.conn.Abort() }
+
+var _ probe.Aborter = (*session)(nil)
+
 func (s *session) Close() error { return s.conn.Close() }

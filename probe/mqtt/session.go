@@ -375,4 +375,10 @@ func (s *session) Ping() error { return s.conn.Write(pingreq) }
 
 // Close implements probe.Session: DISCONNECT, after which the broker
 // closes the connection.
+// Abort implements probe.Aborter: the connection is dropped with no
+// close, as a lost link or a load balancer restart drops it.
+func (s *session) Abort() { s.conn.Abort() }
+
+var _ probe.Aborter = (*session)(nil)
+
 func (s *session) Close() error { return s.conn.Close() }
