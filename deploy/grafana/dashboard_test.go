@@ -125,6 +125,8 @@ type target struct {
 	Expr         string      `json:"expr"`
 	LegendFormat string      `json:"legendFormat"`
 	Datasource   *datasource `json:"datasource"`
+	// Exemplar asks Grafana to draw the query's exemplars.
+	Exemplar bool `json:"exemplar"`
 }
 
 type variable struct {
@@ -319,6 +321,10 @@ func exported(t *testing.T) map[string]series {
 	m.SoakLastSuccess.WithLabelValues("t", "p")
 	m.SoakRunning.WithLabelValues("t", "p")
 	m.TLSCertExpiry.WithLabelValues("t")
+	// The clock-offset gauges appear with a shard's first exchange.
+	m.Clock.ClockPeer("t", metrics.SourceCanary, "1")
+	m.Clock.Offset.WithLabelValues("t", "1")
+	m.Clock.Uncertainty.WithLabelValues("t", "1")
 	own, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -384,6 +390,22 @@ func collectorFields(m *metrics.Metrics) int {
 		}
 		if _, ok := f.Interface().(prometheus.Collector); ok {
 			n++
+		} else if f.Kind() == reflect.Pointer && f.Elem().Kind() == reflect.Struct {
+			// A group of series kept together (metrics.Clock).
+			n += collectorsIn(f.Elem())
+		}
+	}
+	return n
+}
+
+// collectorsIn counts the collector fields of the struct v.
+func collectorsIn(v reflect.Value) int {
+	n := 0
+	for i := range v.NumField() {
+		if f := v.Field(i); f.CanInterface() {
+			if _, ok := f.Interface().(prometheus.Collector); ok {
+				n++
+			}
 		}
 	}
 	return n
@@ -842,6 +864,12 @@ var required = []struct {
 	{"Connect path", "Mean connect time by phase (stacked)", "timeseries", []string{"imcanary_connect_duration_seconds_sum", "imcanary_connect_duration_seconds_count"}},
 	{"Connect path", "TLS session resumption", "timeseries", []string{"imcanary_tls_handshakes_total"}},
 	{"Connect path", "TLS certificate expires in", "stat", []string{"imcanary_tls_earliest_cert_expiry_timestamp_seconds"}},
+	// Across shards and exactness: the clock offsets the cross-shard ring
+	// measures, the latencies left out for want of one, and deliveries of
+	// messages never owed.
+	{"Across shards and exactness", "Clock offset of each peer shard, with its uncertainty", "timeseries", []string{"imcanary_clock_offset_seconds", "imcanary_clock_offset_uncertainty_seconds"}},
+	{"Across shards and exactness", "Cross-shard latencies left out (untrusted clock)", "timeseries", []string{"imcanary_cross_shard_latency_untrusted_total"}},
+	{"Across shards and exactness", "Unowed deliveries by kind (acks that never came back)", "timeseries", []string{"imcanary_deliveries_unowed_total"}},
 }
 
 // windows names one SLI's error-ratio rules over every window the rules
@@ -1481,4 +1509,32 @@ func TestLayout(t *testing.T) {
 		}
 	}
 	layout(load(t).Panels)
+}
+
+// exemplarHistograms are the histograms whose slow observations carry an
+// exemplar naming their message (probe's ledger).
+var exemplarHistograms = []string{"imcanary_delivery_latency_seconds_bucket", "imcanary_group_fanout_seconds_bucket"}
+
+// TestExemplars: every query of a histogram that carries exemplars asks
+// Grafana to draw them, so that a slow bucket leads to its messages from
+// the panel, and no other query does (it would have none to draw).
+func TestExemplars(t *testing.T) {
+	d := load(t)
+	k := newKnown(t)
+	n := 0
+	for _, p := range flatten(d) {
+		for _, tg := range p.Targets {
+			names, _ := check(k, tg.Expr)
+			want := slices.ContainsFunc(names, func(n string) bool { return slices.Contains(exemplarHistograms, n) })
+			if want {
+				n++
+			}
+			if tg.Exemplar != want {
+				t.Errorf("panel %s query %s: exemplar %v, want %v (exemplars are carried by %v)", p.name(), tg.RefID, tg.Exemplar, want, exemplarHistograms)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no panel queries %v", exemplarHistograms)
+	}
 }
