@@ -271,7 +271,7 @@ var keyDocs = map[string]keyDoc{
 	// keeps one of its own when none is configured. Soak: the history it saves its report to, and so
 	// history.* below.
 	"data_dir":                  {"directory of the run history (soak reports, canary rounds)", everyone},
-	"history.max_runs":          {"number of soak run reports kept", CommandRun | CommandSoak},
+	"history.max_runs":          {"number of soak run reports kept, besides the pinned baselines (imcanary soak pin), which are kept whatever their age", CommandRun | CommandSoak},
 	"history.max_age":           {"age after which soak reports are pruned (canary rounds are kept by count)", CommandRun | CommandSoak},
 	"history.max_canary_rounds": {"number of canary rounds kept", CommandRun | CommandSoak},
 	"canary.schedule":           {`cron spec of the canary rounds, such as "@every 30s" or "*/5 * * * *"; empty disables them`, CommandRun},

@@ -117,7 +117,7 @@ func (s *Store) Compare(r *report.Soak) error {
 		switch {
 		case errors.Is(berr, ErrNotFound):
 			r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline,
-				fmt.Sprintf("the pinned baseline %s is no longer in the history (pruned by history.max_runs or history.max_age, or deleted)", pin.ID)))
+				fmt.Sprintf("the pinned baseline %s is no longer in the history (deleted: pruning keeps a pinned run)", pin.ID)))
 		case berr != nil:
 			r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline,
 				fmt.Sprintf("the pinned baseline %s could not be read: %v", pin.ID, berr)))

@@ -2,6 +2,8 @@ package history
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -136,27 +138,60 @@ func TestPinBaselineErrors(t *testing.T) {
 
 // TestCompareBaselinePruned: a baseline that the history's bounds pushed
 // out is named as pruned, not silently dropped.
-func TestCompareBaselinePruned(t *testing.T) {
-	s := openStore(t, t.TempDir(), Options{MaxRuns: 2, Now: fixedNow(storeEpoch.Add(time.Hour))})
-	if err := s.SaveSoak(storeReport("first", storeEpoch)); err != nil {
+// TestPinnedBaselineOutlivesPruning: max_runs prunes the oldest runs that
+// are not pinned, and keeps the pinned baseline, however old; a baseline
+// that is gone all the same (deleted by hand) is reported missing.
+func TestPinnedBaselineOutlivesPruning(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{MaxRuns: 2, MaxAge: 30 * time.Minute, Now: fixedNow(storeEpoch.Add(time.Hour))})
+	if err := s.SaveSoak(storeReport("first", storeEpoch.Add(40*time.Minute))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PinBaseline("first"); err != nil {
 		t.Fatal(err)
 	}
-	for i, id := range []string{"second", "third"} {
-		if err := s.SaveSoak(storeReport(id, storeEpoch.Add(time.Duration(i+1)*time.Minute))); err != nil {
+	for i, id := range []string{"second", "third", "fourth"} {
+		if err := s.SaveSoak(storeReport(id, storeEpoch.Add(time.Duration(41+i)*time.Minute))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := storeReport("now", storeEpoch.Add(10*time.Minute))
+	runs, err := s.Runs(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range runs {
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	if want := []string{"first", "fourth", "third"}; !slices.Equal(ids, want) {
+		t.Errorf("runs kept with max_runs 2 = %v, want %v: the two newest and the pinned baseline", ids, want)
+	}
+	// Past max_age too: a reopened store (which prunes) at a later time.
+	s = openStore(t, dir, Options{MaxRuns: 2, MaxAge: 30 * time.Minute, Now: fixedNow(storeEpoch.Add(3 * time.Hour))})
+	if _, err := s.Soak("first"); err != nil {
+		t.Errorf("pinned baseline after max_age: %v, want it kept", err)
+	}
+	if _, err := s.Soak("third"); err == nil {
+		t.Errorf("run third kept past max_age, want it pruned")
+	}
+	r := storeReport("now", storeEpoch.Add(3*time.Hour))
+	if err := s.Compare(r); err != nil {
+		t.Fatal(err)
+	}
+	if c := comparison(t, r, report.AgainstBaseline); c.ID != "first" {
+		t.Errorf("baseline = %+v, want the pinned run first", c)
+	}
+
+	if err := os.Remove(filepath.Join(dir, "runs", "first.json")); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, Options{MaxRuns: 2, Now: fixedNow(storeEpoch.Add(3 * time.Hour))})
+	r = storeReport("later", storeEpoch.Add(4*time.Hour))
 	if err := s.Compare(r); err != nil {
 		t.Fatal(err)
 	}
 	if c := comparison(t, r, report.AgainstBaseline); !strings.Contains(c.Missing, "the pinned baseline first is no longer in the history") {
-		t.Errorf("baseline = %+v, want missing: pruned", c)
-	}
-	if c := comparison(t, r, report.AgainstPrevious); c.ID != "third" {
-		t.Errorf("previous = %q, want third", c.ID)
+		t.Errorf("baseline = %+v, want missing: deleted", c)
 	}
 }

@@ -519,15 +519,41 @@ func (s *Store) prune(des []fs.DirEntry) error {
 			errs = append(errs, err)
 		}
 	}
-	// The index is oldest first, so both bounds cut off a prefix of it.
-	cut := 0
-	for i, e := range s.index {
-		tooMany := len(s.index)-i > s.o.MaxRuns
+	// A pinned baseline is kept whatever its age, and does not count
+	// towards max_runs: later runs are compared with it, so pruning it
+	// would end the comparison the user asked for. Unreadable pins keep
+	// nothing, and say so.
+	pins, err := s.readPins()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	pinned := make(map[string]bool, len(pins))
+	for _, p := range pins {
+		pinned[p.ID] = true
+	}
+	left := 0
+	for _, e := range s.index {
+		if !pinned[e.ID] {
+			left++
+		}
+	}
+	// The index is oldest first, so both bounds cut off a prefix of the
+	// runs that are not pinned.
+	keep := make([]entry, 0, len(s.index))
+	done := false
+	for _, e := range s.index {
+		if done || pinned[e.ID] {
+			keep = append(keep, e)
+			continue
+		}
+		tooMany := left > s.o.MaxRuns
 		tooOld := s.o.MaxAge > 0 && now.Sub(e.Start) > s.o.MaxAge
 		if !tooMany && !tooOld {
-			break
+			done = true
+			keep = append(keep, e)
+			continue
 		}
-		cut = i + 1
+		left--
 		base := filepath.Join(s.runs, e.ID)
 		// The JSON goes first: without it the run no longer exists, so a
 		// crash in between leaves a stray page, not a run without one.
@@ -535,7 +561,7 @@ func (s *Store) prune(des []fs.DirEntry) error {
 		remove(base + ".json")
 		remove(base + ".html")
 	}
-	s.index = slices.Delete(s.index, 0, cut)
+	s.index = keep
 
 	live := make(map[string]bool, len(s.index))
 	for _, e := range s.index {
