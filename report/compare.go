@@ -131,6 +131,23 @@ func Compare(against string, r, was *Soak) Comparison {
 			worseIfUp("slow reader time to disconnect p50", unitSeconds, tw.P50.Seconds(), tn.P50.Seconds())
 		}
 	}
+	if sw, sn := was.Storm, r.Storm; sw != nil && sn != nil && sw.Dropped > 0 && sn.Dropped > 0 {
+		// A reconnect storm's recovery: the times only where both runs
+		// got that far back (the share back says the rest), and the
+		// logins of the sessions that came back.
+		worseIfDown("storm sessions back", unitRatio, float64(sw.Back)/float64(sw.Dropped), float64(sn.Back)/float64(sn.Dropped))
+		if sw.Reached99 && sn.Reached99 {
+			worseIfUp("storm recovery 99%", unitSeconds, sw.Recovery99.Seconds(), sn.Recovery99.Seconds())
+		}
+		if sw.Reached100 && sn.Reached100 {
+			worseIfUp("storm recovery 100%", unitSeconds, sw.Recovery100.Seconds(), sn.Recovery100.Seconds())
+		}
+		if sw.Login.Count > 0 && sn.Login.Count > 0 {
+			worseIfUp("storm login p50", unitSeconds, sw.Login.P50.Seconds(), sn.Login.P50.Seconds())
+			worseIfUp("storm login p99", unitSeconds, sw.Login.P99.Seconds(), sn.Login.P99.Seconds())
+		}
+		worseIfUp("storm lost", unitCount, float64(sw.Deliveries.Lost), float64(sn.Deliveries.Lost))
+	}
 	for _, s := range was.Samples {
 		c.Series = append(c.Series, ComparedSample{Offset: renderFinite(s.T.Sub(was.Start).Seconds()), P50: s.P50, P99: s.P99})
 	}

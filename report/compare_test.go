@@ -167,3 +167,37 @@ func TestCompareChart(t *testing.T) {
 		t.Errorf("renderCompareChart with no compared run = %d lines, want none", len(ch.Lines))
 	}
 }
+
+// TestCompareStorm: a reconnect storm that took longer to recover, with
+// slower logins, shows as worse recovery times; a time one run never
+// reached is left out, not compared with 0.
+func TestCompareStorm(t *testing.T) {
+	was, now := renderStormReport(), renderStormReport()
+	now.Storm.Recovery99 = 9 * time.Second
+	now.Storm.Login.P99 = 400 * time.Millisecond
+	now.Storm.Back = now.Storm.Dropped
+	now.Storm.Recovery100, now.Storm.Reached100 = 20*time.Second, true
+	c := Compare(AgainstPrevious, now, was)
+	byName := map[string]Delta{}
+	for _, d := range c.Deltas {
+		byName[d.Name] = d
+	}
+	if d, ok := byName["storm recovery 99%"]; !ok || d.Was != 5.1 || d.Now != 9 || !d.Worse {
+		t.Errorf("storm recovery 99%% = %+v (found %v), want 5.1s → 9s, worse", d, ok)
+	}
+	if d, ok := byName["storm login p99"]; !ok || d.Was != 0.088 || d.Now != 0.4 || !d.Worse {
+		t.Errorf("storm login p99 = %+v (found %v), want 88ms → 400ms, worse", d, ok)
+	}
+	if d, ok := byName["storm sessions back"]; !ok || d.Now != 1 || d.Worse {
+		t.Errorf("storm sessions back = %+v (found %v), want all back now, better", d, ok)
+	}
+	if d, ok := byName["storm recovery 100%"]; ok {
+		t.Errorf("storm recovery 100%% = %+v, want none: the earlier run never had all back", d)
+	}
+	plain := Compare(AgainstPrevious, renderTestReport(), compareEarlierReport())
+	for _, d := range plain.Deltas {
+		if strings.HasPrefix(d.Name, "storm") {
+			t.Errorf("runs without a storm drill compared on %q", d.Name)
+		}
+	}
+}
