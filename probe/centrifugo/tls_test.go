@@ -272,8 +272,10 @@ func TestTLSConnectPhases(t *testing.T) {
 		}
 	}
 	expiry := gaugeSeries(t, reg, "imcanary_tls_earliest_cert_expiry_timestamp_seconds")
-	if want := float64(pki.leaf.NotAfter.Unix()); len(expiry) != 1 || expiry["test"] != want {
-		t.Errorf("expiry gauge by target = %v, want {test: %v} (the server certificate's NotAfter, %v)", expiry, want, pki.leaf.NotAfter)
+	want := float64(pki.leaf.NotAfter.Unix())
+	if got, ok := expiry["test"]; len(expiry) != 1 || !ok || got != want {
+		t.Errorf("expiry gauge = %.0f (%d series), want one series of target test at %.0f (the server certificate's NotAfter, %v)",
+			got, len(expiry), want, pki.leaf.NotAfter)
 	}
 }
 
