@@ -5,6 +5,7 @@
 #   .ci/centrifugo.sh build                 # install the binary into the cache (skipped if there)
 #   .ci/centrifugo.sh start DIR PORT [QUEUE] # config, secret and logs under DIR; prints the URL
 #   .ci/centrifugo.sh stop DIR
+#   .ci/centrifugo.sh bin                   # prints the binary's path, for tests that start their own
 #
 # The binary is built from source with the Go toolchain (go install of a
 # pinned version, through the module proxy) into a cache that outlives a CI
@@ -20,7 +21,7 @@ bindir=$cache/centrifugo-$version/bin
 bin=$bindir/centrifugo
 
 usage() {
-  echo "usage: $0 build | start DIR PORT [QUEUE_MAX_SIZE] | stop DIR" >&2
+  echo "usage: $0 build | start DIR PORT [QUEUE_MAX_SIZE] | stop DIR | bin" >&2
   exit 2
 }
 
@@ -125,5 +126,6 @@ case ${1:-} in
 build) [ $# -eq 1 ] || usage; build ;;
 start) [ $# -ge 3 ] && [ $# -le 4 ] || usage; start "$2" "$3" "${4:-}" ;;
 stop) [ $# -eq 2 ] || usage; stop "$2" ;;
+bin) [ $# -eq 1 ] || usage; echo "$bin" ;;
 *) usage ;;
 esac

@@ -20,6 +20,7 @@ package centrifugo
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +81,11 @@ type Options struct {
 	MaxFrame int64
 	// Logger receives debug logs of the server's own gaps; nil discards.
 	Logger *slog.Logger
+	// TLS, if set, is the client TLS configuration of a wss:// URL (the
+	// roots it trusts); nil verifies against the system's roots. The
+	// driver's sessions share one TLS session cache either way, so that
+	// a reconnect resumes rather than repeats the full handshake.
+	TLS *tls.Config
 }
 
 // Driver connects users to a Centrifugo server.
@@ -191,7 +197,7 @@ func New(o Options) (*Driver, error) {
 		conn: wsconn.NewSettings(wsconn.Settings{
 			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
 			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
-			CloseGrace: closeGrace,
+			CloseGrace: closeGrace, TLS: o.TLS,
 		}),
 		groupPrefix: []byte(o.GroupNamespace + ":"),
 		state:       map[devKey]*devState{},
