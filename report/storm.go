@@ -52,6 +52,10 @@ type Storm struct {
 	// (recovered).
 	Deliveries Deliveries    `json:"deliveries"`
 	Window     time.Duration `json:"window_ns"`
+	// InFlightAtDrop is how many of Deliveries.Expected were owed before
+	// the drop and not yet received at it (expected less delivered,
+	// recovered and lost then).
+	InFlightAtDrop int64 `json:"in_flight_at_drop"`
 }
 
 // renderStormRows are the lines of the storm drill, the same in the text
@@ -74,8 +78,8 @@ func renderStormRows(r *Soak) []renderKV {
 		{"failed attempts", renderCount(s.FailedAttempts)},
 		{"connect attempts", fmt.Sprintf("%s of the %s in %s: %s/s mean, %s/s peak second; max_connect_rate %s",
 			renderCount(s.Attempts), s.AttemptsOf, renderLatency(s.AttemptsSpan), renderRate(s.AttemptsPerSec), renderRate(s.PeakPerSec), rate)},
-		{"deliveries", fmt.Sprintf("%s expected, %s delivered, %s recovered, %s lost, %s late, over the %s from the drop",
-			renderCount(dl.Expected), renderCount(dl.Delivered), renderCount(dl.Recovered), renderCount(dl.Lost),
+		{"deliveries", fmt.Sprintf("%s expected (%s of them in flight at the drop), %s delivered, %s recovered, %s lost, %s late, over the %s from the drop",
+			renderCount(dl.Expected), renderCount(s.InFlightAtDrop), renderCount(dl.Delivered), renderCount(dl.Recovered), renderCount(dl.Lost),
 			renderCount(dl.Late), renderSpan(s.Window))},
 	}
 }

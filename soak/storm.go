@@ -234,7 +234,13 @@ func (st *storm) report(p config.Profile, end time.Time, d counts) *report.Storm
 	if st.dropped > 0 && len(back) >= st.dropped {
 		s.Recovery100, s.Reached100 = back[st.dropped-1], true
 	}
+	// What was owed before the drop and not yet received at it is still
+	// owed in the window, and its deliveries are counted in it: without
+	// it, delivered could exceed expected.
+	b := st.before.all()
+	s.InFlightAtDrop = max(0, b.Expected-b.Delivered-b.Recovered-b.Lost)
 	dl := d.sub(st.before).all()
+	dl.Expected += s.InFlightAtDrop
 	dl.Undelivered = max(0, dl.Expected-dl.Delivered-dl.Recovered-dl.Lost)
 	setRatios(&dl)
 	s.Deliveries = dl
@@ -283,7 +289,7 @@ func stormNote(s *report.Storm) string {
 	return fmt.Sprintf("Reconnect-storm drill: %s of the sessions of %s online at the drop were aborted at once, their connections closed with no close frame, as a load balancer restart does. "+
 		"A session is back when its connect attempt (dial and login) succeeds; the recovery times run from the drop to the login that brought 99%% (rounded up) and all of them back, and login latency is those attempts' own duration. "+
 		"Connect attempts are %s, counted as each one's turn under the connect limit comes, from the drop until the last session was back; the peak second is sampled every %s. "+
-		"Deliveries are the dropped population's, from the drop to the end of the run.%s",
+		"Deliveries are the dropped population's, from the drop to the end of the run; expected includes what was owed before the drop and still in flight at it.%s",
 		report.FormatPercent(s.Fraction), whose, attempts, stormTick, after)
 }
 

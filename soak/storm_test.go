@@ -112,8 +112,8 @@ func TestStormDrillOwnCohort(t *testing.T) {
 	if s.PeakPerSec > limit+float64(s.Burst) {
 		t.Errorf("peak %v attempts/s, want at most %v (limit %v + burst %d)", s.PeakPerSec, limit+float64(s.Burst), limit, s.Burst)
 	}
-	if d := s.Deliveries; d.Expected == 0 || d.Lost+d.Undelivered != 0 {
-		t.Errorf("storm deliveries %+v, want some owed and none lost on a clean server", d)
+	if d := s.Deliveries; d.Expected == 0 || d.Lost+d.Undelivered != 0 || d.Delivered+d.Recovered != d.Expected {
+		t.Errorf("storm deliveries %+v (%d in flight at the drop), want some owed, each delivered or recovered exactly once, none lost on a clean server", d, s.InFlightAtDrop)
 	}
 	for _, name := range []string{"recovery_99", "recovery_100"} {
 		if th := row(rep, name); !th.Pass {
