@@ -30,9 +30,15 @@ func (t *Target) SecretChange(next config.Config) ([]byte, error) {
 	if t.server != nil {
 		return nil, fmt.Errorf("target.secret_file %s changed, but the reference server this process runs keeps the secret it started with: restart imcanary to use the new one", f)
 	}
-	if _, ok := t.Driver.(probe.Rekeyer); !ok {
-		why := ""
-		if a, found := Lookup(t.Config.Target.Protocol); found &&
+	_, ok := t.Driver.(probe.Rekeyer)
+	why := ""
+	if c, checks := t.Driver.(probe.RekeyChecker); checks {
+		if r := c.RekeyRefusal(); r != "" {
+			ok, why = false, " ("+r+")"
+		}
+	}
+	if !ok {
+		if a, found := Lookup(t.Config.Target.Protocol); why == "" && found &&
 			a.SecretNeed(config.Section[any](t.Config, a.Config.Name, a.Config.Section)) == probe.SecretKept {
 			why = " (it derives the users' passwords from it: users registered with the old secret would no longer log in)"
 		}

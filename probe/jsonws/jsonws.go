@@ -89,6 +89,9 @@ type Driver struct {
 	m    *mapping
 	conn *wsconn.Settings
 	log  *slog.Logger
+	// key signs the tokens (token.source jwt, hmac): opts.Secret, until
+	// Rekey replaces it. Passwords keep deriving from opts.Secret.
+	key *probe.Key
 	// tokens are token.file's, by user.
 	tokens map[string]string
 	dir    *directory
@@ -120,7 +123,7 @@ func New(cfg Config, o Options) (*Driver, error) {
 	if o.URL == "" {
 		return nil, errors.New("jsonws: no target url")
 	}
-	d := &Driver{opts: o, m: m, log: o.Logger, sample: rate.NewLimiter(rate.Every(10*time.Second), 3)}
+	d := &Driver{opts: o, m: m, log: o.Logger, key: probe.NewKey(o.Secret), sample: rate.NewLimiter(rate.Every(10*time.Second), 3)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -245,7 +248,9 @@ func (d *Driver) FramesUnmatched() uint64 { return d.unmatched.Load() }
 func (d *Driver) ServerGaps() (gaps, missed uint64) { return d.gaps.Load(), d.missed.Load() }
 
 // password derives user's password from the secret: stable across
-// restarts, different per user, and not the secret.
+// restarts, different per user, and not the secret. It is the secret the
+// driver started with, whatever Rekey did: the users were registered with
+// it.
 func (d *Driver) password(user string) string {
 	h := hmac.New(sha256.New, d.opts.Secret)
 	h.Write([]byte("imcanary jsonws password\x00"))
@@ -257,7 +262,7 @@ func (d *Driver) password(user string) string {
 func (d *Driver) token(user string, e *env) (string, error) {
 	switch d.m.token.source {
 	case "hmac":
-		h := hmac.New(sha256.New, d.opts.Secret)
+		h := hmac.New(sha256.New, d.key.Bytes())
 		h.Write([]byte(user))
 		return hex.EncodeToString(h.Sum(nil)), nil
 	case "file":
@@ -281,7 +286,7 @@ func (d *Driver) token(user string, e *env) (string, error) {
 			claims[k] = string(b)
 		}
 		t := jwt.NewWithClaims(jwt.GetSigningMethod(d.m.token.algorithm), claims)
-		s, err := t.SignedString(d.opts.Secret)
+		s, err := t.SignedString(d.key.Bytes())
 		if err != nil {
 			return "", fmt.Errorf("sign token: %w", err)
 		}

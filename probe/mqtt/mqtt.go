@@ -77,6 +77,9 @@ type Driver struct {
 	keepalive         uint16
 	// topics maps a user to the topic filters it subscribes to.
 	topics probe.Memberships[string]
+	// password goes in each CONNECT: opts.Password, until Rekey replaces
+	// it.
+	password *probe.Key
 
 	unmatched atomic.Uint64
 }
@@ -104,7 +107,7 @@ func New(c Config, o Options) (*Driver, error) {
 	return &Driver{
 		cfg: c, opts: o, log: log, qos: byte(c.QoS), c: cd,
 		dmPrefix: c.TopicPrefix + "/dm/", gPrefix: c.TopicPrefix + "/g/",
-		keepalive: uint16(ka),
+		keepalive: uint16(ka), password: probe.NewKey(o.Password),
 		conn: wsconn.NewSettings(wsconn.Settings{
 			URL: o.URL, Header: o.Header, Subprotocol: "mqtt", Binary: true,
 			// A WebSocket frame holds one packet or several; a packet

@@ -85,7 +85,7 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 func (s *session) login(clientID string, persistent bool, topics []string, noLocal []bool) error {
 	d := s.d
 	expiry := uint32(d.cfg.SessionExpiry / time.Second)
-	if err := s.conn.Write(d.c.connect(clientID, d.cfg.Username, d.opts.Password, !persistent, d.keepalive, expiry)); err != nil {
+	if err := s.conn.Write(d.c.connect(clientID, d.cfg.Username, d.password.Bytes(), !persistent, d.keepalive, expiry)); err != nil {
 		return fmt.Errorf("CONNECT: %w", err)
 	}
 	subID := uint16(1)
