@@ -14,6 +14,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/probetest"
 	"github.com/imcanary/imcanary/probe/jsonws"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/protocols"
@@ -129,12 +130,11 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *fixture {
 		cancel()
 		wg.Wait()
 	})
-	wait := 10*time.Second + 2*pc.ramp
-	for end := time.Now().Add(wait); !fx.pop.Ready(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("population not online after %v: %v of %d sessions", wait, fx.pop.Online(), pc.users)
-		}
-	}
+	// Tinode's logins are a bcrypt each: on a loaded machine they come
+	// slower than any fixed guess, so the wait fails on a stall (longer
+	// than the longest backoff), not on a wall-clock bound.
+	sessions := pc.users * max(pc.devices, 1)
+	probetest.WaitReady(t, fx.pop, sessions, 10*time.Second+15*backoff, 10*(10*time.Second+2*pc.ramp))
 	return fx
 }
 
