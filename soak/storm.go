@@ -62,7 +62,7 @@ type storm struct {
 	// connectAt and connectEnd read the dropped population's connect
 	// histograms at the drop and when the last session was back.
 	connectAt, connectEnd connectReading
-	done                 chan struct{} // closed when every dropped session is back
+	done                  chan struct{} // closed when every dropped session is back
 }
 
 func newStorm(own bool, lim *probe.ConnectLimiter, set *metrics.Set) *storm {
