@@ -59,10 +59,11 @@ type storm struct {
 	startCount, endCount int64
 	endAt                time.Time
 	peak                 float64
+	done                 chan struct{} // closed when every dropped session is back
+
 	// connectAt and connectEnd read the dropped population's connect
 	// histograms at the drop and when the last session was back.
 	connectAt, connectEnd connectReading
-	done                  chan struct{} // closed when every dropped session is back
 }
 
 func newStorm(own bool, lim *probe.ConnectLimiter, set *metrics.Set) *storm {
