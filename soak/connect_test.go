@@ -118,10 +118,10 @@ func TestConnectPath(t *testing.T) {
 					}
 					continue
 				}
-				// Failed connects count in the phases before their
-				// failure; a clean run has none.
-				if ph.Count != logins+rep.Users.FailedLogins && ph.Count != logins {
-					t.Errorf("%s: %d observed, want the %d logins (%d failed)", ph.Phase, ph.Count, logins, rep.Users.FailedLogins)
+				// A failed connect counts in the phases before its
+				// failure; a clean run has none, a loaded machine may.
+				if ph.Count < logins || ph.Count > logins+rep.Users.FailedLogins || (metrics.Phase(i) == metrics.Login && ph.Count != logins) {
+					t.Errorf("%s: %d observed, want the %d logins (and at most the %d failed attempts)", ph.Phase, ph.Count, logins, rep.Users.FailedLogins)
 				}
 				if ph.P50 <= 0 || ph.P50 > ph.P99 || ph.Mean <= 0 {
 					t.Errorf("%s: p50 %v, p99 %v, mean %v, want 0 < p50 ≤ p99 and a mean", ph.Phase, ph.P50, ph.P99, ph.Mean)
