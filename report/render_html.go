@@ -48,6 +48,10 @@ type renderPageData struct {
 	DeliveryHeader        []string
 	Deliveries            [][]string
 	Latency               [][]string
+	// ConnectPath is the connect path's table, its header first; nil
+	// when the report has none.
+	ConnectPath           [][]string
+	ConnectNote           string
 	Rejected, Disconnects []renderKV
 	Errors                []renderKV
 	Notes                 []string
@@ -232,6 +236,9 @@ func renderNewPage(r *Soak) renderPageData {
 		}
 		p.Latency = append(p.Latency, []string{k, renderCount(l.Count), renderLatency(l.P50),
 			renderLatency(l.P95), renderLatency(l.P99), renderLatency(l.Max)})
+	}
+	if c := r.ConnectPath; c != nil {
+		p.ConnectPath, p.ConnectNote = renderConnectTable(c), connectPathNote
 	}
 	p.Rejected = renderKVs(m.Rejected)
 	p.Disconnects = renderKVs(r.Disconnects)
@@ -474,7 +481,17 @@ tr.worse td { background: var(--fail-bg) !important; }
 </table>{{else}}<p class="none">No deliveries were recorded.</p>{{end}}
 </section>
 
-<div class="two">
+{{with .ConnectPath}}<section aria-labelledby="h-connect">
+<h2 id="h-connect">Connect path</h2>
+<table>
+<thead><tr>{{range index . 0}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>
+{{range $i, $r := .}}{{if $i}}<tr>{{range $j, $c := $r}}{{if eq $j 0}}<td class="name">{{$c}}</td>{{else}}<td>{{$c}}</td>{{end}}{{end}}</tr>
+{{end}}{{end}}</tbody>
+</table>
+<p class="chart-note">{{$.ConnectNote}}</p>
+</section>
+{{end}}<div class="two">
 <section aria-labelledby="h-latency">
 <h2 id="h-latency">Latency</h2>
 {{if .Latency}}<table>

@@ -95,6 +95,12 @@ func WriteText(w io.Writer, r *Soak) error {
 		tw.table(renderNumbers, rows)
 	}
 
+	if c := r.ConnectPath; c != nil {
+		tw.printf("\n")
+		tw.table(renderNumbers, renderConnectTable(c))
+		tw.printf("%s\n", connectPathNote)
+	}
+
 	if len(r.Thresholds) > 0 {
 		tw.printf("\n")
 		rows = [][]string{{"threshold", "limit", "actual", "result"}}

@@ -65,6 +65,9 @@ type Soak struct {
 	// Storm is the reconnect-storm drill's outcome; nil when the profile
 	// has none.
 	Storm *Storm `json:"storm,omitempty"`
+	// ConnectPath is where the run's own connects spent their time over
+	// the run, by phase; nil in reports from before it.
+	ConnectPath *ConnectPath `json:"connect_path,omitempty"`
 	// Saturation says when imcanary itself was saturated during the run;
 	// nil when it never was (or no self-monitor was running).
 	Saturation *Saturation `json:"saturation,omitempty"`

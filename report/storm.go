@@ -56,6 +56,12 @@ type Storm struct {
 	// the drop and not yet received at it (expected less delivered,
 	// recovered and lost then).
 	InFlightAtDrop int64 `json:"in_flight_at_drop"`
+	// ConnectPath is where the dropped population's logins spent their
+	// time during the storm, from the drop until every dropped session
+	// was back (or the run's end, if some never were): ConnectUntilEnd
+	// says it ran to the end. Nil in reports from before it.
+	ConnectPath     *ConnectPath `json:"connect_path,omitempty"`
+	ConnectUntilEnd bool         `json:"connect_until_end,omitempty"`
 }
 
 // renderStormRows are the lines of the storm drill, the same in the text
@@ -68,7 +74,7 @@ func renderStormRows(r *Soak) []renderKV {
 	if s.MaxConnectRate > 0 {
 		rate = fmt.Sprintf("%s/s (burst %s)", renderRate(s.MaxConnectRate), renderCount(int64(s.Burst)))
 	}
-	return []renderKV{
+	rows := []renderKV{
 		{"dropped", fmt.Sprintf("%s of %s %s sessions online (%s), at %s, without a close", renderCount(int64(s.Dropped)),
 			renderCount(int64(s.Online)), s.Population, renderPercent(s.Fraction), renderTime(s.At))},
 		{"back", fmt.Sprintf("%s of %s by the end of the run", renderCount(int64(s.Back)), renderCount(int64(s.Dropped)))},
@@ -82,6 +88,14 @@ func renderStormRows(r *Soak) []renderKV {
 			renderCount(dl.Expected), renderCount(s.InFlightAtDrop), renderCount(dl.Delivered), renderCount(dl.Recovered), renderCount(dl.Lost),
 			renderCount(dl.Late), renderSpan(s.Window))},
 	}
+	if c := s.ConnectPath; c != nil {
+		until := "until all were back"
+		if s.ConnectUntilEnd {
+			until = "until the end of the run"
+		}
+		rows = append(rows, renderKV{"login by phase", renderConnectLine(c) + ", from the drop " + until + ", from histogram buckets"})
+	}
+	return rows
 }
 
 // renderStormHeadline says in one line how the dropped sessions came

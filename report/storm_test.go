@@ -25,7 +25,23 @@ func renderStormReport() *Soak {
 		Deliveries:     Deliveries{Expected: 90210, Delivered: 90011, Recovered: 160, Lost: 39, Late: 412},
 		InFlightAtDrop: 640,
 		Window:         4*time.Minute + 30*time.Second,
+		ConnectPath: &ConnectPath{Phases: []ConnectPhase{
+			{Phase: "dns"},
+			{Phase: "tcp", Count: 5009, P50: 600 * time.Microsecond, P99: 1900 * time.Microsecond, Mean: 700 * time.Microsecond},
+			{Phase: "tls", Count: 5003, P50: 1500 * time.Microsecond, P99: 40 * time.Millisecond, Mean: 4 * time.Millisecond},
+			{Phase: "upgrade", Count: 5001, P50: 400 * time.Microsecond, P99: 3 * time.Millisecond, Mean: 600 * time.Microsecond},
+			{Phase: "login", Count: 4997, P50: 700 * time.Microsecond, P99: 45 * time.Millisecond, Mean: 5 * time.Millisecond},
+		}, Total: Percentiles{Count: 4997, P50: 3 * time.Millisecond, P95: 41 * time.Millisecond, P99: 88 * time.Millisecond, Max: 1200 * time.Millisecond}},
+		ConnectUntilEnd: true,
 	}
+	// The run's own connects: its 10,000 logins and the storm's.
+	r.ConnectPath = &ConnectPath{Phases: []ConnectPhase{
+		{Phase: "dns"},
+		{Phase: "tcp", Count: 15009, P50: 500 * time.Microsecond, P99: 1800 * time.Microsecond, Mean: 600 * time.Microsecond},
+		{Phase: "tls", Count: 15003, P50: 1400 * time.Microsecond, P99: 20 * time.Millisecond, Mean: 3 * time.Millisecond},
+		{Phase: "upgrade", Count: 15001, P50: 400 * time.Microsecond, P99: 2 * time.Millisecond, Mean: 500 * time.Microsecond},
+		{Phase: "login", Count: 14997, P50: 600 * time.Microsecond, P99: 30 * time.Millisecond, Mean: 3 * time.Millisecond},
+	}, Total: Percentiles{Count: 14997, P50: 2 * time.Millisecond, P95: 20 * time.Millisecond, P99: 40 * time.Millisecond, Max: 1200 * time.Millisecond}}
 	r.Thresholds = append(r.Thresholds,
 		Threshold{Name: "recovery_99", Limit: "10s", Actual: "5.1s", LimitValue: 10, ActualValue: 5.1, Pass: true},
 		Threshold{Name: "recovery_100", Limit: "30s", Actual: "not reached: 4,997 of 5,000 back", LimitValue: 30},

@@ -200,6 +200,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		rep.CatchUp = config.CatchUpOn
 	}
 	before := snapshot(set)
+	connectBefore := readConnect(set)
 	log := o.Logger.With("profile", p.Name, "run", rep.ID)
 	log.Info("soak run starting", "users", p.Users, "rate", p.Rate, "duration", p.Duration)
 	if o.OnStart != nil {
@@ -296,6 +297,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		rep.Users.MinOnlineRatio = 0
 	}
 	r.fill(rep, p, snapshot(set).sub(before), obs, s, st, slow, aborted, sendEnd.Sub(sendStart))
+	rep.ConnectPath = connectPath(connectBefore, readConnect(set), rep.Latency["login"])
 
 	result := rep.Result
 	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()

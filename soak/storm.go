@@ -60,6 +60,10 @@ type storm struct {
 	endAt                time.Time
 	peak                 float64
 	done                 chan struct{} // closed when every dropped session is back
+
+	// connectAt and connectEnd read the dropped population's connect
+	// histograms at the drop and when the last session was back.
+	connectAt, connectEnd connectReading
 }
 
 func newStorm(own bool, lim *probe.ConnectLimiter, set *metrics.Set) *storm {
@@ -104,6 +108,9 @@ func (st *storm) Attempt(_ int, start, end time.Time, err error) {
 func (st *storm) finish(now time.Time) {
 	if st.armed && len(st.back) >= st.dropped && st.endAt.IsZero() {
 		st.endAt, st.endCount = now, st.count()
+		// The last session's phases were observed before its attempt
+		// was reported.
+		st.connectEnd = readConnect(st.set)
 		close(st.done)
 	}
 }
@@ -137,6 +144,7 @@ func (st *storm) drop(target StormTarget, fraction float64) {
 	st.mu.Lock()
 	st.at = time.Now()
 	st.startCount = st.count()
+	st.connectAt = readConnect(st.set)
 	st.mu.Unlock()
 	online, dropped, err := target.Drop(fraction, st)
 	st.mu.Lock()
@@ -218,10 +226,12 @@ func (st *storm) report(p config.Profile, end time.Time, d counts) *report.Storm
 	if st.lim != nil {
 		s.AttemptsOf, s.MaxConnectRate, s.Burst = "process", st.lim.Limit(), st.lim.Burst()
 	}
-	endAt, endCount := st.endAt, st.endCount
+	endAt, endCount, connectEnd := st.endAt, st.endCount, st.connectEnd
 	if endAt.IsZero() {
-		endAt, endCount = end, st.count()
+		endAt, endCount, connectEnd = end, st.count(), readConnect(st.set)
+		s.ConnectUntilEnd = true
 	}
+	s.ConnectPath = connectPath(st.connectAt, connectEnd, s.Login)
 	s.Attempts, s.AttemptsSpan = endCount-st.startCount, endAt.Sub(st.at)
 	if s.AttemptsSpan > 0 {
 		s.AttemptsPerSec = float64(s.Attempts) / s.AttemptsSpan.Seconds()

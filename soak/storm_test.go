@@ -112,6 +112,27 @@ func TestStormDrillOwnCohort(t *testing.T) {
 	if s.PeakPerSec > limit+float64(s.Burst) {
 		t.Errorf("peak %v attempts/s, want at most %v (limit %v + burst %d)", s.PeakPerSec, limit+float64(s.Burst), limit, s.Burst)
 	}
+	// The storm window's phases are exactly the storm's reconnects:
+	// each dropped session's successful attempt, and the phases of its
+	// failed ones, none of the ramp's logins.
+	c := s.ConnectPath
+	if c == nil || s.ConnectUntilEnd {
+		t.Fatalf("storm connect path %+v, until the end %v: want one over the storm, which ended", c, s.ConnectUntilEnd)
+	}
+	t.Logf("storm connect path: %+v", c.Phases)
+	for _, ph := range []metrics.Phase{metrics.TCP, metrics.Upgrade, metrics.Login} {
+		n := c.Phases[ph].Count
+		if n < int64(s.Back) || n > int64(s.Back)+s.FailedAttempts || (ph == metrics.Login && n != int64(s.Back)) {
+			t.Errorf("storm %s phase counted %d, want the %d dropped sessions' successful attempts (%d failed)", metrics.ConnectPhases[ph], n, s.Back, s.FailedAttempts)
+		}
+	}
+	if n := c.Phases[metrics.TLS].Count + c.Phases[metrics.DNS].Count; n != 0 {
+		t.Errorf("storm dns and tls phases counted %d over ws:// to an address, want none", n)
+	}
+	// The run's own path holds the ramp's logins and the storm's.
+	if got, want := rep.ConnectPath.Phases[metrics.Login].Count, int64(users+s.Back); got != want {
+		t.Errorf("run's login phase counted %d, want %d (every user, then every dropped one again)", got, want)
+	}
 	if d := s.Deliveries; d.Expected == 0 || d.Lost+d.Undelivered != 0 || d.Delivered+d.Recovered != d.Expected {
 		t.Errorf("storm deliveries %+v (%d in flight at the drop), want some owed, each delivered or recovered exactly once, none lost on a clean server", d, s.InFlightAtDrop)
 	}

@@ -5,6 +5,7 @@ package reference
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,6 +47,9 @@ type Options struct {
 	// reading must not block the sender, which serves other users too,
 	// for longer.
 	WriteTimeout time.Duration
+	// TLS, if set, is the client TLS configuration of a wss:// URL (its
+	// trusted roots); nil verifies against the system's roots.
+	TLS *tls.Config
 }
 
 // Driver connects users to a reference server.
@@ -141,7 +145,7 @@ func New(o Options) (*Driver, error) {
 		conn: wsconn.NewSettings(wsconn.Settings{
 			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
 			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
-			CloseGrace: closeGrace,
+			CloseGrace: closeGrace, TLS: o.TLS,
 		}),
 	}, nil
 }
