@@ -168,30 +168,17 @@ func (c trendCounts) add(o trendCounts, sign float64) trendCounts {
 }
 
 // quantile estimates the q-quantile of the latency histogram c, as
-// Prometheus's histogram_quantile does: linear within the bucket that
-// holds it, the highest finite bound when it falls in +Inf. NaN when there
-// were no observations.
+// Prometheus's histogram_quantile does (metrics.Buckets.Quantile). NaN
+// when there were no observations.
 func (c trendCounts) quantile(q float64) float64 {
-	if len(c.le) != len(metrics.LatencyBuckets)+1 {
+	if len(c.le) != len(metrics.LatencyBuckets)+1 || !(c.le[len(c.le)-1] > 0) {
 		return math.NaN()
 	}
-	n := c.le[len(c.le)-1]
-	if !(n > 0) {
-		return math.NaN()
+	b := metrics.Buckets{Upper: metrics.LatencyBuckets, Cumulative: make([]uint64, len(metrics.LatencyBuckets)), Count: uint64(c.le[len(c.le)-1])}
+	for i := range b.Cumulative {
+		b.Cumulative[i] = uint64(max(0, c.le[i]))
 	}
-	rank := q * n
-	lower, below := 0.0, 0.0
-	for i, bound := range metrics.LatencyBuckets {
-		if c.le[i] >= rank {
-			in := c.le[i] - below
-			if in <= 0 {
-				return bound
-			}
-			return lower + (bound-lower)*(rank-below)/in
-		}
-		lower, below = bound, c.le[i]
-	}
-	return metrics.LatencyBuckets[len(metrics.LatencyBuckets)-1]
+	return b.Quantile(q)
 }
 
 // within returns how many observations were at most le seconds; le must be
