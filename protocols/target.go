@@ -32,6 +32,7 @@ import (
 	"github.com/imcanary/imcanary/probe/matrix"
 	"github.com/imcanary/imcanary/probe/mattermost"
 	"github.com/imcanary/imcanary/probe/mqtt"
+	"github.com/imcanary/imcanary/probe/openim"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/probe/xmpp"
 	"github.com/imcanary/imcanary/refserver"
@@ -49,6 +50,7 @@ var All = []probe.Adapter{
 	matrix.Adapter,
 	mattermost.Adapter,
 	mqtt.Adapter,
+	openim.Adapter,
 }
 
 // Loader returns the configuration loader of every protocol in All, made

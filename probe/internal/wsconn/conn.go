@@ -118,6 +118,15 @@ func NewSettings(s Settings) *Settings {
 	return &s
 }
 
+// At returns a copy of s that dials u instead: a protocol whose login is
+// in the URL (OpenIM's user and token) dials each session at its own. The
+// copy shares s's TLS session cache and buffer pool.
+func (s *Settings) At(u string) *Settings {
+	c := *s
+	c.URL = u
+	return &c
+}
+
 // dataType is the WebSocket message type of the data frames written.
 func (s *Settings) dataType() int {
 	if s.Binary {
@@ -298,6 +307,16 @@ func (c *Conn) WriteWith(f func(write func([]byte) error) error) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	return f(c.writeLocked)
+}
+
+// WriteText writes b as one text frame, whatever Settings.Binary says: a
+// protocol of binary requests whose keepalive is text (OpenIM's
+// {"type":"ping"}).
+func (c *Conn) WriteText(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.WriteTimeout))
+	return Fail(c.ws, c.ws.WriteMessage(websocket.TextMessage, b))
 }
 
 func (c *Conn) writeLocked(b []byte) error {

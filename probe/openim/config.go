@@ -1,0 +1,109 @@
+package openim
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// Config is the target.openim section. target.url is the message
+// gateway's WebSocket (ws://HOST:10001); the REST API is apart.
+type Config struct {
+	// APIURL is OpenIM's REST API (http://HOST:10002): the admin token,
+	// user registration, user tokens and groups.
+	APIURL string `koanf:"api_url"`
+	// AdminUserID is the admin that gets the admin token with the API
+	// secret (share.yml imAdminUserID).
+	AdminUserID string `koanf:"admin_user_id"`
+	// Platforms are the OpenIM platform ids the devices of a user log in
+	// as, device i as Platforms[i]. Under OpenIM's default login policy
+	// a second connection on one platform kicks the first, so each
+	// device needs its own.
+	Platforms []int `koanf:"platforms"`
+	// MaxConnections bounds the REST API's HTTP connections.
+	MaxConnections int `koanf:"max_connections"`
+	// MaxFrame bounds one frame read from the gateway.
+	MaxFrame int `koanf:"max_frame"`
+}
+
+// DefaultConfig is the section's default. Web first: OpenIM pings only
+// that platform's clients, as its JS SDK is, and the others as a desktop
+// and a mobile client of the same user are.
+func DefaultConfig() Config {
+	return Config{
+		APIURL: "http://127.0.0.1:10002", AdminUserID: "imAdmin",
+		Platforms:      []int{webPlatform, 3, 4, 7, 2, 1, 6, 8, 9},
+		MaxConnections: 64, MaxFrame: 4 << 20,
+	}
+}
+
+// webPlatform is OpenIM's Web platform id (constant.WebPlatformID); the
+// gateway pings only its connections.
+const webPlatform = 5
+
+// check returns what is wrong with c, by key.
+func check(c Config) []*config.ValidationError {
+	var out []*config.ValidationError
+	bad := func(key string, v any, err error) {
+		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})
+	}
+	if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("api_url", c.APIURL, errors.New("must be the REST API's http:// or https:// URL, such as http://127.0.0.1:10002"))
+	}
+	if c.AdminUserID == "" {
+		bad("admin_user_id", c.AdminUserID, errors.New("must name OpenIM's admin user (share.yml imAdminUserID)"))
+	}
+	if len(c.Platforms) == 0 {
+		bad("platforms", c.Platforms, errors.New("must list at least one platform id"))
+	}
+	for i, p := range c.Platforms {
+		// 10 is the admin platform: not a device's.
+		if p < 1 || p > 9 {
+			bad("platforms", c.Platforms, fmt.Errorf("platform %d: must be a device platform, 1 to 9", p))
+		}
+		if slices.Index(c.Platforms, p) != i {
+			bad("platforms", c.Platforms, fmt.Errorf("platform %d listed twice: two devices on one platform kick each other", p))
+		}
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > 65536 {
+		bad("max_connections", c.MaxConnections, errors.New("must be between 1 and 65536"))
+	}
+	if c.MaxFrame < 64<<10 || c.MaxFrame > 64<<20 {
+		bad("max_frame", c.MaxFrame, fmt.Errorf("must be between %d and %d bytes", 64<<10, 64<<20))
+	}
+	return out
+}
+
+// Adapter is openim's entry in the registry of protocols.
+var Adapter = probe.Adapter{
+	Config: config.Protocol{
+		Name:    "openim",
+		Section: DefaultConfig(),
+		Help: map[string]string{
+			"api_url":         "OpenIM's REST API, http://HOST:10002 (target.url is the gateway, ws://HOST:10001)",
+			"admin_user_id":   "the admin whose token the API secret gets (share.yml imAdminUserID)",
+			"platforms":       "platform ids the devices of a user log in as, one per device",
+			"max_connections": "most HTTP connections to the REST API",
+			"max_frame":       "largest frame accepted from the gateway, in bytes",
+		},
+		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
+	},
+	// The API secret (share.yml secret) gets the admin token, which
+	// registers users and gets theirs.
+	Secret: probe.SecretRequired,
+	New: func(t probe.Target) (probe.Driver, error) {
+		if t.Secret == nil {
+			return nil, fmt.Errorf("openim needs the API secret (share.yml secret): set target.secret_file or %s", config.SecretEnv)
+		}
+		c := t.Section.(Config)
+		return New(Options{
+			URL: t.URL, APIURL: c.APIURL, Header: t.Header, Secret: t.Secret, AdminUserID: c.AdminUserID,
+			Platforms: c.Platforms, Heartbeat: t.Heartbeat, MaxConnections: c.MaxConnections,
+			MaxFrame: int64(c.MaxFrame), Logger: t.Logger,
+		})
+	},
+}

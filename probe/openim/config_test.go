@@ -1,0 +1,92 @@
+package openim
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		key  string // "" for valid
+	}{
+		{"default", func(*Config) {}, ""},
+		{"api url not http", func(c *Config) { c.APIURL = "ws://127.0.0.1:10002" }, "api_url"},
+		{"api url without host", func(c *Config) { c.APIURL = "http://" }, "api_url"},
+		{"no admin", func(c *Config) { c.AdminUserID = "" }, "admin_user_id"},
+		{"no platforms", func(c *Config) { c.Platforms = nil }, "platforms"},
+		{"admin platform", func(c *Config) { c.Platforms = []int{5, 10} }, "platforms"},
+		{"platform twice", func(c *Config) { c.Platforms = []int{5, 3, 5} }, "platforms"},
+		{"no connections", func(c *Config) { c.MaxConnections = 0 }, "max_connections"},
+		{"tiny frame", func(c *Config) { c.MaxFrame = 1024 }, "max_frame"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.edit(&c)
+			errs := check(c)
+			switch {
+			case tc.key == "" && len(errs) > 0:
+				t.Fatalf("check = %v, want none", errs)
+			case tc.key != "" && (len(errs) == 0 || errs[0].Key != tc.key):
+				t.Fatalf("check = %v, want an error on %s", errs, tc.key)
+			}
+		})
+	}
+}
+
+// TestNewRefuses: what the driver cannot work with is refused at start, by
+// an error that names it and never holds the secret.
+func TestNewRefuses(t *testing.T) {
+	ok := Options{URL: "ws://127.0.0.1:10001", APIURL: "http://127.0.0.1:10002", Secret: []byte("topsecret")}
+	for _, tc := range []struct {
+		name string
+		edit func(*Options)
+		want string
+	}{
+		{"heartbeat past the read deadline", func(o *Options) { o.Heartbeat = 30 * time.Second }, "sends nothing for 30 s"},
+		{"gateway over http", func(o *Options) { o.URL = "http://127.0.0.1:10001" }, "must be ws:// or wss://"},
+		{"api over ws", func(o *Options) { o.APIURL = "ws://127.0.0.1:10002" }, "must be http:// or https://"},
+		{"no secret", func(o *Options) { o.Secret = nil }, "no API secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			tc.edit(&o)
+			_, err := New(o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v, want an error saying %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "topsecret") {
+				t.Fatalf("error %q holds the secret", err)
+			}
+		})
+	}
+	if _, err := New(ok); err != nil {
+		t.Fatalf("New(valid) = %v", err)
+	}
+}
+
+func TestConversationID(t *testing.T) {
+	if got := directConversation("bob", "alice"); got != "si_alice_bob" {
+		t.Errorf("directConversation(bob, alice) = %q, want si_alice_bob", got)
+	}
+	if got := directConversation("alice", "bob"); got != "si_alice_bob" {
+		t.Errorf("directConversation(alice, bob) = %q, want si_alice_bob", got)
+	}
+}
+
+// TestPlatforms: device i is platform i of the list, and a device past the
+// list is refused with the key to change.
+func TestPlatforms(t *testing.T) {
+	d, err := New(Options{URL: "ws://127.0.0.1:1", APIURL: "http://127.0.0.1:1", Secret: []byte("s"), Platforms: []int{5, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := d.Platform(1); p != 3 || err != nil {
+		t.Errorf("Platform(1) = %d, %v; want 3", p, err)
+	}
+	if _, err := d.Platform(2); err == nil || !strings.Contains(err.Error(), "target.openim.platforms") {
+		t.Errorf("Platform(2) = %v, want an error naming target.openim.platforms", err)
+	}
+}

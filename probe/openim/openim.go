@@ -1,0 +1,294 @@
+// Package openim is the probe driver for OpenIM (open-im-server v3.8): users,
+// tokens and groups through its REST API, messages through its message
+// gateway's WebSocket, every payload encoded with OpenIM's own protobuf
+// types (github.com/openimsdk/protocol at the version v3.8.3 requires).
+//
+// A device is a connection on one OpenIM platform (Config.Platforms):
+// OpenIM's default login policy lets a user be online on several platforms
+// at once and kicks an older connection on the same one (2002), which a
+// session reports as conflict. A send (1003) is acked by the reply with
+// its msgIncr; the server then numbers the message in its conversation
+// (si_A_B for a direct chat, the two ids sorted; sg_GROUP for a group),
+// contiguously from 1, and pushes it (2001) to every connection of its
+// recipients, the sender's own included. That seq is the server's own
+// account of completeness: a device that sees one skipped fetches the range
+// (1002, pull by seq ranges), and at login and every sync asks the newest
+// seq of each of its conversations (1001), as OpenIM's SDK does.
+package openim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/longpoll"
+	"github.com/imcanary/imcanary/probe/internal/wsconn"
+)
+
+var (
+	_ probe.Driver       = (*Driver)(nil)
+	_ probe.Mirror       = (*Driver)(nil)
+	_ probe.FrameCounter = (*Driver)(nil)
+	_ probe.Rekeyer      = (*Driver)(nil)
+)
+
+// Options configures the driver.
+type Options struct {
+	// URL is the message gateway's WebSocket, ws://HOST:10001.
+	URL string
+	// APIURL is the REST API, http://HOST:10002.
+	APIURL string
+	// Header goes with every WebSocket upgrade and REST call: imcanary's
+	// User-Agent and the configured target.headers. Not modified.
+	Header http.Header
+	// Secret is the API secret (share.yml secret), which gets the admin
+	// token. It is never logged.
+	Secret []byte
+	// AdminUserID is the admin the secret gets a token for. Default
+	// imAdmin.
+	AdminUserID string
+	// Platforms are the platform ids of a user's devices, device i on
+	// Platforms[i]. Default Web, then Windows, OSX, Linux, Android, iOS.
+	Platforms []int
+	// Heartbeat is each session's keepalive interval, a text ping. At
+	// most maxHeartbeat: the gateway drops a connection that sends
+	// nothing for 30 s.
+	Heartbeat time.Duration
+	// DialTimeout bounds the dial, the upgrade and the login together.
+	DialTimeout time.Duration
+	// WriteTimeout bounds one write.
+	WriteTimeout time.Duration
+	// MaxConnections bounds the REST API's HTTP connections.
+	MaxConnections int
+	// MaxFrame bounds one frame read from the gateway. Default 4 MiB: a
+	// pull answers up to a page of messages in one frame.
+	MaxFrame int64
+	// Logger receives debug logs; nil discards.
+	Logger *slog.Logger
+}
+
+// maxHeartbeat is the longest keepalive interval OpenIM allows a client
+// on a platform other than Web: its read deadline is 30 s (pongWait,
+// internal/msggateway/constant.go), reset by any frame.
+const maxHeartbeat = 25 * time.Second
+
+// MaxClientFrame is the largest frame the gateway reads (maxMessageSize in
+// internal/msggateway/constant.go); it closes the connection on a larger
+// one, so a send that would make one is refused before it is written.
+const MaxClientFrame = 51200
+
+// Driver connects users to an OpenIM server.
+type Driver struct {
+	opts Options
+	log  *slog.Logger
+	ws   *wsconn.Settings
+	pool *longpoll.Pool
+	key  *probe.Key
+	// nonce makes this process's clientMsgIDs and operationIDs its own.
+	nonce string
+
+	// tmu guards the tokens: the admin's and each (user, platform)'s.
+	tmu      sync.Mutex
+	admin    string
+	adminExp time.Time
+	tokens   map[tokenKey]userTok
+
+	// mu guards state.
+	mu    sync.Mutex
+	state map[devKey]*devState
+
+	msgIDs                             atomic.Uint64
+	unmatched, gaps, missed, recovered atomic.Uint64
+	kicked, oversize                   atomic.Uint64
+	warnedOversize                     atomic.Bool
+}
+
+// devKey names one device of one user.
+type devKey struct {
+	user  string
+	index int
+}
+
+// devState is what one device's sessions leave the next: the highest seq
+// it saw in each conversation, for the count of the server's own gaps. Its
+// catch-up place is its probe.Catchup's.
+type devState struct {
+	mu   sync.Mutex
+	seqs map[string]uint64
+}
+
+// maxConvs bounds the conversations a device tracks for the gap count: a
+// server that invents conversations gets no count for the rest.
+const maxConvs = 4096
+
+// New returns a driver for the gateway at o.URL and the API at o.APIURL.
+func New(o Options) (*Driver, error) {
+	if o.URL == "" {
+		return nil, errors.New("openim: no gateway url (target.url, ws://HOST:10001)")
+	}
+	if u, err := url.Parse(o.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
+		return nil, fmt.Errorf("openim: gateway url %q: must be ws:// or wss://", probe.RedactURL(o.URL))
+	}
+	if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("openim: api url %q: must be http:// or https://", probe.RedactURL(o.APIURL))
+	}
+	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	if len(o.Secret) == 0 {
+		return nil, errors.New("openim: no API secret")
+	}
+	if o.AdminUserID == "" {
+		o.AdminUserID = "imAdmin"
+	}
+	if len(o.Platforms) == 0 {
+		o.Platforms = DefaultConfig().Platforms
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 20 * time.Second
+	}
+	if o.Heartbeat > maxHeartbeat {
+		return nil, fmt.Errorf("openim: heartbeat %v: OpenIM's gateway drops a connection that sends nothing for 30 s; set target.heartbeat to %v or less", o.Heartbeat, maxHeartbeat)
+	}
+	if o.MaxFrame <= 0 {
+		o.MaxFrame = 4 << 20
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 64
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var n [6]byte
+	_, _ = rand.Read(n[:])
+	return &Driver{
+		opts:  o,
+		log:   log,
+		key:   probe.NewKey(o.Secret),
+		nonce: hex.EncodeToString(n[:]),
+		ws: wsconn.NewSettings(wsconn.Settings{
+			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
+			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
+			CloseGrace: time.Second, Binary: true,
+		}),
+		pool:   longpoll.NewPool(longpoll.Settings{Header: o.Header, MaxConns: o.MaxConnections, MaxBody: maxAnswer, DialTimeout: o.DialTimeout}),
+		tokens: map[tokenKey]userTok{},
+		state:  map[devKey]*devState{},
+	}, nil
+}
+
+// Rekey implements probe.Rekeyer: the admin token is got again with the
+// new secret at the next call that needs it; user tokens got already stay
+// valid, as OpenIM keeps them whatever its secret.
+func (d *Driver) Rekey(secret []byte) {
+	d.key.Set(secret)
+	d.dropAdmin()
+}
+
+// MirrorsOwn implements probe.Mirror: OpenIM pushes a message to every
+// connection of its sender too (sender sync, on by default), so what one
+// device sends reaches the user's others.
+func (d *Driver) MirrorsOwn() bool { return true }
+
+// FramesUnmatched implements probe.FrameCounter: frames of a kind the
+// session does not read (a reply to nothing it asked, a push of no
+// message it can place).
+func (d *Driver) FramesUnmatched() uint64 { return d.unmatched.Load() }
+
+// ServerGaps implements probe.FrameCounter: jumps in a conversation's seq
+// seen by a device, and the seqs they skipped.
+func (d *Driver) ServerGaps() (gaps, missed uint64) { return d.gaps.Load(), d.missed.Load() }
+
+// Stats are the driver's counts of what OpenIM did, for tests and logs.
+type Stats struct {
+	// Recovered counts messages got by a pull (1002).
+	Recovered uint64
+	// Kicked counts sessions OpenIM kicked (2002).
+	Kicked uint64
+	// Oversize counts sends refused before writing: their frame would
+	// pass the gateway's 51,200 bytes.
+	Oversize uint64
+}
+
+// Stats returns the driver's counts so far.
+func (d *Driver) Stats() Stats {
+	return Stats{Recovered: d.recovered.Load(), Kicked: d.kicked.Load(), Oversize: d.oversize.Load()}
+}
+
+// Platform returns the platform id of device index i, or an error when
+// there are more devices than platforms configured.
+func (d *Driver) Platform(i int) (int32, error) {
+	if i < 0 || i >= len(d.opts.Platforms) {
+		return 0, fmt.Errorf("openim: device %d: only %d platforms configured (target.openim.platforms), one per device", i, len(d.opts.Platforms))
+	}
+	return int32(d.opts.Platforms[i]), nil
+}
+
+// Connect implements probe.Driver: it gets the user's token for the
+// device's platform and logs in to the gateway. A token the gateway
+// refuses (expired, or kicked by a login elsewhere) is got again once.
+func (d *Driver) Connect(ctx context.Context, userID string, dev probe.Device) (probe.Session, error) {
+	platform, err := d.Platform(dev.Index)
+	if err != nil {
+		return nil, err
+	}
+	k := devKey{userID, dev.Index}
+	d.mu.Lock()
+	st := d.state[k]
+	if st == nil {
+		st = &devState{seqs: map[string]uint64{}}
+		d.state[k] = st
+	}
+	d.mu.Unlock()
+	for try := 0; ; try++ {
+		tok, err := d.userToken(ctx, userID, platform, try > 0)
+		if err != nil {
+			return nil, err
+		}
+		s, err := d.connect(ctx, userID, platform, tok, st, dev)
+		if err == nil {
+			return s, nil
+		}
+		if le, ok := errors.AsType[*loginError](err); ok && isTokenError(le.Code) {
+			d.dropToken(userID, platform)
+			if try == 0 {
+				continue
+			}
+			return nil, probe.Unauthorized(err)
+		}
+		return nil, err
+	}
+}
+
+// clientMsgID returns a clientMsgID unique to this process.
+func (d *Driver) clientMsgID() string {
+	return "imc-" + d.nonce + "-" + fmt.Sprint(d.msgIDs.Add(1))
+}
+
+// gatewayURL is the login URL of user on platform: the parameters
+// ws_server.go reads. sdkType=js makes the envelope JSON; isMsgResp=true
+// makes the first frame say whether the login was accepted.
+func (d *Driver) gatewayURL(userID string, platform int32, token string) string {
+	q := url.Values{}
+	q.Set("sendID", userID)
+	q.Set("token", token)
+	q.Set("platformID", fmt.Sprint(platform))
+	q.Set("operationID", d.operationID())
+	q.Set("sdkType", "js")
+	q.Set("isMsgResp", "true")
+	q.Set("isBackground", "false")
+	sep := "?"
+	if strings.Contains(d.opts.URL, "?") {
+		sep = "&"
+	}
+	return d.opts.URL + sep + q.Encode()
+}
