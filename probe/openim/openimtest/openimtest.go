@@ -17,8 +17,27 @@
 //
 // What it does not do: friends, blacklists, conversation settings,
 // offline push, group roles beyond owner/admin/member, muting,
-// dismissal, sdkType=go (gob) encoding, signalling (1004 answers the
-// ArgsError the real one gives), and requests 1005-1007 and 2005.
+// dismissal, sdkType=go (gob) encoding (refused at login with 1602),
+// sessionType 4 sends (refused with 1001), signalling (1004 answers the
+// ArgsError the real one gives), and requests 1005-1007 and 2005
+// (answered 500).
+//
+// Where it knowingly differs from v3.8.3, on the wire:
+//   - errMsg is the code's name on REST and "code name: reason" on the
+//     gateway; the real one, for an error from a service behind the
+//     API, is that service's whole formatted error, stack trace
+//     included. Only errCode is worth comparing.
+//   - Tokens are HS256 JWTs with OpenIM's claims and a random jti, signed
+//     with a key of the server's own: distinct even when issued within
+//     one second, which the real ones are not.
+//   - A login is registered before its first frame is written; the real
+//     gateway registers it afterwards, through a channel, and a push in
+//     between is missed.
+//   - Notifications are never stored under their own n_ conversation
+//     (every one this server sends is of reliability level 1, which the
+//     real one does not store either).
+//
+// Users come from /user/user_register; AdminUserID exists from the start.
 package openimtest
 
 import (
@@ -36,8 +55,11 @@ import (
 	"github.com/openimsdk/protocol/sdkws"
 )
 
-// adminUserID is config/share.yml's imAdminUserID.
-const adminUserID = "imAdmin"
+// AdminUserID is config/share.yml's imAdminUserID: the user whose token
+// /auth/get_admin_token gives, and the only one the admin routes accept.
+const AdminUserID = "imAdmin"
+
+const adminUserID = AdminUserID
 
 // Defaults, each OpenIM's: internal/msggateway/constant.go:59-71.
 const (
