@@ -227,7 +227,7 @@ func TestPings(t *testing.T) {
 // TestReadTimeout: a client silent for ReadTimeout is dropped; one that
 // pings is not.
 func TestReadTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second
 	s := newServer(t, Options{ReadTimeout: timeout})
 	admin := adminToken(t, s)
 	register(t, s, admin, "u")
@@ -241,7 +241,7 @@ func TestReadTimeout(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(timeout / 4):
+			case <-time.After(timeout / 10):
 				_ = talker.writeText(`{"type":"ping"}`)
 			}
 		}
