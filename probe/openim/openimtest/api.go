@@ -263,7 +263,7 @@ func hasDuplicate(ids []string) bool {
 
 // createGroup is internal/rpc/group/group.go:204-311. The caller counts
 // in memberCount even when only the owner's or the admin's token made the
-// call and the caller is not a member (group.go:213-216, 269-270). The
+// call and the caller is not a member (group.go:214-218, 277-278). The
 // GroupCreatedNotification it sends (groupCreated has isSendMsg: true in
 // config/notification.yml) takes the group conversation's seq 1.
 func (s *Server) createGroup(op apiOp, body []byte) (any, error) {

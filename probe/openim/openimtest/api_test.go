@@ -151,7 +151,7 @@ func TestAPIGroups(t *testing.T) {
 		GroupInfo: &sdkws.GroupInfo{GroupID: "g1", GroupName: "G", GroupType: constant.WorkingGroup},
 	}, &cg)
 	// The caller (imAdmin) counts though it is not a member
-	// (group.go:213-216, 269-270).
+	// (group.go:214-218, 277-278).
 	if cg.GroupInfo.GroupID != "g1" || cg.GroupInfo.OwnerUserID != "owner" || cg.GroupInfo.MemberCount != 4 {
 		t.Errorf("create_group = %+v, want g1 owned by owner with memberCount 4", cg.GroupInfo)
 	}

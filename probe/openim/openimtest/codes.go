@@ -7,7 +7,7 @@ import (
 
 // OpenIM's error codes, as pkg/common/servererrs/code.go:48-91 and the
 // tools module's errs/predefine.go:19-31 number them; the names are the
-// CodeError messages of servererrs/predefine.go:115-160.
+// CodeError messages of servererrs/predefine.go:20-67.
 const (
 	codeServerInternal    = 500
 	codeArgs              = 1001
@@ -43,7 +43,7 @@ var codeNames = map[int]string{
 	codeTokenUnknown:      "TokenUnknownError",
 	codeTokenKicked:       "TokenKickedError",
 	codeTokenNotExist:     "TokenNotExistError",
-	// predefine.go:158: the gateway's argument error has this message.
+	// predefine.go:63: the gateway's argument error has this message.
 	codeConnArgs: "args err, need token, sendID, platformID",
 }
 

@@ -38,7 +38,8 @@ type groupState struct {
 // conversation holds the newest history messages of one conversation in
 // a ring, oldest at start. Seqs are contiguous from 1; minSeq is 0 until
 // the ring first overwrites, then the oldest seq kept, as the clear job
-// sets it after deleting old messages (internal/rpc/msg/clear.go:12-50, minSeq set at 45-46).
+// sets it after deleting old messages (internal/rpc/msg/clear.go:
+// 12-50, minSeq set at 45-46).
 type conversation struct {
 	minSeq, maxSeq int64
 	ring           []*sdkws.MsgData
