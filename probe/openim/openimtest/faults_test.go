@@ -136,6 +136,8 @@ func TestFaults(t *testing.T) {
 				}
 			}
 			tt.check(t, st, got, missing)
+			t.Logf("%d sent: %d pushes read, %d seqs missing; dropped %d, duplicated %d, reordered %d, unstored %d",
+				n, len(got), len(missing), st.PushesDropped, st.PushesDuplicated, st.PushesReordered, st.Unstored)
 
 			// A gap is filled by pulling the missing seqs.
 			for _, q := range missing {
