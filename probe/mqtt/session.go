@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,15 @@ const maxInflight = 1<<16 - 1
 // before the SUBACK (a persistent session's queue arrives first), for
 // Serve to deliver.
 const maxEarly = 4096
+
+// maxSubscribes bounds the SUBSCRIBEs of one login: a broker that says
+// the packet id of one is in use is asked again under another (see
+// login), a few times, not for ever.
+const maxSubscribes = 4
+
+// codeIDInUse is the SUBACK code of a SUBSCRIBE refused for its packet
+// id (MQTT 5 §3.9.3); mochi-mqtt sends it to 3.1.1 sessions too.
+const codeIDInUse = 0x91
 
 type session struct {
 	d    *Driver
@@ -90,7 +100,7 @@ func (s *session) login(clientID string, persistent bool, topics []string, noLoc
 	}
 	subID := uint16(1)
 	s.nextID = 2
-	connacked := false
+	connacked, subscribes := false, 1
 	for {
 		bp, at, err := s.conn.Read(d.conn.DialTimeout)
 		if err != nil {
@@ -120,6 +130,24 @@ func (s *session) login(clientID string, persistent bool, topics []string, noLoc
 				if len(p.codes) != len(topics) {
 					return fmt.Errorf("SUBACK grants %d topics, asked %d", len(p.codes), len(topics))
 				}
+				if subscribes < maxSubscribes && slices.Contains(p.codes, codeIDInUse) {
+					// mochi-mqtt holds a SUBSCRIBE's packet id against
+					// its own publishes to the session not yet
+					// acknowledged, though each side numbers its packets
+					// on its own (MQTT 3.1.1 §2.3.1, 5 §2.2.1). A
+					// persistent session meets that at reconnect: mochi
+					// numbers its publishes to the new connection from 1
+					// again and replays the session's queue before the
+					// SUBACK, and this session acknowledges those only
+					// once Serve has recorded them. Failing the login
+					// would leave them unacknowledged, so that every
+					// later login is refused too and the device never
+					// gets back to its queue: ask again under an id none
+					// of them has.
+					subID = s.freeID(subID)
+					subscribes++
+					return s.conn.Write(d.c.subscribe(subID, topics, d.qos, noLocal))
+				}
 				for i, rc := range p.codes {
 					if rc >= 0x80 {
 						return fmt.Errorf("broker refused the subscription to %s (code 0x%02x)", topics[i], rc)
@@ -140,6 +168,25 @@ func (s *session) login(clientID string, persistent bool, topics []string, noLoc
 		}
 		if done {
 			return nil
+		}
+	}
+}
+
+// freeID returns a packet id for the login's next SUBSCRIBE, after last
+// was refused as in use: the next one down from the top that none of the
+// publishes held for Serve has. From the top, since a broker numbers its
+// publishes to a new connection upwards, and the next of them should not
+// take the id first. Fewer than maxEarly are held, so one is found well
+// before the bottom.
+func (s *session) freeID(last uint16) uint16 {
+	id := last
+	if last == 1 {
+		id = 0 // the first retry: 0 - 1 is the top
+	}
+	for {
+		id--
+		if id != 0 && !slices.ContainsFunc(s.early, func(e early) bool { return e.p.qos > 0 && e.p.id == id }) {
+			return id
 		}
 	}
 }
