@@ -12,7 +12,11 @@
 # deprecation notices), so the build goes through a throwaway wrapper
 # module that requires the exact version, which the proxy serves.
 # open-im-server's go.mod has no replace directives, so the wrapper needs
-# none and the binaries hold exactly the versions of its go.sum.
+# none and the binaries hold exactly the versions of its go.sum. A cold
+# build (empty module and build caches) took 7.7 min on two cores shared
+# with other jobs, 0.52 GB in the cache (plus 1.9 GB of modules); with the
+# build cache warm it links in under 2 min, and a built cache is a file
+# check. Start takes about 2 s, and the stack holds about 0.5 GB idle.
 #
 # Ten of its twelve services run (see "services" below); crontask (a daily
 # purge of old messages and files) and rpc-third (object storage, client
@@ -189,22 +193,22 @@ patch_config() {
   rpc_in() {
     sed_in "$1" -e "s/^\( *\)registerIP:.*/\1registerIP: $lo/" \
       -e "s/^\( *\)listenIP:.*/\1listenIP: $lo/" \
-      -e "/^rpc:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $(($b + $2)) ]/" \
+      -e "/^rpc:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $((b + $2)) ]/" \
       -e "/^prometheus:/,/^[a-zA-Z]/s/^  enable:.*/  enable: false/" \
-      -e "/^prometheus:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $(($b + $3)) ]/"
+      -e "/^prometheus:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $((b + $3)) ]/"
   }
 
-  sed_in discovery.yml -e "s/^  address:.*/  address: [ $lo:$(($b + 4)) ]/" || return 1
-  sed_in redis.yml -e "s/^address:.*/address: [ $lo:$(($b + 3)) ]/" || return 1
-  sed_in kafka.yml -e "s/^address:.*/address: [ $lo:$(($b + 6)) ]/" || return 1
+  sed_in discovery.yml -e "s/^  address:.*/  address: [ $lo:$((b + 4)) ]/" || return 1
+  sed_in redis.yml -e "s/^address:.*/address: [ $lo:$((b + 3)) ]/" || return 1
+  sed_in kafka.yml -e "s/^address:.*/address: [ $lo:$((b + 6)) ]/" || return 1
   # FerretDB has no users here: no credentials, and the URI wins over
   # address and the rest.
-  sed_in mongodb.yml -e "s|^uri:.*|uri: mongodb://$lo:$(($b + 7))/openim_v3|" \
-    -e "s/^address:.*/address: [ $lo:$(($b + 7)) ]/" \
+  sed_in mongodb.yml -e "s|^uri:.*|uri: mongodb://$lo:$((b + 7))/openim_v3|" \
+    -e "s/^address:.*/address: [ $lo:$((b + 7)) ]/" \
     -e "s/^username:.*/username: ''/" -e "s/^password:.*/password: ''/" -e "s/^authSource:.*/authSource: ''/" || return 1
-  sed_in minio.yml -e "s/^internalAddress:.*/internalAddress: $lo:$(($b + 8))/" \
-    -e "s|^externalAddress:.*|externalAddress: http://$lo:$(($b + 8))|" || return 1
-  sed_in webhooks.yml -e "s|^url:.*|url: http://$lo:$(($b + 9))/callbackExample|" || return 1
+  sed_in minio.yml -e "s/^internalAddress:.*/internalAddress: $lo:$((b + 8))/" \
+    -e "s|^externalAddress:.*|externalAddress: http://$lo:$((b + 8))|" || return 1
+  sed_in webhooks.yml -e "s|^url:.*|url: http://$lo:$((b + 9))/callbackExample|" || return 1
   # Logs under DIR, at level 3 (warnings and errors). From 4 (info) up
   # (6, debug with SQL, is the shipped value) OpenIM logs every RPC's
   # request and response: the secret of get_admin_token, and tokens.
@@ -212,13 +216,13 @@ patch_config() {
     -e "s/^isStdout:.*/isStdout: false/" || return 1
 
   sed_in openim-api.yml -e "s/^  listenIP:.*/  listenIP: $lo/" \
-    -e "/^api:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $(($b + 2)) ]/" \
+    -e "/^api:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $((b + 2)) ]/" \
     -e "/^prometheus:/,/^[a-zA-Z]/s/^  enable:.*/  enable: false/" \
-    -e "/^prometheus:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $(($b + 20)) ]/" \
-    -e "s|^  grafanaURL:.*|  grafanaURL: http://$lo:$(($b + 20))/|" || return 1
+    -e "/^prometheus:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $((b + 20)) ]/" \
+    -e "s|^  grafanaURL:.*|  grafanaURL: http://$lo:$((b + 20))/|" || return 1
   rpc_in openim-msggateway.yml 10 21 || return 1
-  sed_in openim-msggateway.yml -e "/^longConnSvr:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $(($b + 1)) ]/" || return 1
-  sed_in openim-msgtransfer.yml -e "s/^  enable:.*/  enable: false/" -e "s/^  ports:.*/  ports: [ $(($b + 22)) ]/" || return 1
+  sed_in openim-msggateway.yml -e "/^longConnSvr:/,/^[a-zA-Z]/s/^  ports:.*/  ports: [ $((b + 1)) ]/" || return 1
+  sed_in openim-msgtransfer.yml -e "s/^  enable:.*/  enable: false/" -e "s/^  ports:.*/  ports: [ $((b + 22)) ]/" || return 1
   rpc_in openim-push.yml 11 23 || return 1
   rpc_in openim-rpc-auth.yml 12 24 || return 1
   rpc_in openim-rpc-conversation.yml 13 25 || return 1
@@ -252,7 +256,7 @@ patch_config() {
 # hold secrets.
 check_config() {
   local c=$1 b=$2
-  awk -v lo="$b" -v hi="$(($b + 99))" '
+  awk -v lo="$b" -v hi="$((b + 99))" '
     function port(p, where) {
       if (p + 0 < lo || p + 0 > hi) { print FILENAME ": " where " port " p " is outside " lo "-" hi; bad = 1 }
     }
@@ -419,7 +423,7 @@ start() {
   # OpenIM's shipped config, from the module source (the build put it in
   # the module cache; this fetches it again if the cache was cleaned).
   local src
-  src=$(cd "$dir" && GOFLAGS= go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  src=$(cd "$dir" && GOFLAGS='' go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   [ -d "$src/config" ] || { echo "no config/ in the module source ($src)" >&2; exit 1; }
   cp -R "$src/config/." "$dir/config/"
   chmod -R u+w,go-rwx "$dir/config"
