@@ -1,0 +1,119 @@
+// Command openim-deps runs, in one process, the two backing services of
+// OpenIM that Debian does not package: a Kafka broker (franz-go's kfake,
+// in memory) and a MongoDB wire-protocol server (FerretDB v1, embedded,
+// on SQLite). It exists only so that .ci/openim.sh can run a real OpenIM
+// v3.8.3 on a machine without Kafka or MongoDB; it is a separate module so
+// that imcanary's own go.mod never gains either as a dependency.
+//
+// Both listen on loopback only. It stops on SIGTERM or SIGINT: FerretDB
+// closes its listener and its SQLite databases, then the broker closes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// The topics OpenIM's kafka.yml names. They are created before any
+// client connects: msgtransfer and push join their consumer groups at
+// start, before anything has been produced that would auto-create them.
+var topics = []string{"toRedis", "toMongo", "toPush", "toOfflinePush"}
+
+func main() {
+	kafkaPort := flag.Int("kafka-port", 0, "port of the Kafka broker on 127.0.0.1")
+	mongoPort := flag.Int("mongo-port", 0, "port of the MongoDB-protocol server on 127.0.0.1")
+	dataDir := flag.String("sqlite-dir", "", "directory for FerretDB's SQLite files; created, and must be empty")
+	partitions := flag.Int("partitions", 8, "partitions of each seeded topic")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, logger, *kafkaPort, *mongoPort, *dataDir, *partitions); err != nil {
+		logger.Error("openim-deps failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, logger *slog.Logger, kafkaPort, mongoPort int, dataDir string, partitions int) error {
+	if kafkaPort < 1 || kafkaPort > 65535 || mongoPort < 1 || mongoPort > 65535 {
+		return fmt.Errorf("-kafka-port %d and -mongo-port %d must both be ports (1-65535)", kafkaPort, mongoPort)
+	}
+	if dataDir == "" {
+		return errors.New("-sqlite-dir is required")
+	}
+	if partitions < 1 {
+		return fmt.Errorf("-partitions %d must be at least 1", partitions)
+	}
+	// A fresh directory every start: OpenIM's startup creates its indexes
+	// again, and FerretDB v1 has been seen to crash on a database where
+	// several of them exist already.
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("sqlite dir: %w", err)
+	}
+	if entries, err := os.ReadDir(dataDir); err != nil {
+		return fmt.Errorf("sqlite dir: %w", err)
+	} else if len(entries) > 0 {
+		return fmt.Errorf("sqlite dir %s is not empty", dataDir)
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return fmt.Errorf("sqlite dir: %w", err)
+	}
+
+	// One broker: kfake's default is three on random ports, each of which
+	// a client would be told about in the metadata and then dial.
+	cluster, err := kfake.NewCluster(
+		kfake.Ports(kafkaPort),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(partitions),
+		kfake.SeedTopics(int32(partitions), topics...),
+	)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cluster.Close()
+
+	mongoAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(mongoPort))
+	fdb, err := ferretdb.New(&ferretdb.Config{
+		Listener: ferretdb.ListenerConfig{TCP: mongoAddr},
+		// FerretDB logs every connection and command at info: warnings
+		// and errors are what a failed run needs.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
+			With("component", "ferretdb"),
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + abs + "/",
+	})
+	if err != nil {
+		return fmt.Errorf("ferretdb: %w", err)
+	}
+	logger.Info("listening", "kafka", cluster.ListenAddrs(), "mongodb", mongoAddr, "topics", topics)
+
+	// Run returns once ctx is done and the listener has stopped serving.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = fdb.Run(ctx)
+	}()
+	<-ctx.Done()
+	logger.Info("stopping")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		return errors.New("ferretdb did not stop within 10s")
+	}
+	return nil
+}
