@@ -381,8 +381,11 @@ func (s *Server) push(j pushJob) {
 		s.log.Warn("push frame", "err", err)
 		return
 	}
+	// A reordered push waits for the sender's next push in the same
+	// conversation: an order a client can see break.
+	key := m.SendID + " " + j.conversationID
 	if len(targets) == 1 {
-		s.deliver(targets[0], frame)
+		s.deliver(targets[0], frame, key)
 		return
 	}
 	var wg sync.WaitGroup
@@ -391,7 +394,7 @@ func (s *Server) push(j pushJob) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.deliver(c, frame)
+			s.deliver(c, frame, key)
 		})
 	}
 	wg.Wait()
@@ -422,8 +425,9 @@ func pushFrame(m *sdkws.MsgData, conversationID, operationID string) ([]byte, er
 	return json.Marshal(wireResp{ReqIdentifier: wsPushMsg, OperationID: operationID, Data: data})
 }
 
-// deliver writes one push to one connection, with the faults.
-func (s *Server) deliver(c *conn, frame []byte) {
+// deliver writes one push to one connection, with the faults; key names
+// the sender and conversation whose next push a reordered one follows.
+func (s *Server) deliver(c *conn, frame []byte, key string) {
 	f := s.o.Faults
 	if s.roll(f.DropPush) {
 		s.st.pushesDropped.Add(1)
@@ -436,7 +440,7 @@ func (s *Server) deliver(c *conn, frame []byte) {
 		return
 	}
 	if reorder && c.held == nil {
-		c.held = frame
+		c.held, c.heldKey = frame, key
 		s.st.pushesReordered.Add(1)
 		return
 	}
@@ -454,7 +458,7 @@ func (s *Server) deliver(c *conn, frame []byte) {
 	if dup && write(frame) {
 		s.st.pushesDuplicated.Add(1)
 	}
-	if h := c.held; h != nil {
+	if h := c.held; h != nil && c.heldKey == key {
 		c.held = nil
 		write(h)
 	}

@@ -83,9 +83,11 @@ type conn struct {
 
 	// wmu is Client.w: one writer at a time, each write synchronous with
 	// a WriteTimeout deadline (client.go:346-373). held is the push the
-	// ReorderPush fault holds back; it is guarded by wmu too.
-	wmu  sync.Mutex
-	held []byte
+	// ReorderPush fault holds back until the next push of heldKey (its
+	// sender and conversation); both are guarded by wmu too.
+	wmu     sync.Mutex
+	held    []byte
+	heldKey string
 
 	background atomic.Bool
 	writeDead  atomic.Bool // a write timed out: gorilla fails every write after

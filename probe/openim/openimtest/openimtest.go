@@ -114,8 +114,10 @@ type Faults struct {
 	// twice.
 	DuplicatePush float64
 	// ReorderPush is the fraction of pushes to one connection held back
-	// and sent right after the next push to that connection; one held
-	// push at a time per connection, lost if the connection closes first.
+	// and sent right after the next push to that connection from the
+	// same sender in the same conversation, so that the two arrive in
+	// the order a client can see broken; one held push at a time per
+	// connection, lost if the connection closes first.
 	ReorderPush float64
 	// Unstored is the fraction of sends acked but never given a seq,
 	// stored or pushed: a loss the server's numbering cannot show.
