@@ -49,7 +49,7 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string {
-	return fmt.Sprintf("%s: OpenIM error %d %s", e.Path, e.Code, e.Msg)
+	return fmt.Sprintf("%s: OpenIM error %d %s", e.Path, e.Code, errText(e.Msg))
 }
 
 // codeOf returns err's OpenIM error code, 0 for an error without one.
@@ -115,12 +115,9 @@ func (d *Driver) call(ctx context.Context, path, token string, in, out any) erro
 	}
 	if env.Code != 0 {
 		e := env.apiError
-		e.Path = path
-		// The messages name the request's fault, never a credential;
-		// cut short all the same.
-		if len(e.Msg) > 200 {
-			e.Msg = e.Msg[:200]
-		}
+		// errDlt is the server's stack; errMsg is cut and cleaned
+		// where it is shown (errText).
+		e.Path, e.Dlt = path, ""
 		return &e
 	}
 	if out == nil || len(env.Data) == 0 {
@@ -205,7 +202,7 @@ func (d *Driver) userToken(ctx context.Context, userID string, platform int32, f
 		}
 	}
 	var resp auth.GetUserTokenResp
-	if err := d.adminCall(ctx, "/auth/get_user_token", &auth.GetUserTokenReq{PlatformID: platform, UserID: userID}, &resp); err != nil {
+	if err := d.adminCall(ctx, "/auth/get_user_token", &auth.GetUserTokenReq{PlatformID: platform, UserID: openimID(userID)}, &resp); err != nil {
 		return "", fmt.Errorf("token of %s on platform %d: %w", userID, platform, err)
 	}
 	d.tmu.Lock()
@@ -255,7 +252,11 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 }
 
 // register registers those of users OpenIM does not know.
-func (d *Driver) register(ctx context.Context, users []string) error {
+func (d *Driver) register(ctx context.Context, names []string) error {
+	users := make([]string, len(names))
+	for i, n := range names {
+		users[i] = openimID(n)
+	}
 	var check user.AccountCheckResp
 	if err := d.adminCall(ctx, "/user/account_check", &user.AccountCheckReq{CheckUserIDs: users}, &check); err != nil {
 		return fmt.Errorf("provision: %w", err)
@@ -269,7 +270,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 	var req user.UserRegisterReq
 	for _, u := range users {
 		if !known[u] {
-			req.Users = append(req.Users, &sdkws.UserInfo{UserID: u, Nickname: u})
+			req.Users = append(req.Users, &sdkws.UserInfo{UserID: u, Nickname: userName(u)})
 		}
 	}
 	if len(req.Users) == 0 {
@@ -303,8 +304,12 @@ func (d *Driver) ensureGroup(ctx context.Context, g probe.Group) error {
 	if len(g.Members) == 0 {
 		return fmt.Errorf("provision: group %s has no members", g.Name)
 	}
+	members := make([]string, len(g.Members))
+	for i, m := range g.Members {
+		members[i] = openimID(m)
+	}
 	err := d.adminCall(ctx, "/group/create_group", &group.CreateGroupReq{
-		OwnerUserID: g.Members[0], MemberUserIDs: g.Members[1:],
+		OwnerUserID: members[0], MemberUserIDs: members[1:],
 		GroupInfo: &sdkws.GroupInfo{GroupID: g.Name, GroupName: g.Name, GroupType: groupType},
 	}, nil)
 	if err == nil {
@@ -314,11 +319,11 @@ func (d *Driver) ensureGroup(ctx context.Context, g probe.Group) error {
 		return fmt.Errorf("provision: create group %s: %w", g.Name, err)
 	}
 	var have group.GetGroupMembersInfoResp
-	if err := d.adminCall(ctx, "/group/get_group_members_info", &group.GetGroupMembersInfoReq{GroupID: g.Name, UserIDs: g.Members}, &have); err != nil {
+	if err := d.adminCall(ctx, "/group/get_group_members_info", &group.GetGroupMembersInfoReq{GroupID: g.Name, UserIDs: members}, &have); err != nil {
 		return fmt.Errorf("provision: members of group %s: %w", g.Name, err)
 	}
 	var missing []string
-	for _, m := range g.Members {
+	for _, m := range members {
 		if !slices.ContainsFunc(have.Members, func(f *sdkws.GroupMemberFullInfo) bool { return f.UserID == m }) {
 			missing = append(missing, m)
 		}

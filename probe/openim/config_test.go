@@ -90,3 +90,40 @@ func TestPlatforms(t *testing.T) {
 		t.Errorf("Platform(2) = %v, want an error naming target.openim.platforms", err)
 	}
 }
+
+// TestOpenIMID: imcanary's names become ids of OpenIM's alphabet (letters,
+// digits, '_') and back, and two names never share an id.
+func TestOpenIMID(t *testing.T) {
+	seen := map[string]string{}
+	for _, name := range []string{"alice", "oim123-u7", "a_b", "a-b", "a__b", "a_2db", "x.y", "ü", "_", "-", ""} {
+		id := openimID(name)
+		for i := 0; i < len(id); i++ {
+			if !idByte(id[i]) {
+				t.Errorf("openimID(%q) = %q: byte %q outside OpenIM's alphabet", name, id, id[i])
+			}
+		}
+		if back := userName(id); back != name {
+			t.Errorf("userName(openimID(%q)) = %q (id %q)", name, back, id)
+		}
+		if other, dup := seen[id]; dup {
+			t.Errorf("%q and %q share the id %q", name, other, id)
+		}
+		seen[id] = name
+	}
+	if got := openimID("plain123"); got != "plain123" {
+		t.Errorf("openimID(plain123) = %q, want it unchanged", got)
+	}
+}
+
+// TestErrText: what is kept of an OpenIM error never holds the token it
+// echoes, nor the server's stack.
+func TestErrText(t *testing.T) {
+	in := `Error: 1503 TokenMalformedError: jwt parse error, token=eyJhbGciOi.secret.part | -> tokenverify.GetClaimFromToken() jwt_token.go:57`
+	got := errText(in)
+	if strings.Contains(got, "eyJhbGciOi") || strings.Contains(got, "jwt_token.go") {
+		t.Errorf("errText = %q: holds the token or the stack", got)
+	}
+	if !strings.Contains(got, "1503 TokenMalformedError") {
+		t.Errorf("errText = %q: lost the error's name", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/openimsdk/protocol/constant"
 	"github.com/openimsdk/protocol/sdkws"
@@ -112,3 +113,104 @@ func directConversation(a, b string) string {
 
 // incr formats a msgIncr.
 func incr(n uint64) string { return strconv.FormatUint(n, 36) }
+
+// OpenIM takes user ids of letters, digits and '_' only
+// (datautil.IsLegalUserID, which /user/user_register checks), and
+// imcanary's names hold '-' (PREFIX-uN). openimID escapes a name into that
+// alphabet, reversibly so that a push's sendID names its sender again: '_'
+// is doubled and every other byte outside it is '_' and two hex digits.
+func openimID(name string) string {
+	legal := true
+	for i := 0; i < len(name); i++ {
+		if !idByte(name[i]) || name[i] == '_' {
+			legal = false
+			break
+		}
+	}
+	if legal {
+		return name
+	}
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, len(name)+8)
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '_':
+			b = append(b, '_', '_')
+		case idByte(c):
+			b = append(b, c)
+		default:
+			b = append(b, '_', hex[c>>4], hex[c&15])
+		}
+	}
+	return string(b)
+}
+
+// userName reverses openimID; an id it did not make comes back as it is.
+func userName(id string) string {
+	if !strings.Contains(id, "_") {
+		return id
+	}
+	b := make([]byte, 0, len(id))
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c != '_':
+			b = append(b, c)
+		case i+1 < len(id) && id[i+1] == '_':
+			b = append(b, '_')
+			i++
+		case i+2 < len(id):
+			hi, ok1 := unhex(id[i+1])
+			lo, ok2 := unhex(id[i+2])
+			if !ok1 || !ok2 {
+				return id
+			}
+			b = append(b, hi<<4|lo)
+			i += 2
+		default:
+			return id
+		}
+	}
+	return string(b)
+}
+
+func idByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// errText is what imcanary keeps of an OpenIM errMsg for a log line, an
+// error or a rejection's reason. The real server's messages carry the Go
+// call stack after " | " and can echo the token they refused
+// ("token=…"): only the head is kept, with any token blanked, and short.
+func errText(msg string) string {
+	msg, _, _ = strings.Cut(msg, " | ")
+	for _, key := range []string{"token=", "Token="} {
+		for i := 0; ; {
+			j := strings.Index(msg[i:], key)
+			if j < 0 {
+				break
+			}
+			start := i + j + len(key)
+			end := strings.IndexAny(msg[start:], " ,;)\"")
+			if end < 0 {
+				end = len(msg) - start
+			}
+			msg = msg[:start] + "…" + msg[start+end:]
+			i = start + len("…")
+		}
+	}
+	if len(msg) > 160 {
+		msg = msg[:160] + "…"
+	}
+	return msg
+}

@@ -33,7 +33,7 @@ func fuzzSession(t testing.TB) (*session, *recorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &session{d: d, user: "alice", platform: 5, st: &devState{seqs: map[string]uint64{}}, cu: probe.NewCatchup(time.Second),
+	s := &session{d: d, user: "alice", id: "alice", platform: 5, st: &devState{seqs: map[string]uint64{}, placed: map[string]bool{}}, cu: probe.NewCatchup(time.Second),
 		acks: map[string]uint64{"1": 10, "2": 20}, pulls: map[string][]probe.Fetch{"3": {{Conv: "si_alice_bob", After: 0, N: 5}}},
 		syncs: map[string]bool{"4": true}, dueAt: math.MaxInt64}
 	r := &recorder{}

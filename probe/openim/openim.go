@@ -103,9 +103,16 @@ type Driver struct {
 	adminExp time.Time
 	tokens   map[tokenKey]userTok
 
-	// mu guards state.
+	// mu guards state and bases.
 	mu    sync.Mutex
 	state map[devKey]*devState
+	// bases holds, per conversation, the seq below which this process
+	// owes nothing: what it was when a session of the process first
+	// learnt of the conversation. A device with no place in it yet
+	// starts there, so that one logging in late fetches what the
+	// process's other users sent it meanwhile, as OpenIM's SDK on a
+	// fresh install syncs its conversations.
+	bases map[string]uint64
 
 	msgIDs                             atomic.Uint64
 	unmatched, gaps, missed, recovered atomic.Uint64
@@ -125,6 +132,9 @@ type devKey struct {
 type devState struct {
 	mu   sync.Mutex
 	seqs map[string]uint64
+	// placed holds the conversations the device's Catchup has a place
+	// in (see base).
+	placed map[string]bool
 }
 
 // maxConvs bounds the conversations a device tracks for the gap count: a
@@ -183,6 +193,7 @@ func New(o Options) (*Driver, error) {
 		pool:   longpoll.NewPool(longpoll.Settings{Header: o.Header, MaxConns: o.MaxConnections, MaxBody: maxAnswer, DialTimeout: o.DialTimeout}),
 		tokens: map[tokenKey]userTok{},
 		state:  map[devKey]*devState{},
+		bases:  map[string]uint64{},
 	}, nil
 }
 
@@ -245,7 +256,7 @@ func (d *Driver) Connect(ctx context.Context, userID string, dev probe.Device) (
 	d.mu.Lock()
 	st := d.state[k]
 	if st == nil {
-		st = &devState{seqs: map[string]uint64{}}
+		st = &devState{seqs: map[string]uint64{}, placed: map[string]bool{}}
 		d.state[k] = st
 	}
 	d.mu.Unlock()
@@ -268,6 +279,25 @@ func (d *Driver) Connect(ctx context.Context, userID string, dev probe.Device) (
 		return nil, err
 	}
 }
+
+// base returns conv's base (see Driver.bases), making it at if the process
+// has none yet.
+func (d *Driver) base(conv string, at uint64) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.bases[conv]
+	if !ok {
+		if len(d.bases) >= maxBases {
+			return at
+		}
+		b = at
+		d.bases[conv] = b
+	}
+	return b
+}
+
+// maxBases bounds Driver.bases: a plan's conversations, with room.
+const maxBases = 1 << 20
 
 // clientMsgID returns a clientMsgID unique to this process.
 func (d *Driver) clientMsgID() string {

@@ -41,14 +41,16 @@ type loginError struct {
 }
 
 func (e *loginError) Error() string {
-	return fmt.Sprintf("gateway refused the login: OpenIM error %d %s", e.Code, e.Msg)
+	return fmt.Sprintf("gateway refused the login: OpenIM error %d %s", e.Code, errText(e.Msg))
 }
 
 // session is one logged-in connection of one device.
 type session struct {
-	d        *Driver
-	conn     *wsconn.Conn
-	user     string
+	d    *Driver
+	conn *wsconn.Conn
+	// user is the imcanary name, id the OpenIM user id it maps to
+	// (userID).
+	user, id string
 	platform int32
 	token    string
 	st       *devState
@@ -73,9 +75,9 @@ type session struct {
 }
 
 func (d *Driver) connect(ctx context.Context, userID string, platform int32, token string, st *devState, dev probe.Device) (*session, error) {
-	s := &session{d: d, user: userID, platform: platform, token: token, st: st, cu: dev.Catchup,
+	s := &session{d: d, user: userID, id: openimID(userID), platform: platform, token: token, st: st, cu: dev.Catchup,
 		acks: map[string]uint64{}, pulls: map[string][]probe.Fetch{}, syncs: map[string]bool{}}
-	_, err := wsconn.Open(ctx, d.ws.At(d.gatewayURL(userID, platform, token)), dev.Link, userID, func(c *wsconn.Conn) error {
+	_, err := wsconn.Open(ctx, d.ws.At(d.gatewayURL(s.id, platform, token)), dev.Link, userID, func(c *wsconn.Conn) error {
 		s.conn = c
 		return s.login()
 	})
@@ -123,7 +125,7 @@ func (s *session) nextIncr() string { return incr(s.incrs.Add(1)) }
 
 // request writes a request with data m, awaiting its reply under inc.
 func (s *session) request(id int32, inc string, m proto.Message) error {
-	b, err := encodeRequest(id, s.user, s.token, s.d.operationID(), inc, m)
+	b, err := encodeRequest(id, s.id, s.token, s.d.operationID(), inc, m)
 	if err != nil {
 		return err
 	}
@@ -139,13 +141,13 @@ func (s *session) request(id int32, inc string, m proto.Message) error {
 // error: the gateway would close the connection on it.
 func (s *session) Send(m *probe.Message) error {
 	md := &sdkws.MsgData{
-		SendID: s.user, ClientMsgID: s.d.clientMsgID(), SenderPlatformID: s.platform, SenderNickname: s.user,
+		SendID: s.id, ClientMsgID: s.d.clientMsgID(), SenderPlatformID: s.platform, SenderNickname: s.user,
 		MsgFrom: constant.UserMsgType, ContentType: constant.Text, CreateTime: time.Now().UnixMilli(),
 	}
 	if m.Group != "" {
 		md.GroupID, md.SessionType = m.Group, constant.ReadGroupChatType
 	} else {
-		md.RecvID, md.SessionType = m.To, constant.SingleChatType
+		md.RecvID, md.SessionType = openimID(m.To), constant.SingleChatType
 	}
 	md.Content = jsonText(m.Body)
 	inc := s.nextIncr()
@@ -153,7 +155,7 @@ func (s *session) Send(m *probe.Message) error {
 	s.pmu.Lock()
 	s.acks[inc] = m.Ref
 	s.pmu.Unlock()
-	b, err := encodeRequest(reqSend, s.user, s.token, s.d.operationID(), inc, md)
+	b, err := encodeRequest(reqSend, s.id, s.token, s.d.operationID(), inc, md)
 	if err == nil && len(b) > MaxClientFrame {
 		s.d.oversize.Add(1)
 		err = fmt.Errorf("openim: a send of a %d-byte body makes a %d-byte frame, over the gateway's limit of %d (maxMessageSize): lower population.message_size", len(m.Body), len(b), MaxClientFrame)
@@ -187,7 +189,7 @@ func (s *session) Sync() error {
 	}
 	s.syncs[inc] = true
 	s.pmu.Unlock()
-	err := s.request(reqNewestSeq, inc, &sdkws.GetMaxSeqReq{UserID: s.user})
+	err := s.request(reqNewestSeq, inc, &sdkws.GetMaxSeqReq{UserID: s.id})
 	if err != nil {
 		s.pmu.Lock()
 		delete(s.syncs, inc)
@@ -286,7 +288,7 @@ func (s *session) onAck(f *frame) error {
 		return nil
 	}
 	if f.ErrCode != 0 {
-		s.h.OnReject(ref, fmt.Sprintf("%d %s", f.ErrCode, f.ErrMsg))
+		s.h.OnReject(ref, fmt.Sprintf("%d %s", f.ErrCode, errText(f.ErrMsg)))
 		return nil
 	}
 	var r msg.SendMsgResp
@@ -305,10 +307,12 @@ func (s *session) onMsg(conv string, m *sdkws.MsgData, recovered bool) {
 	if seq := uint64(m.Seq); seq > 0 {
 		s.track(conv, seq, recovered)
 		if s.cu != nil {
-			s.cu.Got([]byte(conv), seq, time.Now().UnixNano())
+			now := time.Now().UnixNano()
+			s.place(conv, seq-1, now)
+			s.cu.Got([]byte(conv), seq, now)
 		}
 	}
-	if m.SendID == s.user && m.SenderPlatformID == s.platform {
+	if m.SendID == s.id && m.SenderPlatformID == s.platform {
 		// This device's own message, pushed to it by sender sync: the
 		// device holds it already. The user's other devices'
 		// messages are delivered (MirrorsOwn).
@@ -329,8 +333,24 @@ func (s *session) onMsg(conv string, m *sdkws.MsgData, recovered bool) {
 		s.d.recovered.Add(1)
 	}
 	d := &s.delivery
-	d.From, d.Group, d.Body, d.ServerSeq, d.Recovered = []byte(m.SendID), m.SessionType == constant.ReadGroupChatType, body, uint64(m.Seq), recovered
+	d.From, d.Group, d.Body, d.ServerSeq, d.Recovered = []byte(userName(m.SendID)), m.SessionType == constant.ReadGroupChatType, body, uint64(m.Seq), recovered
 	s.h.OnDelivery(d)
+}
+
+// place gives the device's Catchup a place in conv, if it has none: the
+// process's base of conv, which at makes if there is none yet (the seq
+// below the first message seen, or the newest seq at a login).
+func (s *session) place(conv string, at uint64, now int64) {
+	st := s.st
+	st.mu.Lock()
+	placed := st.placed[conv]
+	if !placed && len(st.placed) < maxConvs {
+		st.placed[conv] = true
+	}
+	st.mu.Unlock()
+	if !placed {
+		s.cu.Behind(conv, s.d.base(conv, at), now)
+	}
 }
 
 // isChat reports whether conv is a direct or group chat: notification
@@ -371,7 +391,7 @@ func (s *session) onNewest(f *frame) error {
 		return nil
 	}
 	if f.ErrCode != 0 {
-		return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("newest seq refused: OpenIM error %d %s", f.ErrCode, f.ErrMsg)}
+		return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("newest seq refused: OpenIM error %d %s", f.ErrCode, errText(f.ErrMsg))}
 	}
 	var r sdkws.GetMaxSeqResp
 	if err := proto.Unmarshal(f.Data, &r); err != nil {
@@ -385,6 +405,7 @@ func (s *session) onNewest(f *frame) error {
 		if !isChat(conv) || top <= 0 {
 			continue
 		}
+		s.place(conv, uint64(top), now)
 		s.cu.Behind(conv, uint64(top), now)
 		if low := r.MinSeqs[conv]; low > 1 {
 			s.cu.Answered(conv, 0, uint64(low-1))
@@ -410,7 +431,7 @@ func (s *session) pullDue(now int64) error {
 	if len(s.dues) == 0 {
 		return nil
 	}
-	req := &sdkws.PullMessageBySeqsReq{UserID: s.user, Order: sdkws.PullOrder_PullOrderAsc}
+	req := &sdkws.PullMessageBySeqsReq{UserID: s.id, Order: sdkws.PullOrder_PullOrderAsc}
 	fetches := make([]probe.Fetch, len(s.dues))
 	for i, f := range s.dues {
 		f.N = min(f.N, pullPage)
@@ -442,7 +463,7 @@ func (s *session) onPull(f *frame) error {
 	}
 	if f.ErrCode != 0 {
 		// Asked again at the Catchup's retry.
-		s.d.log.Debug("pull refused", "user", s.user, "errCode", f.ErrCode, "errMsg", f.ErrMsg)
+		s.d.log.Debug("pull refused", "user", s.user, "errCode", f.ErrCode, "errMsg", errText(f.ErrMsg))
 		return nil
 	}
 	var r sdkws.PullMessageBySeqsResp

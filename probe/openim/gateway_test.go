@@ -1,0 +1,430 @@
+package openim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/probetest"
+	"github.com/imcanary/imcanary/probe/openim"
+	"github.com/imcanary/imcanary/probe/openim/openimtest"
+)
+
+// These tests run the adapter against openimtest, a gateway written from
+// OpenIM's own protobuf types whose frames follow OpenIM v3.8.3's
+// internal/msggateway: delivery, gap fill, groups and catch-up, which the
+// real services cannot show on this machine (FerretDB allocates no seq).
+// Each fault is injected at a known rate and must be counted as what it
+// is, within a tolerance relative to what the gateway itself did in the
+// same run; with none, nothing may be counted wrong.
+
+const secret = "test-api-secret"
+
+// popConfig is what a test changes of the population.
+type popConfig struct {
+	users, groupSize, devices int
+	rate                      float64
+	catchUp                   bool
+	lostAfter                 time.Duration
+	lateFraction              float64
+	lateAfter                 time.Duration
+	messageSize               int
+	// startPaused holds sending until the test starts it (SetSending).
+	startPaused bool
+}
+
+var base = popConfig{users: 60, groupSize: 5, devices: 1, rate: 2, catchUp: true, lostAfter: 4 * time.Second}
+
+type fixture struct {
+	t    *testing.T
+	gw   *openimtest.Server
+	drv  *openim.Driver
+	kill *probetest.Killer
+	pop  *probe.Population
+	set  *metrics.Set
+}
+
+func newGateway(t *testing.T, o openimtest.Options) *openimtest.Server {
+	t.Helper()
+	o.Secret = secret
+	gw, err := openimtest.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	return gw
+}
+
+func newDriver(t *testing.T, gw *openimtest.Server, o openim.Options) *openim.Driver {
+	t.Helper()
+	o.URL, o.APIURL = gw.WSURL(), gw.APIURL()
+	if o.Secret == nil {
+		o.Secret = []byte(secret)
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = time.Second
+	}
+	drv, err := openim.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv
+}
+
+func start(t *testing.T, gw *openimtest.Server, pc popConfig) *fixture {
+	t.Helper()
+	fx := &fixture{t: t, gw: gw, drv: newDriver(t, gw, openim.Options{})}
+	fx.kill = &probetest.Killer{Driver: fx.drv, Abort: func(s probe.Session) { s.(probe.Aborter).Abort() }}
+	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
+	var err error
+	fx.pop, err = probe.NewPopulation(probe.Options{
+		Connection: probe.Connection{
+			Driver: fx.kill, Run: "testrun", Heartbeat: time.Second,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
+		},
+		Set: fx.set, Prefix: fmt.Sprintf("oim%d", time.Now().UnixNano()%1e6), Users: pc.users, GroupSize: pc.groupSize,
+		Devices: max(pc.devices, 1), Rate: pc.rate, Ramp: time.Second, Deadline: 2 * time.Second, LostAfter: pc.lostAfter,
+		LateFraction: pc.lateFraction, LateAfter: pc.lateAfter, MessageSize: pc.messageSize,
+		StartPaused: pc.startPaused,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = fx.pop.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	if !pc.startPaused {
+		probetest.WaitReady(t, fx.pop, pc.users*max(pc.devices, 1), 10*time.Second, 60*time.Second)
+	}
+	return fx
+}
+
+func (fx *fixture) user(i int) string { return fx.pop.Plan().Users[i] }
+
+func (fx *fixture) totals() probetest.Totals { return probetest.Cohort(fx.set, metrics.Normal) }
+
+// within reports whether got is within tol (a fraction) of want.
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
+
+// TestGatewayCleanRun: with no fault, every owed delivery is delivered
+// once, in order, on time, and the server's seqs show no gap; own messages
+// come back to the sending device by sender sync and are not counted.
+func TestGatewayCleanRun(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	fx := start(t, gw, base)
+	c := probetest.SoakUntil(fx.pop, fx.set, 2000, 20*time.Second, base.lostAfter, metrics.Normal)
+	t.Logf("clean: %v; gateway %+v", c, gw.Stats())
+	if c.Expected < 1000 {
+		t.Fatalf("expected = %v, want over a thousand deliveries", c.Expected)
+	}
+	if c.Delivered != c.Expected || c.Lost+c.Late+c.Dup+c.Reordered+c.Recovered != 0 {
+		t.Errorf("%v: want every expected delivery delivered, nothing else", c)
+	}
+	if g, m := fx.drv.ServerGaps(); g != 0 || m != 0 {
+		t.Errorf("server gaps %d (%d missed) on a clean gateway, want 0", g, m)
+	}
+	if n := fx.drv.FramesUnmatched(); n != 0 {
+		t.Errorf("%d frames unmatched", n)
+	}
+}
+
+// TestGatewayFaults injects each fault at a known rate: the ledger counts
+// it as what it is, as many times as the gateway did it.
+func TestGatewayFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults openimtest.Faults
+		// pc, if set, is the population instead of base.
+		pc    *popConfig
+		check func(t *testing.T, c probetest.Totals, st openimtest.Stats, drv *openim.Driver)
+	}{
+		{"dropped push is pulled", openimtest.Faults{DropPush: 0.02}, nil, func(t *testing.T, c probetest.Totals, st openimtest.Stats, drv *openim.Driver) {
+			if st.PushesDropped == 0 {
+				t.Fatal("the gateway dropped no push: the fault was not injected")
+			}
+			// A dropped push of the device's own message leaves a gap
+			// too (its seq), but is owed to nobody there.
+			if c.Recovered == 0 || c.Recovered > float64(st.PushesDropped) || !within(c.Recovered, float64(st.PushesDropped), 0.35) {
+				t.Errorf("recovered %v, gateway dropped %d pushes: want most of them, never more", c.Recovered, st.PushesDropped)
+			}
+			if c.Lost != 0 || c.Dup != 0 || c.Delivered+c.Recovered != c.Expected {
+				t.Errorf("%v: the store had every message, want none lost or duplicated", c)
+			}
+			if g, _ := drv.ServerGaps(); g == 0 {
+				t.Error("no server seq gap counted for the dropped pushes")
+			}
+		}},
+		{"duplicate push is counted", openimtest.Faults{DuplicatePush: 0.02}, nil, func(t *testing.T, c probetest.Totals, st openimtest.Stats, _ *openim.Driver) {
+			if st.PushesDuplicated == 0 {
+				t.Fatal("the gateway duplicated no push")
+			}
+			if c.Dup == 0 || c.Dup > float64(st.PushesDuplicated) || !within(c.Dup, float64(st.PushesDuplicated), 0.35) {
+				t.Errorf("duplicates %v, gateway duplicated %d pushes", c.Dup, st.PushesDuplicated)
+			}
+			if c.Lost != 0 || c.Delivered != c.Expected {
+				t.Errorf("%v: duplicates must not disturb completeness", c)
+			}
+		}},
+		{"reordered push is counted", openimtest.Faults{ReorderPush: 0.02}, nil, func(t *testing.T, c probetest.Totals, st openimtest.Stats, _ *openim.Driver) {
+			if st.PushesReordered == 0 {
+				t.Fatal("the gateway reordered no push")
+			}
+			if c.Reordered == 0 || c.Reordered > float64(st.PushesReordered) {
+				t.Errorf("reordered %v, gateway swapped %d pushes: want some counted, never more", c.Reordered, st.PushesReordered)
+			}
+			if c.Lost != 0 || c.Dup != 0 || c.Delivered+c.Recovered != c.Expected {
+				t.Errorf("%v: reordering must cost nothing else", c)
+			}
+		}},
+		{"unstored send is lost", openimtest.Faults{Unstored: 0.01}, nil, func(t *testing.T, c probetest.Totals, st openimtest.Stats, drv *openim.Driver) {
+			if st.Unstored == 0 {
+				t.Fatal("the gateway stored every send")
+			}
+			// An unstored group message is owed to each member but its
+			// sender: more lost deliveries than unstored sends.
+			if c.Lost < float64(st.Unstored) {
+				t.Errorf("lost %v, gateway acked and dropped %d sends: want at least one loss each", c.Lost, st.Unstored)
+			}
+			if c.Recovered != 0 || c.Dup != 0 {
+				t.Errorf("%v: nothing of an unstored message can be pulled", c)
+			}
+			if g, _ := drv.ServerGaps(); g != 0 {
+				t.Errorf("%d server gaps: an unstored message has no seq, the server's numbering cannot show it", g)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := newGateway(t, openimtest.Options{Faults: tc.faults, Seed: 7})
+			pc := base
+			if tc.pc != nil {
+				pc = *tc.pc
+			}
+			fx := start(t, gw, pc)
+			c := probetest.SoakUntil(fx.pop, fx.set, 2000, 20*time.Second, base.lostAfter, metrics.Normal)
+			st := gw.Stats()
+			t.Logf("%s: %v; gateway %+v; driver %+v", tc.name, c, st, fx.drv.Stats())
+			if c.Expected < 1000 {
+				t.Fatalf("expected = %v, want over a thousand deliveries", c.Expected)
+			}
+			tc.check(t, c, st, fx.drv)
+		})
+	}
+}
+
+// TestGatewayDelayIsLatency: a push delayed past the deadline is late, not
+// lost. Catch-up is off: with it, the sync every quarter of lost_after
+// finds the newer seqs before their pushes come and pulls them, recovered
+// rather than late, as OpenIM's SDK would get them.
+func TestGatewayDelayIsLatency(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{Faults: openimtest.Faults{PushDelay: 2500 * time.Millisecond}})
+	pc := base
+	pc.catchUp = false
+	fx := start(t, gw, pc)
+	c := probetest.SoakUntil(fx.pop, fx.set, 1000, 20*time.Second, base.lostAfter, metrics.Normal)
+	t.Logf("delay: %v", c)
+	if c.Late != c.Delivered || c.Delivered != c.Expected || c.Lost != 0 {
+		t.Errorf("%v: want every delivery late (2.5 s past a 2 s deadline), none lost", c)
+	}
+}
+
+// TestGatewayCatchUp: users dropped without a close come back to what was
+// sent meanwhile, got by GetNewestSeq and a pull: recovered, never lost.
+// With catch-up off the same drops are lost.
+func TestGatewayCatchUp(t *testing.T) {
+	for _, catchUp := range []bool{true, false} {
+		t.Run(fmt.Sprintf("catch_up=%v", catchUp), func(t *testing.T) {
+			gw := newGateway(t, openimtest.Options{})
+			pc := base
+			pc.catchUp = catchUp
+			fx := start(t, gw, pc)
+			time.Sleep(time.Second)
+			killed := 0
+			for i := range 4 {
+				killed += fx.kill.Kill(fx.user(3+i*13), 1500*time.Millisecond)
+			}
+			time.Sleep(4 * time.Second)
+			c := probetest.Settle(fx.pop, fx.set, pc.lostAfter, metrics.Normal)
+			t.Logf("catch-up %v: %v; %d sessions dropped; driver %+v", catchUp, c, killed, fx.drv.Stats())
+			if killed == 0 {
+				t.Fatal("no session dropped")
+			}
+			if catchUp {
+				if c.Recovered == 0 || c.Lost != 0 || c.Dup != 0 || c.Delivered+c.Recovered != c.Expected {
+					t.Errorf("%v: want what the dropped users missed recovered, nothing lost", c)
+				}
+			} else if c.Lost == 0 || c.Recovered != 0 {
+				t.Errorf("%v: with catch-up off, want what the dropped users missed lost", c)
+			}
+		})
+	}
+}
+
+// TestGatewayLateLogins is OpenIM's reliability test in small: half the
+// users log in late and must get what was sent to them meanwhile, through
+// GetNewestSeq and a pull at their first login.
+func TestGatewayLateLogins(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	pc := base
+	pc.lateFraction, pc.lateAfter, pc.lostAfter, pc.startPaused = 0.5, 4*time.Second, 10*time.Second, true
+	fx := start(t, gw, pc)
+	// Sending starts once the users on time are online, as a soak's
+	// send phase does: the late ones are owed what is sent meanwhile.
+	for end := time.Now().Add(30 * time.Second); fx.pop.Online() < pc.users/2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d of the %d users on time online after 30 s", fx.pop.Online(), pc.users/2)
+		}
+	}
+	fx.pop.SetSending(true)
+	probetest.WaitReady(t, fx.pop, pc.users, 15*time.Second, 60*time.Second)
+	time.Sleep(2 * time.Second)
+	c := probetest.Settle(fx.pop, fx.set, pc.lostAfter, metrics.Normal)
+	t.Logf("late logins: %v", c)
+	if c.Recovered == 0 || c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
+		t.Errorf("%v: want the late users' messages recovered at their login, nothing lost", c)
+	}
+}
+
+// TestGatewayDevices: each user on two platforms; a message is owed to
+// each of the recipient's sessions and to the sender's other one
+// (MirrorsOwn), and nothing is lost or doubled.
+func TestGatewayDevices(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	pc := base
+	pc.users, pc.devices = 30, 2
+	fx := start(t, gw, pc)
+	c := probetest.SoakUntil(fx.pop, fx.set, 1500, 20*time.Second, pc.lostAfter, metrics.Normal)
+	t.Logf("devices: %v", c)
+	if c.Delivered != c.Expected || c.Lost+c.Dup != 0 {
+		t.Errorf("%v: want every delivery to every device", c)
+	}
+	// Owed to 2 devices of each recipient and the sender's other one:
+	// direct 3 per message, group 2×4+1 per message.
+	if c.Expected < 3*c.Sent {
+		t.Errorf("expected %v for %v sent, want at least 3 deliveries a message with 2 devices", c.Expected, c.Sent)
+	}
+}
+
+// TestKickIsConflict: a second login on the same platform kicks the first
+// (2002), which ends as conflict, not error; the second works.
+func TestKickIsConflict(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	drv := newDriver(t, gw, openim.Options{})
+	ctx := context.Background()
+	if err := drv.Provision(ctx, probe.Plan{Users: []string{"kick-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := drv.Connect(ctx, "kick-a", probe.Device{Index: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- first.Serve(nopHandler{}) }()
+	second, err := drv.Connect(ctx, "kick-a", probe.Device{Index: 0})
+	if err != nil {
+		t.Fatalf("second login on the same platform: %v", err)
+	}
+	defer second.Close()
+	select {
+	case err := <-ended:
+		if r := probe.ReasonOf(err); r != metrics.ReasonConflict {
+			t.Errorf("first session ended %q (%v), want conflict", r, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("first session not kicked within 10 s")
+	}
+	if drv.Stats().Kicked != 1 {
+		t.Errorf("kicked = %d, want 1", drv.Stats().Kicked)
+	}
+	// Another platform is another device: no kick.
+	other, err := drv.Connect(ctx, "kick-a", probe.Device{Index: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+}
+
+// TestRefusedCredentials: a wrong API secret fails provisioning as
+// unauthorized, naming the admin and never the secret.
+func TestRefusedCredentials(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	drv := newDriver(t, gw, openim.Options{Secret: []byte("not-the-secret")})
+	err := drv.Provision(context.Background(), probe.Plan{Users: []string{"u1"}})
+	if err == nil || probe.FailureReason(err) != metrics.ConnectUnauthorized {
+		t.Fatalf("Provision with a wrong secret = %v (%s), want unauthorized", err, probe.FailureReason(err))
+	}
+	if strings.Contains(err.Error(), "not-the-secret") {
+		t.Errorf("error %q holds the secret", err)
+	}
+}
+
+// TestOversizeSendRefused: a body whose frame passes the gateway's
+// 51,200 bytes is refused before it is written, with an error saying so,
+// and the session stays up.
+func TestOversizeSendRefused(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	drv := newDriver(t, gw, openim.Options{})
+	ctx := context.Background()
+	if err := drv.Provision(ctx, probe.Plan{Users: []string{"big-a", "big-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := drv.Connect(ctx, "big-a", probe.Device{Index: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := &ackCounter{}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(h) }()
+	err = s.Send(&probe.Message{Ref: 1, To: "big-b", Body: []byte(strings.Repeat("x", 40000))})
+	if err == nil || !strings.Contains(err.Error(), "51200") {
+		t.Fatalf("Send of 40,000 bytes = %v, want an error naming the 51200-byte limit", err)
+	}
+	if err := s.Send(&probe.Message{Ref: 2, To: "big-b", Body: []byte("imc1 small")}); err != nil {
+		t.Fatalf("Send after the refusal: %v", err)
+	}
+	for end := time.Now().Add(5 * time.Second); h.acked() == 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h.acked() != 1 {
+		t.Errorf("acks = %d, want the small send's", h.acked())
+	}
+	if drv.Stats().Oversize != 1 {
+		t.Errorf("oversize = %d, want 1", drv.Stats().Oversize)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("session ended: %v", err)
+	default:
+	}
+}
+
+type nopHandler struct{}
+
+func (nopHandler) OnAck(uint64, probe.Ack)    {}
+func (nopHandler) OnReject(uint64, string)    {}
+func (nopHandler) OnDelivery(*probe.Delivery) {}
+
+type ackCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (h *ackCounter) OnAck(uint64, probe.Ack)    { h.mu.Lock(); h.n++; h.mu.Unlock() }
+func (h *ackCounter) OnReject(uint64, string)    {}
+func (h *ackCounter) OnDelivery(*probe.Delivery) {}
+func (h *ackCounter) acked() int                 { h.mu.Lock(); defer h.mu.Unlock(); return h.n }
+
+var _ = errors.New
