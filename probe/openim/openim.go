@@ -116,7 +116,7 @@ type Driver struct {
 
 	msgIDs                             atomic.Uint64
 	unmatched, gaps, missed, recovered atomic.Uint64
-	kicked, oversize                   atomic.Uint64
+	kicked, oversize, newest           atomic.Uint64
 	warnedOversize                     atomic.Bool
 }
 
@@ -228,11 +228,13 @@ type Stats struct {
 	// Oversize counts sends refused before writing: their frame would
 	// pass the gateway's 51,200 bytes.
 	Oversize uint64
+	// Newest counts GetNewestSeq (1001) answers read.
+	Newest uint64
 }
 
 // Stats returns the driver's counts so far.
 func (d *Driver) Stats() Stats {
-	return Stats{Recovered: d.recovered.Load(), Kicked: d.kicked.Load(), Oversize: d.oversize.Load()}
+	return Stats{Recovered: d.recovered.Load(), Kicked: d.kicked.Load(), Oversize: d.oversize.Load(), Newest: d.newest.Load()}
 }
 
 // Platform returns the platform id of device index i, or an error when

@@ -397,6 +397,7 @@ func (s *session) onNewest(f *frame) error {
 	if err := proto.Unmarshal(f.Data, &r); err != nil {
 		return fmt.Errorf("%w: newest seq: %v", errMalformed, err)
 	}
+	s.d.newest.Add(1)
 	if s.cu == nil {
 		return nil
 	}
