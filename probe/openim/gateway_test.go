@@ -2,8 +2,8 @@ package openim_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -12,11 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/canary"
+	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
 	"github.com/imcanary/imcanary/probe/openim"
 	"github.com/imcanary/imcanary/probe/openim/openimtest"
+	"github.com/imcanary/imcanary/protocols"
 )
 
 // These tests run the adapter against openimtest, a gateway written from
@@ -427,4 +430,82 @@ func (h *ackCounter) OnReject(uint64, string)    {}
 func (h *ackCounter) OnDelivery(*probe.Delivery) {}
 func (h *ackCounter) acked() int                 { h.mu.Lock(); defer h.mu.Unlock(); return h.n }
 
-var _ = errors.New
+// TestShippedConfig: configs/openim.yaml, given a gateway's and an API's
+// address and the secret, runs a canary round that passes: the daemon's
+// own path from the configuration to the driver.
+func TestShippedConfig(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	// The secret is read from the environment when the target opens.
+	t.Setenv(config.SecretEnv, secret)
+	cfg, err := protocols.Loader().Load("../../configs/openim.yaml", []string{
+		"IMCANARY_TARGET_URL=" + gw.WSURL(),
+		"IMCANARY_TARGET_OPENIM_API_URL=" + gw.APIURL(),
+		"IMCANARY_DATA_DIR=" + t.TempDir(),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := canary.Once(context.Background(), cfg, slog.New(slog.DiscardHandler), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("canary round on configs/openim.yaml: %s %+v", r.Result, r.Checks)
+	if r.Result != "pass" {
+		t.Errorf("round %s (%s), want pass: %+v", r.Result, r.Cause, r.Checks)
+	}
+	for _, c := range r.Checks {
+		if c.Expected == 0 || c.Delivered != c.Expected {
+			t.Errorf("%s: delivered %d of %d", c.Kind, c.Delivered, c.Expected)
+		}
+	}
+}
+
+// TestProvisionIdempotent: the same plan twice changes nothing; a group
+// that exists without some of its members is given them.
+func TestProvisionIdempotent(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	drv := newDriver(t, gw, openim.Options{})
+	ctx := context.Background()
+	users := []string{"idem-a", "idem-b", "idem-c", "idem-d"}
+	small := probe.Plan{Users: users, Groups: []probe.Group{{Name: "idem-g", Members: users[:2]}}}
+	if err := drv.Provision(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	full := probe.Plan{Users: users, Groups: []probe.Group{{Name: "idem-g", Members: users}}}
+	for i := range 2 {
+		if err := drv.Provision(ctx, full); err != nil {
+			t.Fatalf("provision #%d of the full plan: %v", i+1, err)
+		}
+	}
+	// Every member gets a group message: each of the four logs in, d
+	// sends, a, b and c receive.
+	var sessions []probe.Session
+	recs := map[string]*recorder{}
+	for _, u := range users {
+		s, err := drv.Connect(ctx, u, probe.Device{Index: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		recs[u] = newRecorder()
+		serve(s, recs[u])
+		sessions = append(sessions, s)
+	}
+	if err := sessions[3].Send(&probe.Message{Ref: 1, Group: "idem-g", Body: []byte("imc1 idem")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users[:3] {
+		r := recs[u]
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			r.mu.Lock()
+			n := r.deliveries
+			r.mu.Unlock()
+			if n == 1 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s got %d deliveries of the group message, want 1: not a member", u, n)
+			}
+		}
+	}
+}
