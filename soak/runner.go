@@ -241,7 +241,8 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	// after the configured ramp (longer if the connect rate limit needs
 	// it): the verdict will say who never did.
 	rampCtx, endRamp := context.WithDeadline(ctx, start.Add(pop.Ramp()+30*time.Second))
-	pop.WaitOnline(rampCtx, p.Users-late)
+	// Online counts sessions: each user due holds one per device.
+	pop.WaitOnline(rampCtx, (p.Users-late)*pop.Devices())
 	endRamp()
 	aborted = ctx.Err() != nil
 	// sendStart and sendEnd bound the send phase as it ran, which an

@@ -380,3 +380,24 @@ func TestSoakLateLogins(t *testing.T) {
 		t.Errorf("logged in %d of %d, result %s; thresholds %+v", rep.Users.LoggedIn, p.Users, rep.Result, rep.Thresholds)
 	}
 }
+
+// TestSoakWaitsForEveryDevice: with two devices a user, the send phase
+// starts once every user's two sessions are online, not once there are as
+// many sessions as users: a run that starts sending with half its users
+// still logging in fails min_online_ratio on the target's behalf.
+func TestSoakWaitsForEveryDevice(t *testing.T) {
+	url, _ := startTarget(t, refserver.Faults{})
+	r, _ := newTestRunner(t, url)
+	p := testProfile()
+	// A ramp long enough that the first samples of the send phase would
+	// land inside it.
+	p.Devices, p.Ramp = 2, 2*time.Second
+	rep, err := r.Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("two devices: %s, min online %v, %+v", rep.Result, rep.Users.MinOnlineRatio, rep.Deliveries["all"])
+	if rep.Users.MinOnlineRatio != 1 {
+		t.Errorf("min online ratio = %v, want 1: sending started before every device was online", rep.Users.MinOnlineRatio)
+	}
+}
