@@ -273,6 +273,8 @@ func TestSoakScenarios(t *testing.T) {
 		"openim-small-reliability",
 		"openim-sampled",
 		"openim-large-group",
+		"openim-native-reliability",
+		"openim-native-sampled",
 		"talkwire-loopback-1",
 		"talkwire-loopback-2",
 		"netty-burst",
@@ -309,6 +311,12 @@ func TestSoakScenarios(t *testing.T) {
 			return p.Groups == "1x1000" && len(p.Behaviours) == 2 && p.Behaviours[1].Rate == 0
 		}, "one group of 1000, few senders and silent listeners"},
 		{"openim-sampled", func(p Profile) bool { return p.Users == 2000 && p.Rate == 0.05 }, "2000 users at 0.05 msg/s"},
+		{"openim-native-reliability", func(p Profile) bool {
+			return p.Users == 200 && p.Devices == 2 && p.LateLogins == 0.5 && p.Thresholds.MaxLoss == 0 && p.Groups == "200x5"
+		}, "the reliability test for protocol openim: two platforms a user, half late, no loss"},
+		{"openim-native-sampled", func(p Profile) bool {
+			return p.Users == 2000 && p.Rate == 0.05 && p.LateLogins == 0.2 && p.Ramp >= time.Minute
+		}, "the sampled test for protocol openim: 2000 users, a fifth late, logins over minutes"},
 		{"talkwire-loopback-1", func(p Profile) bool { return p.Users == 1000 && p.Rate == 1 && p.GroupSize == 50 }, "1000 users at 1 msg/s in groups of 50"},
 		{"talkwire-loopback-2", func(p Profile) bool { return p.Users == 1000 && p.GroupSize == 250 && p.Thresholds.MaxLoss > 0 }, "1000 users in groups of 250, loss tolerated"},
 		{"netty-burst", func(p Profile) bool { return p.Duration <= time.Minute && float64(p.Users)*p.Rate >= 1000 }, "a burst of at most a minute at 1000 msg/s or more"},

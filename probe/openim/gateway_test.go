@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/imcanary/imcanary/probe/openim"
 	"github.com/imcanary/imcanary/probe/openim/openimtest"
 	"github.com/imcanary/imcanary/protocols"
+	"github.com/imcanary/imcanary/soak"
 )
 
 // These tests run the adapter against openimtest, a gateway written from
@@ -507,5 +509,53 @@ func TestProvisionIdempotent(t *testing.T) {
 				t.Fatalf("%s got %d deliveries of the group message, want 1: not a member", u, n)
 			}
 		}
+	}
+}
+
+// TestNativeProfile runs configs/soak-scenarios.yaml's
+// openim-native-reliability, scaled down in users and time, against the
+// test gateway through the soak command's own path: two platforms a user,
+// half the users late, whose missed messages come by GetNewestSeq and a
+// pull; nothing lost, and the verdict passes.
+func TestNativeProfile(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{})
+	t.Setenv(config.SecretEnv, secret)
+	cfg, err := protocols.Loader().Load("../../configs/soak-scenarios.yaml", []string{
+		"IMCANARY_TARGET_PROTOCOL=openim",
+		"IMCANARY_TARGET_URL=" + gw.WSURL(),
+		"IMCANARY_TARGET_OPENIM_API_URL=" + gw.APIURL(),
+		"IMCANARY_POPULATION_HEARTBEAT=5s",
+		"IMCANARY_DATA_DIR=" + t.TempDir(),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "openim-native-reliability"
+	i := slices.IndexFunc(cfg.Soak.Profiles, func(p config.Profile) bool { return p.Name == name })
+	if i < 0 {
+		t.Fatalf("no profile %s", name)
+	}
+	p := &cfg.Soak.Profiles[i]
+	if p.Devices != 2 || p.LateLogins == 0 {
+		t.Fatalf("%s: devices %d, late logins %v: not the profile the test scales", name, p.Devices, p.LateLogins)
+	}
+	// 40 users in the profile's groups of 5, for 15 s, the late half 4 s
+	// in: the rest of the profile as shipped.
+
+	p.Users, p.Groups, p.Duration, p.LateAfter, p.LostAfter, p.Deadline, p.Ramp, p.Drain = 40, "40x5", 15*time.Second, 4*time.Second, 8*time.Second, 2*time.Second, 2*time.Second, 4*time.Second
+	rep, err := soak.Once(context.Background(), cfg, name, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := rep.Deliveries["all"]
+	t.Logf("%s at 40 users: %s %+v, users %+v", name, rep.Result, all, rep.Users)
+	if all.Recovered == 0 {
+		t.Errorf("nothing recovered: the late users' missed messages were not pulled")
+	}
+	if all.Lost+all.Undelivered != 0 || all.Delivered+all.Recovered != all.Expected {
+		t.Errorf("deliveries %+v, want every expected one delivered or recovered", all)
+	}
+	if rep.Result != metrics.ResultPass {
+		t.Errorf("verdict %s, want pass; thresholds %+v", rep.Result, rep.Thresholds)
 	}
 }
