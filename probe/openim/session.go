@@ -277,14 +277,23 @@ func (s *session) Frame(b []byte, at int64) error {
 	return s.pullDue(at)
 }
 
-// onAck handles the reply to a send.
-func (s *session) onAck(f *frame) error {
+// awaited takes what awaits the reply under inc in m; a reply to nothing
+// the session asked counts as unmatched.
+func awaited[V any](s *session, m map[string]V, inc string) (V, bool) {
 	s.pmu.Lock()
-	ref, ok := s.acks[f.MsgIncr]
-	delete(s.acks, f.MsgIncr)
+	v, ok := m[inc]
+	delete(m, inc)
 	s.pmu.Unlock()
 	if !ok {
 		s.d.unmatched.Add(1)
+	}
+	return v, ok
+}
+
+// onAck handles the reply to a send.
+func (s *session) onAck(f *frame) error {
+	ref, ok := awaited(s, s.acks, f.MsgIncr)
+	if !ok {
 		return nil
 	}
 	if f.ErrCode != 0 {
@@ -382,12 +391,7 @@ func (s *session) track(conv string, seq uint64, recovered bool) {
 // is where the device should be; below its oldest (minSeqs) the server
 // holds nothing more to fetch.
 func (s *session) onNewest(f *frame) error {
-	s.pmu.Lock()
-	ok := s.syncs[f.MsgIncr]
-	delete(s.syncs, f.MsgIncr)
-	s.pmu.Unlock()
-	if !ok {
-		s.d.unmatched.Add(1)
+	if _, ok := awaited(s, s.syncs, f.MsgIncr); !ok {
 		return nil
 	}
 	if f.ErrCode != 0 {
@@ -454,12 +458,8 @@ func (s *session) pullDue(now int64) error {
 // onPull handles a pull's answer: each message is recovered; what the
 // server did not send of a range it does not hold, and is not asked again.
 func (s *session) onPull(f *frame) error {
-	s.pmu.Lock()
-	fetches, ok := s.pulls[f.MsgIncr]
-	delete(s.pulls, f.MsgIncr)
-	s.pmu.Unlock()
+	fetches, ok := awaited(s, s.pulls, f.MsgIncr)
 	if !ok {
-		s.d.unmatched.Add(1)
 		return nil
 	}
 	if f.ErrCode != 0 {
