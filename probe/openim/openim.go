@@ -135,6 +135,10 @@ type devState struct {
 	// placed holds the conversations the device's Catchup has a place
 	// in (see base).
 	placed map[string]bool
+	// atLogin holds the conversations the device's first GetNewestSeq
+	// answer named, nil until it came: one the device learns of later
+	// began after its first login, and all of it is owed from seq 1.
+	atLogin map[string]bool
 }
 
 // maxConvs bounds the conversations a device tracks for the gap count: a
@@ -282,16 +286,18 @@ func (d *Driver) Connect(ctx context.Context, userID string, dev probe.Device) (
 	}
 }
 
-// base returns conv's base (see Driver.bases), making it at if the process
-// has none yet.
+// base returns conv's base (see Driver.bases), lowered to at if at is
+// lower: the lowest place any device of the process had when it first
+// learnt of conv. Devices learn of a new conversation at once, from
+// pushes raced between them; the lowest is the one nearest its start.
 func (d *Driver) base(conv string, at uint64) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, ok := d.bases[conv]
-	if !ok {
-		if len(d.bases) >= maxBases {
-			return at
-		}
+	switch {
+	case !ok && len(d.bases) >= maxBases:
+		return at
+	case !ok || at < b:
 		b = at
 		d.bases[conv] = b
 	}

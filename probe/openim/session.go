@@ -317,7 +317,7 @@ func (s *session) onMsg(conv string, m *sdkws.MsgData, recovered bool) {
 		s.track(conv, seq, recovered)
 		if s.cu != nil {
 			now := time.Now().UnixNano()
-			s.place(conv, seq-1, now)
+			s.place(conv, s.newSince(conv, seq-1), now)
 			s.cu.Got([]byte(conv), seq, now)
 		}
 	}
@@ -360,6 +360,20 @@ func (s *session) place(conv string, at uint64, now int64) {
 	if !placed {
 		s.cu.Behind(conv, s.d.base(conv, at), now)
 	}
+}
+
+// newSince returns where the device's place in conv starts when it first
+// learns of it from a push: 0 for a conversation its first GetNewestSeq
+// answer did not name, which began since its first login; else below the
+// pushed message (at), until the answer says otherwise.
+func (s *session) newSince(conv string, at uint64) uint64 {
+	st := s.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.atLogin != nil && !st.atLogin[conv] && len(st.atLogin) < maxConvs {
+		return 0
+	}
+	return at
 }
 
 // isChat reports whether conv is a direct or group chat: notification
@@ -406,6 +420,16 @@ func (s *session) onNewest(f *frame) error {
 		return nil
 	}
 	now := time.Now().UnixNano()
+	s.st.mu.Lock()
+	if s.st.atLogin == nil {
+		s.st.atLogin = make(map[string]bool, len(r.MaxSeqs))
+		for conv := range r.MaxSeqs {
+			if isChat(conv) && len(s.st.atLogin) < maxConvs {
+				s.st.atLogin[conv] = true
+			}
+		}
+	}
+	s.st.mu.Unlock()
 	for conv, top := range r.MaxSeqs {
 		if !isChat(conv) || top <= 0 {
 			continue
