@@ -429,8 +429,14 @@ func pushFrame(m *sdkws.MsgData, conversationID, operationID string) ([]byte, er
 // the sender and conversation whose next push a reordered one follows.
 func (s *Server) deliver(c *conn, frame []byte, key string) {
 	f := s.o.Faults
+	// A push to one of the sender's own connections is one a client
+	// skips: counted apart, so a test can tell what was owed.
+	own := strings.HasPrefix(key, c.userID+" ")
 	if s.roll(f.DropPush) {
 		s.st.pushesDropped.Add(1)
+		if own {
+			s.st.pushesDroppedOwn.Add(1)
+		}
 		return
 	}
 	dup, reorder := s.roll(f.DuplicatePush), s.roll(f.ReorderPush)
@@ -457,6 +463,9 @@ func (s *Server) deliver(c *conn, frame []byte, key string) {
 	}
 	if dup && write(frame) {
 		s.st.pushesDuplicated.Add(1)
+		if own {
+			s.st.pushesDuplicatedOwn.Add(1)
+		}
 	}
 	if h := c.held; h != nil && c.heldKey == key {
 		c.held = nil

@@ -136,6 +136,9 @@ type Stats struct {
 	// duplicate counts twice); PushesFailed the writes that failed.
 	PushesSent, PushesFailed                         int64
 	PushesDropped, PushesDuplicated, PushesReordered int64
+	// PushesDroppedOwn and PushesDuplicatedOwn are those of them to one of
+	// the sender's own connections (sender sync), which a client skips.
+	PushesDroppedOwn, PushesDuplicatedOwn int64
 	// Unstored counts sends acked and then thrown away (Faults.Unstored).
 	Unstored int64
 	// MessagesPulled counts the messages 1002 answers carried,
@@ -157,6 +160,7 @@ type Stats struct {
 type counters struct {
 	logins, refusedLogins, sendsAcked, pushesSent, pushesFailed atomic.Int64
 	pushesDropped, pushesDuplicated, pushesReordered, unstored  atomic.Int64
+	pushesDroppedOwn, pushesDuplicatedOwn                       atomic.Int64
 	messagesPulled, newestSeqRequests, kicks, textPings         atomic.Int64
 	slowConsumers, slowConsumerDisconnects                      atomic.Int64
 	// pushJobs counts messages whose pushes have all ended (written,
@@ -347,6 +351,7 @@ func (s *Server) Stats() Stats {
 		SendsAcked: c.sendsAcked.Load(),
 		PushesSent: c.pushesSent.Load(), PushesFailed: c.pushesFailed.Load(),
 		PushesDropped: c.pushesDropped.Load(), PushesDuplicated: c.pushesDuplicated.Load(),
+		PushesDroppedOwn: c.pushesDroppedOwn.Load(), PushesDuplicatedOwn: c.pushesDuplicatedOwn.Load(),
 		PushesReordered: c.pushesReordered.Load(), Unstored: c.unstored.Load(),
 		MessagesPulled: c.messagesPulled.Load(), NewestSeqRequests: c.newestSeqRequests.Load(),
 		Kicks: c.kicks.Load(), TextPings: c.textPings.Load(),
