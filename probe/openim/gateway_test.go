@@ -339,7 +339,7 @@ func TestKickIsConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	ended := make(chan error, 1)
-	go func() { ended <- first.Serve(nopHandler{}) }()
+	go func() { ended <- first.Serve(newRecorder()) }()
 	second, err := drv.Connect(ctx, "kick-a", probe.Device{Index: 0})
 	if err != nil {
 		t.Fatalf("second login on the same platform: %v", err)
@@ -393,7 +393,7 @@ func TestOversizeSendRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	h := &ackCounter{}
+	h := newRecorder()
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(h) }()
 	err = s.Send(&probe.Message{Ref: 1, To: "big-b", Body: []byte(strings.Repeat("x", 40000))})
@@ -403,11 +403,16 @@ func TestOversizeSendRefused(t *testing.T) {
 	if err := s.Send(&probe.Message{Ref: 2, To: "big-b", Body: []byte("imc1 small")}); err != nil {
 		t.Fatalf("Send after the refusal: %v", err)
 	}
-	for end := time.Now().Add(5 * time.Second); h.acked() == 0 && time.Now().Before(end); {
-		time.Sleep(10 * time.Millisecond)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, _, ok := h.answered(2); ok {
+			break
+		}
 	}
-	if h.acked() != 1 {
-		t.Errorf("acks = %d, want the small send's", h.acked())
+	if _, reason, ok := h.answered(2); !ok || reason != "" {
+		t.Errorf("the small send: answered %v, rejected %q; want acked", ok, reason)
+	}
+	if _, _, ok := h.answered(1); ok {
+		t.Errorf("the refused send was answered: it was written")
 	}
 	if drv.Stats().Oversize != 1 {
 		t.Errorf("oversize = %d, want 1", drv.Stats().Oversize)
@@ -418,22 +423,6 @@ func TestOversizeSendRefused(t *testing.T) {
 	default:
 	}
 }
-
-type nopHandler struct{}
-
-func (nopHandler) OnAck(uint64, probe.Ack)    {}
-func (nopHandler) OnReject(uint64, string)    {}
-func (nopHandler) OnDelivery(*probe.Delivery) {}
-
-type ackCounter struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (h *ackCounter) OnAck(uint64, probe.Ack)    { h.mu.Lock(); h.n++; h.mu.Unlock() }
-func (h *ackCounter) OnReject(uint64, string)    {}
-func (h *ackCounter) OnDelivery(*probe.Delivery) {}
-func (h *ackCounter) acked() int                 { h.mu.Lock(); defer h.mu.Unlock(); return h.n }
 
 // TestShippedConfig: configs/openim.yaml, given a gateway's and an API's
 // address and the secret, runs a canary round that passes: the daemon's

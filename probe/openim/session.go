@@ -317,7 +317,7 @@ func (s *session) onMsg(conv string, m *sdkws.MsgData, recovered bool) {
 		s.track(conv, seq, recovered)
 		if s.cu != nil {
 			now := time.Now().UnixNano()
-			s.place(conv, s.newSince(conv, seq-1), now)
+			s.place(conv, seq-1, true, now)
 			s.cu.Got([]byte(conv), seq, now)
 		}
 	}
@@ -348,32 +348,24 @@ func (s *session) onMsg(conv string, m *sdkws.MsgData, recovered bool) {
 
 // place gives the device's Catchup a place in conv, if it has none: the
 // process's base of conv, which at makes if there is none yet (the seq
-// below the first message seen, or the newest seq at a login).
-func (s *session) place(conv string, at uint64, now int64) {
+// below the first message seen, or the newest seq at a login). A
+// conversation first seen in a push that the device's first GetNewestSeq
+// answer did not name began after that login: its place is 0, all of it
+// owed.
+func (s *session) place(conv string, at uint64, pushed bool, now int64) {
 	st := s.st
 	st.mu.Lock()
 	placed := st.placed[conv]
 	if !placed && len(st.placed) < maxConvs {
 		st.placed[conv] = true
 	}
+	if !placed && pushed && st.atLogin != nil && !st.atLogin[conv] && len(st.atLogin) < maxConvs {
+		at = 0
+	}
 	st.mu.Unlock()
 	if !placed {
 		s.cu.Behind(conv, s.d.base(conv, at), now)
 	}
-}
-
-// newSince returns where the device's place in conv starts when it first
-// learns of it from a push: 0 for a conversation its first GetNewestSeq
-// answer did not name, which began since its first login; else below the
-// pushed message (at), until the answer says otherwise.
-func (s *session) newSince(conv string, at uint64) uint64 {
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.atLogin != nil && !st.atLogin[conv] && len(st.atLogin) < maxConvs {
-		return 0
-	}
-	return at
 }
 
 // isChat reports whether conv is a direct or group chat: notification
@@ -434,7 +426,7 @@ func (s *session) onNewest(f *frame) error {
 		if !isChat(conv) || top <= 0 {
 			continue
 		}
-		s.place(conv, uint64(top), now)
+		s.place(conv, uint64(top), false, now)
 		s.cu.Behind(conv, uint64(top), now)
 		if low := r.MinSeqs[conv]; low > 1 {
 			s.cu.Answered(conv, 0, uint64(low-1))
