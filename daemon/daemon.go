@@ -107,18 +107,6 @@ type Option func(*Daemon)
 // for each new connection, so that they can be renewed in place.
 func WithWebConfig(path string) Option { return func(d *Daemon) { d.webConfig = path } }
 
-// MemoryLimit is the Go runtime memory limit sized for the sessions this
-// daemon may hold at once (see TuneMemory), in the configuration in force:
-// a population a reload has grown is sized for.
-func (d *Daemon) MemoryLimit() int64 {
-	cur := d.current()
-	sessions := 0
-	for _, n := range populations(cur) {
-		sessions += n
-	}
-	return sizedMemoryLimit(cur, sessions)
-}
-
 // Ready reports whether the background population is online.
 func (d *Daemon) Ready() bool { return d.bg.Ready() }
 

@@ -91,7 +91,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// saturation monitor's signals; exported too, so that a reader
 		// of imcanary_probe_saturated can see them.
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/sched/(latencies|pauses/total/gc):seconds|/gc/gomemlimit:bytes)$`)},
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/sched/(latencies|pauses/total/gc):seconds|/gc/gomemlimit:bytes|/gc/gogc:percent)$`)},
 		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		// go_build_info: the Go module's path, version and checksum.
@@ -112,7 +112,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	tune, stopTuning := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	// Exits when Run returns.
-	wg.Go(func() { daemon.TuneMemory(tune, d.MemoryLimit, d.Ready, log) })
+	wg.Go(func() { daemon.PaceCollector(tune, d.Ready, log) })
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

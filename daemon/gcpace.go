@@ -1,0 +1,148 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// The garbage collector's pace for a process that holds many idle sessions.
+//
+// Why: an idle prober allocates little (a ping, a pong and a timer per
+// session and heartbeat: well under a megabyte a second at 19,000 sessions)
+// but holds much, a live heap and a goroutine stack per session, all of
+// which every collection marks. What a collection costs is set by what is
+// held; how often one runs, by the room left for garbage. A soft memory
+// limit set near what is held leaves that room to chance: when the sessions
+// weigh more than it assumed, the room shrinks to nothing and collections
+// follow one another (measured 2026-12-04 with the limit imcanary used to
+// set: 165 collections a minute and 0.6 of a core for 19,000 idle sessions,
+// 87% of it the collector, worse with a larger GOMAXPROCS). So imcanary
+// sets no memory limit. It sets GOGC, which keeps the room a share of what
+// is held: the runtime's heap goal is the live heap plus (live heap +
+// stacks + globals) × GOGC/100, so the collector's work per byte allocated
+// stays bounded by that share whatever the sessions weigh.
+//
+// The share is Go's default of 100 while what is held is small, and falls
+// as it grows so that the room stays paceRoom, down to paceMinPercent: a
+// large idle prober holds a fifth more than it needs instead of twice as
+// much, and collects about once a minute.
+const (
+	// paceRoom is the room for garbage aimed at: at 19,000 idle
+	// sessions, about a minute of their allocation.
+	paceRoom = 32 << 20
+	// paceMinPercent is the least GOGC set: five times Go's default pace
+	// of collection per byte allocated at the most.
+	paceMinPercent = 20
+	// paceEvery is how often the pace is checked, and readiness before
+	// the first.
+	paceEvery = time.Second
+)
+
+// gcPercent is the GOGC for a process whose collections mark held bytes
+// (live heap, stacks and globals).
+func gcPercent(held int64) int {
+	if held <= 0 {
+		return 100
+	}
+	p := (100*paceRoom + held - 1) / held
+	return int(min(max(p, paceMinPercent), 100))
+}
+
+// readHeld reads what the last collection marked: the live heap, the
+// goroutine stacks and the globals.
+func readHeld() int64 {
+	s := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/gc/scan/stack:bytes"},
+		{Name: "/gc/scan/globals:bytes"},
+	}
+	metrics.Read(s)
+	var held int64
+	for _, x := range s {
+		if x.Value.Kind() == metrics.KindUint64 {
+			held += int64(x.Value.Uint64())
+		}
+	}
+	return held
+}
+
+// pacer keeps GOGC at gcPercent of what is held.
+type pacer struct {
+	log  *slog.Logger
+	read func() int64
+	set  func(int) int
+	free func()
+	cur  int
+}
+
+// newPacer returns nil when GOGC is set: the operator's pace stands. A
+// GOMEMLIMIT is the operator's too, and the runtime applies it.
+func newPacer(log *slog.Logger) *pacer {
+	if lim := os.Getenv("GOMEMLIMIT"); lim != "" {
+		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
+	}
+	if v := os.Getenv("GOGC"); v != "" {
+		log.Info("collector's pace from GOGC", "gogc", v)
+		return nil
+	}
+	return &pacer{log: log, read: readHeld, set: debug.SetGCPercent, free: debug.FreeOSMemory, cur: 100}
+}
+
+// pace sets GOGC once, when it has moved enough to matter.
+func (p *pacer) pace() {
+	held := p.read()
+	want := gcPercent(held)
+	// An eighth either way is not worth a change: held bytes drift with
+	// every login and message in flight.
+	if d := want - p.cur; max(d, -d) < max(p.cur/8, 1) {
+		return
+	}
+	p.set(want)
+	p.log.Debug("collector's pace", "gogc", want, "held_bytes", held)
+	p.cur = want
+}
+
+// PaceCollector keeps the Go collector's GOGC at a share of what the
+// process holds that leaves it room for about a minute of idle garbage
+// (see gcPercent), until ctx ends. With GOGC set it only logs it. It sets
+// process-wide state, so it is the command's to call, not the Daemon's.
+//
+// The pace changes only once ready() is true: a ramp makes garbage at the
+// pace of its logins, and a collector kept close then would slow the ramp
+// for memory that is returned minutes later anyway.
+func PaceCollector(ctx context.Context, ready func() bool, log *slog.Logger) {
+	if p := newPacer(log); p != nil {
+		p.run(ctx, ready)
+	}
+}
+
+// run paces until ctx ends.
+func (p *pacer) run(ctx context.Context, ready func() bool) {
+	tick := time.NewTicker(paceEvery)
+	defer tick.Stop()
+	started := false
+	for {
+		switch {
+		case started:
+			p.pace()
+		case ready():
+			started = true
+			// The ramp's garbage, collected at Go's default pace, is
+			// still mapped: an idle prober may not collect again for
+			// minutes, and the scavenger returns it slowly. One
+			// collection now, and the pace it leaves, is what the
+			// process holds from here on.
+			p.pace()
+			p.free()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

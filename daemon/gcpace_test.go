@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+)
+
+func TestGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		held int64
+		want int
+	}{
+		{0, 100},
+		{20 * mib, 100}, // small: Go's default
+		{32 * mib, 100},
+		{64 * mib, 50},  // room stays paceRoom
+		{100 * mib, 32}, // rounded up: never less room than paceRoom
+		{160 * mib, paceMinPercent},
+		{4 << 30, paceMinPercent}, // huge: a share still, never a cap
+	} {
+		if got := gcPercent(tc.held); got != tc.want {
+			t.Errorf("gcPercent(%d MiB) = %d, want %d", tc.held/mib, got, tc.want)
+		}
+		// Whatever is held, the room is a share of it: the collector
+		// cannot be left without room.
+		if room := tc.held * int64(gcPercent(tc.held)) / 100; room < tc.held*paceMinPercent/100 {
+			t.Errorf("held %d MiB: room %d bytes, less than %d%% of it", tc.held/mib, room, paceMinPercent)
+		}
+	}
+}
+
+func TestPacer(t *testing.T) {
+	const mib = 1 << 20
+	var held int64
+	var sets []int
+	p := &pacer{log: slog.New(slog.NewTextHandler(io.Discard, nil)), read: func() int64 { return held },
+		set: func(n int) int { sets = append(sets, n); return 0 }, cur: 100}
+
+	held = 20 * mib
+	p.pace()
+	if len(sets) != 0 {
+		t.Fatalf("GOGC set to %v for a small process, want Go's default left alone", sets)
+	}
+	held = 200 * mib
+	p.pace()
+	if len(sets) != 1 || sets[0] != paceMinPercent {
+		t.Fatalf("GOGC set to %v at 200 MiB held, want %d", sets, paceMinPercent)
+	}
+	// Drift of a few MiB changes nothing.
+	held = 190 * mib
+	p.pace()
+	if len(sets) != 1 {
+		t.Errorf("GOGC set to %v after a small change, want no new one", sets)
+	}
+	// Sessions gone: back towards the default.
+	held = 40 * mib
+	p.pace()
+	if len(sets) != 2 || sets[1] != 80 {
+		t.Errorf("GOGC set to %v at 40 MiB held, want 80 last", sets)
+	}
+}
+
+func TestPacerLeavesGOGC(t *testing.T) {
+	t.Setenv("GOGC", "50")
+	if p := newPacer(slog.New(slog.NewTextHandler(io.Discard, nil))); p != nil {
+		t.Error("a pacer was made although GOGC is set: the operator's pace must stand")
+	}
+}
+
+// readHeld reads what the runtime marked: a live heap at the least.
+func TestReadHeld(t *testing.T) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if h := readHeld(); h <= 0 || h < int64(ms.HeapAlloc)/2 {
+		t.Errorf("held %d bytes with %d allocated after a collection", h, ms.HeapAlloc)
+	}
+}
