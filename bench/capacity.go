@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,12 +205,17 @@ func newBench(o Options) (*bench, error) {
 	if o.ConnectRate == 0 {
 		o.ConnectRate = defaultConnectRate
 	}
-	b := &bench{o: o, t: fullTiming, started: time.Now(), env: childEnv(), ownServers: o.TargetURL == ""}
+	var gomaxprocs int
+	if o.Processes > 1 {
+		gomaxprocs = sharedGOMAXPROCS(runtime.GOMAXPROCS(0), o.Processes)
+	}
+	b := &bench{o: o, t: fullTiming, started: time.Now(), env: childEnv(gomaxprocs), ownServers: o.TargetURL == ""}
 	mode := "full"
 	if o.Quick {
 		b.t, mode = quickTiming, "quick"
 	}
-	b.rep = &Report{Version: ReportVersion, Mode: mode, Started: b.started.UTC().Truncate(time.Second), Steps: []Step{}, Warnings: []string{}}
+	b.rep = &Report{Version: ReportVersion, Mode: mode, Started: b.started.UTC().Truncate(time.Second), Steps: []Step{}, Warnings: []string{},
+		Setup: Setup{WorkerGOMAXPROCS: gomaxprocs}}
 	return b, nil
 }
 

@@ -182,13 +182,22 @@ func (t *tailBuffer) suffix() string {
 // childEnv is the bench's environment without IMCANARY_* variables: the
 // bench passes workers every key it means as a flag, and a variable set for
 // the user's own daemon (a shard, a soak profile's users) must not change
-// what a worker does.
-func childEnv() []string {
+// what a worker does. gomaxprocs, when above 0 and GOMAXPROCS is not set
+// already, is set for every worker (see sharedGOMAXPROCS).
+func childEnv(gomaxprocs int) []string {
 	var env []string
+	set := false
 	for _, kv := range os.Environ() {
+		if kv == "GOMAXPROCS=" {
+			continue
+		}
+		set = set || strings.HasPrefix(kv, "GOMAXPROCS=")
 		if !strings.HasPrefix(kv, "IMCANARY_") {
 			env = append(env, kv)
 		}
+	}
+	if gomaxprocs > 0 && !set {
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", gomaxprocs))
 	}
 	return env
 }

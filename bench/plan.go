@@ -185,8 +185,20 @@ func makePlan(in planInput) Plan {
 	if m.MemAvailableBytes > 0 {
 		c.Machines = max(c.Machines, ceilDiv(float64(in.users)*p.BytesPerSession, float64(m.MemAvailableBytes)))
 	}
+	if perMachine := ceilDiv(float64(c.Shards), float64(c.Machines)); perMachine > 1 {
+		c.GOMAXPROCS = sharedGOMAXPROCS(m.GOMAXPROCS, perMachine)
+	}
 	p.Config = c
 	return p
+}
+
+// sharedGOMAXPROCS is the GOMAXPROCS for each of shards Go processes that
+// share procs cores: their share, at least 1. Each process left at the
+// machine's count runs its collector's workers (a quarter of GOMAXPROCS)
+// beside the others', and an idle prober's collections then queue for
+// cores behind its neighbours'.
+func sharedGOMAXPROCS(procs, shards int) int {
+	return max(1, procs/max(shards, 1))
 }
 
 // ceilDiv is ⌈a/b⌉, at least 1.

@@ -136,6 +136,19 @@ func TestMakePlan(t *testing.T) {
 		if p.Config.Shards != 6 || p.Config.Bound != "sessions" {
 			t.Errorf("100,000 quiet users: %d shards bound by %q, want 6 by sessions", p.Config.Shards, p.Config.Bound)
 		}
+		// Six shards on one 2-core machine: one core each, not two.
+		if p.Config.Machines != 1 || p.Config.GOMAXPROCS != 1 {
+			t.Errorf("6 shards on %d machine(s): GOMAXPROCS %d each, want 1 machine and 1", p.Config.Machines, p.Config.GOMAXPROCS)
+		}
+		in.machine.GOMAXPROCS = 16
+		if p := makePlan(in); p.Config.GOMAXPROCS != 2 {
+			t.Errorf("6 shards on 16 cores: GOMAXPROCS %d each, want 2", p.Config.GOMAXPROCS)
+		}
+	})
+	t.Run("one shard keeps the runtime's GOMAXPROCS", func(t *testing.T) {
+		if p := makePlan(base); p.Config.GOMAXPROCS != 0 {
+			t.Errorf("1 shard: GOMAXPROCS %d, want 0 (the runtime's own)", p.Config.GOMAXPROCS)
+		}
 	})
 	t.Run("shards by cpu", func(t *testing.T) {
 		in := base
@@ -151,6 +164,9 @@ func TestMakePlan(t *testing.T) {
 		p = makePlan(in)
 		if p.Config.Shards != 3 || p.Config.Bound != "cpu" || p.Config.Machines != 3 {
 			t.Errorf("200,000 deliveries/s: %d shards bound by %q on %d machines, want 3 by cpu on 3", p.Config.Shards, p.Config.Bound, p.Config.Machines)
+		}
+		if p.Config.GOMAXPROCS != 0 {
+			t.Errorf("a shard per machine: GOMAXPROCS %d, want 0 (the runtime's own)", p.Config.GOMAXPROCS)
 		}
 	})
 	t.Run("nothing measured", func(t *testing.T) {

@@ -100,6 +100,10 @@ type Setup struct {
 	NoiseDeliveriesPerSecond float64 `json:"noise_deliveries_per_second"`
 	// Saturation is the saturation.* limits the probers ran with, by key.
 	Saturation map[string]string `json:"saturation"`
+	// WorkerGOMAXPROCS is the GOMAXPROCS every worker ran with when
+	// several probers shared the machine (sharedGOMAXPROCS), 0 for the
+	// runtime's own choice.
+	WorkerGOMAXPROCS int `json:"worker_gomaxprocs"`
 }
 
 // Throughput is the flood: the same stream of real delivery frames (the
@@ -211,6 +215,15 @@ type Step struct {
 	// CPUSecondsPerSessionSecond is that per session.
 	CPUCores                   float64 `json:"cpu_cores"`
 	CPUSecondsPerSessionSecond float64 `json:"cpu_seconds_per_session_second"`
+	// GCPerMinute is the probers' garbage collections per minute over the
+	// window, the mean of one prober's. GCShare is the collector's part of
+	// the probers' CPU (the Go runtime's own estimate,
+	// /cpu/classes/gc/total:cpu-seconds), -1 from a binary that does not
+	// export it; GCBusy is set past GCShareLimit: the collector, not the
+	// sessions, is what the step's CPU figures measure.
+	GCPerMinute float64 `json:"gc_per_minute"`
+	GCShare     float64 `json:"gc_share"`
+	GCBusy      bool    `json:"gc_busy"`
 	// DeliveriesPerSecond is every prober's deliveries together;
 	// DeliveriesPerCoreSecond is that per core-second of the probers,
 	// sending, heartbeats and everything else included.
@@ -237,6 +250,24 @@ type Step struct {
 	// processes were busy on more than a quarter of the cores is run
 	// again, up to three times, and only the last attempt is kept.
 	Attempts int `json:"attempts"`
+}
+
+// GCShareLimit is the part of a prober's CPU its collector may take before
+// the bench flags the step (Step.GCBusy): beyond it the collector runs
+// without garbage worth the work, as it did under a memory limit the
+// sessions outgrew (half an idle prober's CPU and more).
+const GCShareLimit = 0.5
+
+// gcShare formats a step's GCShare, "-" when not measured.
+func gcShare(st Step) string {
+	if st.GCShare < 0 {
+		return "-"
+	}
+	mark := ""
+	if st.GCBusy {
+		mark = "!"
+	}
+	return fmt.Sprintf("%.0f%s", 100*st.GCShare, mark)
 }
 
 // Stop reasons.
@@ -342,6 +373,10 @@ type ConfigPlan struct {
 	// Machines is how many machines like this one the shards need
 	// together, by CPU and memory, targets elsewhere.
 	Machines int `json:"machines"`
+	// GOMAXPROCS is what to set in each shard when several share one of
+	// the machines (sharedGOMAXPROCS), 0 when each has a machine of its
+	// own.
+	GOMAXPROCS int `json:"gomaxprocs"`
 }
 
 // WriteJSON writes r as one indented JSON object.
@@ -381,16 +416,23 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintf(&b, "Sessions: steps of %s, heartbeat %s, measured over %s after %s; baseline prober %s RSS\n",
 		traffic, secs(s.HeartbeatSeconds), secs(s.WindowSeconds), secs(s.SettleSeconds), bytesIEC(float64(r.Baseline.RSSBytes)))
-	fmt.Fprintf(&b, "  %-4s %8s %8s %9s %9s %9s %10s %10s %9s %9s %7s  %s\n",
-		"step", "per proc", "total", "logins/s", "login µs", "RSS/sess", "heap/sess", "CPU/sess", "deliv/s", "rcv p99", "others", "saturated")
+	fmt.Fprintf(&b, "  %-4s %8s %8s %9s %9s %9s %10s %10s %7s %5s %9s %9s %7s  %s\n",
+		"step", "per proc", "total", "logins/s", "login µs", "RSS/sess", "heap/sess", "CPU/sess", "GC/min", "GC%", "deliv/s", "rcv p99", "others", "saturated")
 	for i, st := range r.Steps {
-		fmt.Fprintf(&b, "  %-4d %8s %8s %9s %9s %9s %10s %8.2fµs %9s %9s %7.2f  %s\n",
+		fmt.Fprintf(&b, "  %-4d %8s %8s %9s %9s %9s %10s %8.2fµs %7.1f %5s %9s %9s %7.2f  %s\n",
 			i+1, count(float64(st.SessionsPerProcess)), count(float64(st.Sessions)), count(st.LoginsPerSecond),
 			count(st.LoginCPUSeconds*1e6)+"/"+count(st.TargetLoginCPUSeconds*1e6), bytesIEC(st.BytesPerSession), bytesIEC(st.HeapBytesPerSession),
-			st.CPUSecondsPerSessionSecond*1e6, count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturation(st))
+			st.CPUSecondsPerSessionSecond*1e6, st.GCPerMinute, gcShare(st), count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturation(st))
 	}
 	b.WriteString("  (login µs: CPU per login in imcanary/in the target; RSS/sess and heap/sess: imcanary's, over the\n" +
-		"   baseline; CPU/sess: CPU time per session per second; others: cores used by other processes)\n")
+		"   baseline; CPU/sess: CPU time per session per second; GC/min: collections per minute of one prober;\n" +
+		"   GC%: the collector's share of the probers' CPU, ! past " + fmt.Sprintf("%.0f%%", 100*GCShareLimit) + "; others: cores used by other processes)\n")
+	for i, st := range r.Steps {
+		if st.GCBusy {
+			fmt.Fprintf(&b, "  step %d: the collector took %.0f%% of the probers' CPU at %.1f collections a minute: its CPU figures measure the collector, not the sessions\n",
+				i+1, 100*st.GCShare, st.GCPerMinute)
+		}
+	}
 	if l := r.Logins; l.LoginsPerSecond > 0 {
 		fmt.Fprintf(&b, "Ramp baseline: a bare login loop (%s in flight, no rate limit) logged %s sessions in at %s/s,\n"+
 			"  %s µs of CPU per login in the client and %s in the target", count(float64(l.Workers)), count(float64(l.Sessions)),
@@ -436,6 +478,10 @@ func WriteText(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "  For %s (%s users at %g msg/s, groups of %s: %s deliveries/s, %.3g cores): run %s shard(s) (bound by %s) on %s machine(s) like this one.\n",
 		name, count(float64(c.Users)), c.Rate, count(float64(c.GroupSize)), count(c.DeliveriesPerSecond), c.CPUCores,
 		count(float64(c.Shards)), c.Bound, count(float64(c.Machines)))
+	if c.GOMAXPROCS > 0 {
+		fmt.Fprintf(&b, "  With %s shards on one machine, set GOMAXPROCS=%d in each: every Go process otherwise takes all %d cores, and their collectors contend.\n",
+			count(float64(ceilDiv(float64(c.Shards), float64(c.Machines)))), c.GOMAXPROCS, r.Machine.GOMAXPROCS)
+	}
 	if len(r.Warnings) > 0 {
 		b.WriteString("\nNotes:\n")
 		for _, w := range r.Warnings {

@@ -22,6 +22,7 @@ func sampleReport() *Report {
 			LoginsPerSecond: 5200, RampSeconds: float64(per) / 5200, LoginCPUSeconds: 150e-6, TargetLoginCPUSeconds: 250e-6,
 			RSSBytes: int64(20<<20 + float64(per)*bps), BytesPerSession: bps, HeapBytesPerSession: bps * 0.7,
 			OpenFiles: per + 11, CPUCores: float64(per*procs) * 3e-6, CPUSecondsPerSessionSecond: 3e-6,
+			GCPerMinute: 1, GCShare: 0.1,
 			MachineCores: 0.4, TargetCores: 0.1, OtherCores: 0.05, Load1: 1.5,
 			Causes: causes, Discounted: []string{}, Saturated: sat, Attempts: 1,
 		}
@@ -52,7 +53,13 @@ func sampleReport() *Report {
 		Steps: []Step{
 			step(1000, 6, 10<<10, false),
 			step(10000, 6, 9<<10, false),
-			step(19936, 6, 9<<10, true, "sched_latency"),
+			func() Step {
+				// The collector running without garbage to collect,
+				// as under a memory limit the sessions outgrew.
+				s := step(19936, 6, 9<<10, true, "sched_latency")
+				s.GCPerMinute, s.GCShare, s.GCBusy = 165, 0.87, true
+				return s
+			}(),
 		},
 		Stop: Stop{Reason: "saturated", Step: 3, Detail: "saturation detector fired: sched_latency"},
 		Plan: makePlan(planInput{

@@ -352,7 +352,8 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 	elapsed := time.Since(start).Seconds()
 	observe(scr)
 
-	var deliv, lost, reconnects, cpu, wall, rss, heap float64
+	var deliv, lost, reconnects, cpu, wall, rss, heap, gcs, gcCPU float64
+	gcExported := true
 	var recv, send hist
 	for i, p := range ps {
 		a, z := r0[i], r1[i]
@@ -363,6 +364,9 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 		wall += z.at.Sub(a.at).Seconds()
 		rss += float64(z.proc.rss)
 		heap += z.scr.sum(mHeapInuse) + z.scr.sum(mStackInuse)
+		gcs += z.scr.sum(mGCDuration) - a.scr.sum(mGCDuration)
+		gcCPU += z.scr.sum(mGCCPU) - a.scr.sum(mGCCPU)
+		gcExported = gcExported && z.scr.has(mGCCPU)
 		recv = recv.add(z.scr.histogram(mReceiveLag).sub(a.scr.histogram(mReceiveLag)))
 		send = send.add(z.scr.histogram(mSendLag).sub(a.scr.histogram(mSendLag)))
 		if n, err := countFDs(p.pid); err == nil {
@@ -377,6 +381,12 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 	st.Lost, st.Reconnects = lost, reconnects
 	st.CPUCores = finite(cpu / wall)
 	st.CPUSecondsPerSessionSecond = finite(st.CPUCores / float64(st.Sessions))
+	st.GCPerMinute = finite(gcs / n / (wall / 60))
+	st.GCShare = -1
+	if gcExported && cpu > 0 {
+		st.GCShare = min(1, finite(gcCPU/cpu))
+		st.GCBusy = st.GCShare > GCShareLimit
+	}
 	st.RSSBytes = int64(rss / n)
 	per := float64(st.SessionsPerProcess)
 	st.BytesPerSession = finite((rss/n - float64(b.baseRSS)) / per)

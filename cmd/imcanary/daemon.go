@@ -89,9 +89,11 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	prometheus.WrapRegistererWith(prometheus.Labels{"shard": shard.Label()}, reg).MustRegister(
 		// The scheduler's latency and GC pauses are two of the
 		// saturation monitor's signals; exported too, so that a reader
-		// of imcanary_probe_saturated can see them.
+		// of imcanary_probe_saturated can see them. The collector's
+		// pace and CPU say whether it, not the sessions, is what
+		// costs (imcanary bench reads them).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/sched/(latencies|pauses/total/gc):seconds|/gc/gomemlimit:bytes|/gc/gogc:percent)$`)},
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^(/sched/(latencies|pauses/total/gc):seconds|/gc/gomemlimit:bytes|/gc/gogc:percent|/cpu/classes/(gc/total|total):cpu-seconds)$`)},
 		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		// go_build_info: the Go module's path, version and checksum.
