@@ -114,6 +114,17 @@ func (c *Catchup) Got(conv []byte, seq uint64, now int64) bool {
 	return c.open > 0
 }
 
+// Lacks reports whether the device lacks a message it knows of: a gap
+// open, fetched or not. False for a nil Catchup (catch-up off).
+func (c *Catchup) Lacks() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open > 0
+}
+
 // Behind records that the server's newest seq of conv is last (a login or
 // sync answer): whatever lies above what the device holds is missing, and
 // due at once, since no push of it is on its way. A conversation the device

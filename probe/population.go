@@ -525,10 +525,10 @@ func (p *Population) Run(ctx context.Context) error {
 		}
 	}
 	// Each exits when ctx ends.
-	wg.Go(func() { p.every(ctx, p.opts.Heartbeat, Session.Ping) })
+	wg.Go(func() { p.every(ctx, p.opts.Heartbeat, func(_ *device, s Session) error { return s.Ping() }) })
 	wg.Go(func() { p.sweeper(ctx) })
 	if o.CatchUp {
-		wg.Go(func() { p.every(ctx, p.SyncEvery(), syncSession) })
+		wg.Go(func() { p.every(ctx, p.SyncEvery(), p.syncSession) })
 	}
 	if p.churn {
 		wg.Go(func() { p.regroup(ctx) })
@@ -564,7 +564,7 @@ const maxRamp = 365 * 24 * time.Hour
 // every calls do on every online session once per period, spread evenly
 // over it so that the requests do not arrive at the server in a burst:
 // the heartbeat's pings, catch-up's syncs.
-func (p *Population) every(ctx context.Context, period time.Duration, do func(Session) error) {
+func (p *Population) every(ctx context.Context, period time.Duration, do func(*device, Session) error) {
 	var devs []*device
 	for _, u := range p.users {
 		devs = append(devs, u.devices...)
@@ -590,18 +590,61 @@ func (p *Population) every(ctx context.Context, period time.Duration, do func(Se
 			dev.u.mu.Unlock()
 			if sess != nil {
 				// A failure surfaces in Serve, which classifies it.
-				_ = do(sess)
+				_ = do(dev, sess)
 			}
 		}
 	}
 }
 
-// syncSession asks sess's server what its device missed, if its protocol can.
-func syncSession(sess Session) error {
-	if s, ok := sess.(Syncer); ok {
-		return s.Sync()
+// syncSession asks sess's server what dev missed, if its protocol can and
+// something may be missing.
+//
+// Why the check: a sync is a request and an answer on every online
+// session, several per lost_after, and an idle population is owed
+// nothing, so it would find nothing. Skipping those keeps an idle
+// session's cost at its heartbeat (syncs were about half of an idle
+// prober's CPU, 2026-12-04).
+func (p *Population) syncSession(dev *device, sess Session) error {
+	s, ok := sess.(Syncer)
+	if !ok || !p.owes(dev) {
+		return nil
 	}
-	return nil
+	return s.Sync()
+}
+
+// owes reports whether a sync of dev could find or fetch anything: dev
+// lacks a message it knows of (an open gap, which the answer's frame
+// fetches once due), or a stream to it holds a message its server
+// acknowledged past the newest dev received, the gap at the end of a
+// conversation that only a sync finds. It reads the acks as they are now,
+// not as the last sweep saw them, so that a sync is never skipped for a
+// message acknowledged since. A stream from a peer shard, whose acks this
+// process never sees, is always owed.
+func (p *Population) owes(dev *device) bool {
+	if dev.u.idx == 0 && p.opts.CrossFrom != "" || dev.catchup.Lacks() {
+		return true
+	}
+	for i := range dev.incoming {
+		// Only st: the sweep owns the rest of the link.
+		st := dev.incoming[i].st
+		sender := p.users[st.from]
+		sender.mu.Lock()
+		acked := st.acked
+		sender.mu.Unlock()
+		if acked == 0 {
+			continue
+		}
+		var seen uint64
+		dev.inbox.mu.Lock()
+		if in := dev.inbox.streams[st.key]; in != nil {
+			seen = in.maxSeen
+		}
+		dev.inbox.mu.Unlock()
+		if acked > seen {
+			return true
+		}
+	}
+	return false
 }
 
 // SyncEvery is how often each online session asks its server what it
