@@ -27,7 +27,9 @@ type fanout struct {
 	slow int64
 	gate *exemplarGate // shared by the size class's streams
 	mu   sync.Mutex
-	ring [fanRing]fanEntry
+	// ring is made by the stream's first message: a member who never
+	// sends (an idle population) holds none.
+	ring *[fanRing]fanEntry
 }
 
 type fanEntry struct {
@@ -39,6 +41,9 @@ type fanEntry struct {
 // start begins timing seq, owed to n online member devices.
 func (f *fanout) start(seq uint64, intended int64, n int) {
 	f.mu.Lock()
+	if f.ring == nil {
+		f.ring = new([fanRing]fanEntry)
+	}
 	f.ring[seq%fanRing] = fanEntry{seq: seq, intended: intended, left: int32(n)}
 	f.mu.Unlock()
 }
@@ -46,6 +51,10 @@ func (f *fanout) start(seq uint64, intended int64, n int) {
 // arrived counts one member device's first copy of seq at now (Unix ns).
 func (f *fanout) arrived(seq uint64, now int64) {
 	f.mu.Lock()
+	if f.ring == nil {
+		f.mu.Unlock()
+		return
+	}
 	e := &f.ring[seq%fanRing]
 	if e.seq != seq || e.left <= 0 {
 		f.mu.Unlock()

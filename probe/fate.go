@@ -18,16 +18,23 @@ import "sync/atomic"
 // delivery of an older one, or a message still unresolved when this many
 // later ones have been written, is counted delivered as before (fateUnknown):
 // that takes a stream sending fateRing messages within an ack timeout, far
-// above a population user's rate. 512 is 136 bytes per send stream.
+// above a population user's rate. 512 is 128 bytes per send stream that
+// has sent anything.
 const fateRing = 512
 
 // fate is the ack record of one send stream.
 type fate struct {
 	// sent is the highest seq written.
 	sent atomic.Uint64
-	// acked and off have the bit of seq%fateRing set once the server
-	// acknowledged seq, or the sender wrote it off; both clear while it
-	// is in flight. Never both: an ack after the write-off is ignored.
+	// bits is made by the stream's first message, before sent is first
+	// set: a stream that never sends (an idle population) holds none.
+	bits atomic.Pointer[fateBits]
+}
+
+// fateBits has the bit of seq%fateRing set in acked once the server
+// acknowledged seq, in off once the sender wrote it off; both clear while
+// it is in flight. Never both: an ack after the write-off is ignored.
+type fateBits struct {
 	acked, off [fateRing / 64]atomic.Uint64
 }
 
@@ -53,26 +60,40 @@ func (f *fate) write(seq uint64) {
 	if f == nil {
 		return
 	}
+	bits := f.bits.Load()
+	if bits == nil {
+		// Only the sender writes, under its lock.
+		bits = new(fateBits)
+		f.bits.Store(bits)
+	}
 	// sent first: a reader that sees the slot cleared also sees that it
 	// now belongs to seq, so it never takes seq-fateRing for in flight.
 	f.sent.Store(seq)
 	w, b := fateBit(seq)
-	f.acked[w].And(^b)
-	f.off[w].And(^b)
+	bits.acked[w].And(^b)
+	bits.off[w].And(^b)
 }
 
 // ack records seq as acknowledged; writeOff as written off. Both are called
 // with the sender's lock held, once per seq, for a seq still in flight.
 func (f *fate) ack(seq uint64) {
-	if f != nil {
-		f.set(&f.acked, seq)
+	if bits := f.record(); bits != nil {
+		f.set(&bits.acked, seq)
 	}
 }
 
 func (f *fate) writeOff(seq uint64) {
-	if f != nil {
-		f.set(&f.off, seq)
+	if bits := f.record(); bits != nil {
+		f.set(&bits.off, seq)
 	}
+}
+
+// record returns f's bits, nil before its first message.
+func (f *fate) record() *fateBits {
+	if f == nil {
+		return nil
+	}
+	return f.bits.Load()
 }
 
 func (f *fate) set(bits *[fateRing / 64]atomic.Uint64, seq uint64) {
@@ -86,11 +107,13 @@ func (f *fate) set(bits *[fateRing / 64]atomic.Uint64, seq uint64) {
 
 // of returns what became of seq.
 func (f *fate) of(seq uint64) fateOf {
-	if f == nil {
+	bits := f.record()
+	if bits == nil {
+		// Nothing written yet: as a seq this process never wrote.
 		return fateUnknown
 	}
 	w, b := fateBit(seq)
-	acked, off := f.acked[w].Load()&b != 0, f.off[w].Load()&b != 0
+	acked, off := bits.acked[w].Load()&b != 0, bits.off[w].Load()&b != 0
 	// Read after the bits: see write.
 	sent := f.sent.Load()
 	switch {

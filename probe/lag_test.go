@@ -62,8 +62,7 @@ func lagPop(t *testing.T, start time.Time, slow float64) (*Population, *metrics.
 func ack(p *Population, st *sendStream, seq uint64, t time.Time) {
 	u := p.users[st.from]
 	u.mu.Lock()
-	st.acked = max(st.acked, seq)
-	st.acks[seq%ackRing] = ackStamp{seq: seq, at: t.UnixNano()}
+	st.ackedAt(seq, t.UnixNano())
 	u.mu.Unlock()
 }
 

@@ -18,10 +18,8 @@ func (dev *device) OnAck(ref uint64, _ Ack) {
 	u.mu.Lock()
 	f, ok := u.take(ref)
 	if ok {
-		st := f.st
-		st.acked = max(st.acked, f.seq)
-		st.fate.ack(f.seq)
-		st.acks[f.seq%ackRing] = ackStamp{seq: f.seq, at: now}
+		f.st.ackedAt(f.seq, now)
+		f.st.fate.ack(f.seq)
 	}
 	u.mu.Unlock()
 	if !ok {

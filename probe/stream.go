@@ -111,8 +111,9 @@ type sendStream struct {
 	// acked is the highest seq the server acknowledged; acks holds the
 	// time of the last few acks, by seq modulo its length, so that a
 	// recipient's lag is timed from the ack of the first message it misses.
+	// acks is made by the first ack: a stream that never sends holds none.
 	acked uint64
-	acks  [ackRing]ackStamp
+	acks  *[ackRing]ackStamp
 	// recipients are the indices of the users this stream delivers to,
 	// the sender not among them.
 	recipients []int
@@ -124,6 +125,16 @@ type sendStream struct {
 	// fate tells this process's recipients which messages the server
 	// acknowledged and which were written off.
 	fate *fate
+}
+
+// ackedAt records the server's ack of seq at now (Unix ns). Called with the
+// sending user's lock held.
+func (st *sendStream) ackedAt(seq uint64, now int64) {
+	st.acked = max(st.acked, seq)
+	if st.acks == nil {
+		st.acks = new([ackRing]ackStamp)
+	}
+	st.acks[seq%ackRing] = ackStamp{seq: seq, at: now}
 }
 
 // flight is a message written and not yet acknowledged, by the device
