@@ -111,9 +111,13 @@ func (p *pacer) pace() {
 // (see gcPercent), until ctx ends. With GOGC set it only logs it. It sets
 // process-wide state, so it is the command's to call, not the Daemon's.
 //
-// The pace changes only once ready() is true: a ramp makes garbage at the
-// pace of its logins, and a collector kept close then would slow the ramp
-// for memory that is returned minutes later anyway.
+// The pace holds from the start, the ramp included: a ramp's garbage
+// (dials, upgrades, logins) is allocated between the sessions' long-lived
+// objects, and left to Go's default pace it fills spans that one live
+// object then keeps (19,000 sessions: 148 MB of heap in use against 133 MB
+// paced from the start, with the same ramp time). Once ready() is true,
+// one collection returns what the ramp left to the system: an idle prober
+// may not collect again for a minute, and the scavenger is slow.
 func PaceCollector(ctx context.Context, ready func() bool, log *slog.Logger) {
 	if p := newPacer(log); p != nil {
 		p.run(ctx, ready)
@@ -126,17 +130,9 @@ func (p *pacer) run(ctx context.Context, ready func() bool) {
 	defer tick.Stop()
 	started := false
 	for {
-		switch {
-		case started:
-			p.pace()
-		case ready():
+		p.pace()
+		if !started && ready() {
 			started = true
-			// The ramp's garbage, collected at Go's default pace, is
-			// still mapped: an idle prober may not collect again for
-			// minutes, and the scavenger returns it slowly. One
-			// collection now, and the pace it leaves, is what the
-			// process holds from here on.
-			p.pace()
 			p.free()
 		}
 		select {

@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestGCPercent(t *testing.T) {
@@ -78,4 +82,36 @@ func TestReadHeld(t *testing.T) {
 	if h := readHeld(); h <= 0 || h < int64(ms.HeapAlloc)/2 {
 		t.Errorf("held %d bytes with %d allocated after a collection", h, ms.HeapAlloc)
 	}
+}
+
+// TestPacerRun: the pace follows what is held from the start, and the
+// ramp's garbage is returned once, when the population is first ready.
+func TestPacerRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const mib = 1 << 20
+		var held atomic.Int64
+		var ready atomic.Bool
+		var sets []int
+		var frees atomic.Int32
+		p := &pacer{log: slog.New(slog.NewTextHandler(io.Discard, nil)), read: held.Load,
+			set: func(n int) int { sets = append(sets, n); return 0 }, free: func() { frees.Add(1) }, cur: 100}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { p.run(ctx, ready.Load); close(done) }()
+
+		held.Store(200 * mib) // ramping: already paced
+		time.Sleep(paceEvery + time.Millisecond)
+		synctest.Wait()
+		if len(sets) != 1 || sets[0] != paceMinPercent || frees.Load() != 0 {
+			t.Fatalf("while ramping: GOGC set to %v, %d frees; want %d and none", sets, frees.Load(), paceMinPercent)
+		}
+		ready.Store(true)
+		time.Sleep(5 * paceEvery)
+		synctest.Wait()
+		if frees.Load() != 1 {
+			t.Errorf("%d frees once ready, want 1", frees.Load())
+		}
+		cancel()
+		<-done
+	})
 }
