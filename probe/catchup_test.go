@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -121,7 +122,7 @@ func TestCatchupBounded(t *testing.T) {
 	for i := range uint64(1000) {
 		c.Got([]byte("c"), 1+i*3, 0)
 	}
-	if n := len(c.convs["c"].gaps); n > maxConvGaps {
+	if n := len(c.lookup("c").gaps); n > maxConvGaps {
 		t.Errorf("%d gaps kept, want at most %d", n, maxConvGaps)
 	}
 	if got, want := c.Missing(), uint64(999*2); got < want {
@@ -146,5 +147,32 @@ func TestCatchupGotDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Got allocates %v times per message, want 0", allocs)
+	}
+}
+
+// TestCatchupManyConversations: a device in more conversations than it
+// scans keeps each one's place, before and after it starts an index.
+func TestCatchupManyConversations(t *testing.T) {
+	c := NewCatchup(0)
+	const n = 3 * convScan
+	name := func(i int) string { return fmt.Sprintf("conv-%d", i) }
+	for i := range n {
+		c.Behind(name(i), uint64(i+1), 0)
+		for j := range i + 1 {
+			if seq, _ := c.Position(name(j)); seq != uint64(j+1) {
+				t.Fatalf("with %d conversations, %s at %d, want %d", i+1, name(j), seq, j+1)
+			}
+		}
+	}
+	if c.Lacks() {
+		t.Fatal("a gap open with none missing")
+	}
+	c.Got([]byte(name(n-1)), uint64(n+2), 1)
+	due := c.Due(1, nil, 10)
+	if len(due) != 1 || due[0].Conv != name(n-1) || due[0].After != uint64(n) {
+		t.Errorf("due %+v, want %s after %d", due, name(n-1), n)
+	}
+	if seq, _ := c.Position("none"); seq != 0 {
+		t.Errorf("a conversation never seen at %d", seq)
 	}
 }
