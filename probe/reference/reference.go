@@ -59,6 +59,8 @@ type Driver struct {
 	key *probe.Key
 	// conn is what every session's connection shares.
 	conn *wsconn.Settings
+	// scratch holds *scratch for Frame.
+	scratch sync.Pool
 
 	// groupsOf holds each user's groups, so that each login re-creates
 	// them: a restarted target has forgotten its groups, and idempotent
@@ -147,6 +149,7 @@ func New(o Options) (*Driver, error) {
 			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
 			CloseGrace: closeGrace, TLS: o.TLS,
 		}),
+		scratch: sync.Pool{New: func() any { return new(scratch) }},
 	}, nil
 }
 
@@ -277,10 +280,7 @@ func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group,
 type session struct {
 	d    *Driver
 	conn *wsconn.Conn
-	// f and delivery are Serve's, reused for every frame.
-	f        frame
-	delivery probe.Delivery
-	h        probe.Handler
+	h    probe.Handler
 
 	// cu is the device's catch-up state, nil when catch-up is off;
 	// convs are its user's conversations.
@@ -398,15 +398,34 @@ func (s *session) Serve(h probe.Handler) error {
 	return s.conn.Serve(s)
 }
 
+// scratch is what Frame parses one frame into and hands its handler.
+// The driver's sessions share a pool of them rather than each holding
+// one: an idle session reads a frame a minute, and 19,000 of them held
+// 6.6 MB of scratch (2026-12-04).
+type scratch struct {
+	f frame
+	d probe.Delivery
+}
+
 // Frame implements wsconn.Protocol: one frame of the server's.
 func (s *session) Frame(b []byte, at int64) error {
-	f := &s.f
+	// Not cleared when put back: parseFrame starts from zero, and what a
+	// pooled scratch still points to lives until the next collection at
+	// the most, a few of them per core.
+	sc := s.d.scratch.Get().(*scratch)
+	err := s.frame(b, at, sc)
+	s.d.scratch.Put(sc)
+	return err
+}
+
+func (s *session) frame(b []byte, at int64, sc *scratch) error {
+	f := &sc.f
 	if err := parseFrame(b, f); err != nil {
 		return err
 	}
 	switch string(f.typ) {
 	case "msg":
-		d := &s.delivery
+		d := &sc.d
 		d.From, d.Group, d.Body, d.ServerSeq, d.At = f.from, len(f.group) > 0, f.body, f.seq, at
 		d.Recovered = false
 		if s.cu != nil {
