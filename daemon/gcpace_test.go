@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -42,28 +43,22 @@ func TestPacer(t *testing.T) {
 	var sets []int
 	p := &pacer{log: slog.New(slog.NewTextHandler(io.Discard, nil)), read: func() int64 { return held },
 		set: func(n int) int { sets = append(sets, n); return 0 }, cur: 100}
-
-	held = 20 * mib
-	p.pace()
-	if len(sets) != 0 {
-		t.Fatalf("GOGC set to %v for a small process, want Go's default left alone", sets)
-	}
-	held = 200 * mib
-	p.pace()
-	if len(sets) != 1 || sets[0] != paceMinPercent {
-		t.Fatalf("GOGC set to %v at 200 MiB held, want %d", sets, paceMinPercent)
-	}
-	// Drift of a few MiB changes nothing.
-	held = 190 * mib
-	p.pace()
-	if len(sets) != 1 {
-		t.Errorf("GOGC set to %v after a small change, want no new one", sets)
-	}
-	// Sessions gone: back towards the default.
-	held = 40 * mib
-	p.pace()
-	if len(sets) != 2 || sets[1] != 80 {
-		t.Errorf("GOGC set to %v at 40 MiB held, want 80 last", sets)
+	// Each step is what is held, then every GOGC set so far.
+	for _, step := range []struct {
+		why  string
+		held int64
+		want []int
+	}{
+		{"a small process keeps Go's default", 20 * mib, nil},
+		{"a large one is paced", 200 * mib, []int{paceMinPercent}},
+		{"drift of a few MiB changes nothing", 190 * mib, []int{paceMinPercent}},
+		{"sessions gone: back towards the default", 40 * mib, []int{paceMinPercent, 80}},
+	} {
+		held = step.held
+		p.pace()
+		if !slices.Equal(sets, step.want) {
+			t.Fatalf("%s: at %d MiB held, GOGC set to %v, want %v", step.why, held/mib, sets, step.want)
+		}
 	}
 }
 

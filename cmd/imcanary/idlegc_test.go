@@ -30,18 +30,7 @@ func TestIdleCollections(t *testing.T) {
 		beats     = 15
 	)
 	bin := binary(t)
-	tgt := exec.Command(bin, "refserver", "--listen", freeAddr(t), "--log.level", "warn")
-	out, _ := tgt.StdoutPipe()
-	tgt.Stderr = &prefixWriter{t: t, prefix: "refserver: "}
-	if err := tgt.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tgt.Process.Kill(); _ = tgt.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "imcanary refserver: ")
-	if err != nil || !ok {
-		t.Fatalf("refserver said %q, %v", line, err)
-	}
+	url := startRefserver(t, bin)
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -109,6 +98,25 @@ func collections(t *testing.T, addr string) uint64 {
 	}
 	var s *dto.Summary = f.Metric[0].GetSummary()
 	return s.GetSampleCount()
+}
+
+// startRefserver starts bin's reference server on a free loopback port
+// with args, for as long as t runs, and returns its WebSocket URL.
+func startRefserver(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	tgt := exec.Command(bin, append([]string{"refserver", "--listen", freeAddr(t), "--log.level", "warn"}, args...)...)
+	out, _ := tgt.StdoutPipe()
+	tgt.Stderr = &prefixWriter{t: t, prefix: "refserver: "}
+	if err := tgt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tgt.Process.Kill(); _ = tgt.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "imcanary refserver: ")
+	if err != nil || !ok {
+		t.Fatalf("refserver said %q, %v", line, err)
+	}
+	return url
 }
 
 // withoutGoEnv drops the runtime's settings from env, so that the test's

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -35,18 +33,7 @@ func TestLongRun(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("longrun-secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tgt := exec.Command(bin, "refserver", "--listen", freeAddr(t), "--secret-file", secret, "--log.level", "warn")
-	out, _ := tgt.StdoutPipe()
-	tgt.Stderr = &prefixWriter{t: t, prefix: "target: "}
-	if err := tgt.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tgt.Process.Kill(); _ = tgt.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "imcanary refserver: ")
-	if err != nil || !ok {
-		t.Fatalf("target said %q, %v", line, err)
-	}
+	url := startRefserver(t, bin, "--secret-file", secret)
 	cfg := filepath.Join(t.TempDir(), "imcanary.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 target: {url: %q, secret_file: %q}
