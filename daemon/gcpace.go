@@ -28,15 +28,17 @@ import (
 //
 // The share is Go's default of 100 while what is held is small, and falls
 // as it grows so that the room stays paceRoom, down to paceMinPercent: a
-// large idle prober holds a fifth more than it needs instead of twice as
-// much, and collects about once a minute.
+// large idle prober holds a tenth more than it needs instead of twice as
+// much, and collects every minute or two.
 const (
 	// paceRoom is the room for garbage aimed at: at 19,000 idle
 	// sessions, about a minute of their allocation.
-	paceRoom = 32 << 20
-	// paceMinPercent is the least GOGC set: five times Go's default pace
-	// of collection per byte allocated at the most.
-	paceMinPercent = 20
+	paceRoom = 16 << 20
+	// paceMinPercent is the least GOGC set: ten times Go's default pace
+	// of collection per byte allocated at the most. Little for a prober,
+	// whose delivery path allocates nothing; and a fifth, tried first,
+	// left 19,000 idle sessions at 12.5 KiB each (2026-12-04).
+	paceMinPercent = 10
 	// paceEvery is how often the pace is checked, and readiness before
 	// the first.
 	paceEvery = time.Second
