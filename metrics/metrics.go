@@ -121,9 +121,10 @@ const (
 	// A new stream beyond the inbox's limit: only a server that invents
 	// senders gets there.
 	IgnoredStreamLimit = "stream_limit"
-	// A message catch-up returned that the device already had, or a push
-	// of one catch-up had already returned: the normal overlap of a
-	// history fetch with the pushes, which a real client drops by id.
+	// A message catch-up returned that the device already had: the
+	// normal overlap of a history fetch with the pushes, which a real
+	// client drops by id. (A push of one catch-up had already returned
+	// is a late push, counted apart.)
 	IgnoredCatchUp = "catch_up"
 	// A message of the device's own user that is not owed to it: an echo
 	// of what this device sent, or one the protocol does not sync to a
@@ -198,6 +199,7 @@ type Metrics struct {
 	DeliveryLatency     *prometheus.HistogramVec
 	DeliveriesRecovered *prometheus.CounterVec
 	RecoveryLatency     *prometheus.HistogramVec
+	DeliveriesLatePush  *prometheus.CounterVec
 	GroupFanout         *prometheus.HistogramVec
 	MembershipChanges   *prometheus.CounterVec
 
@@ -349,6 +351,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		DeliveriesRecovered: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "imcanary_deliveries_recovered_total",
 			Help: "Deliveries not pushed but fetched by catch-up (history, archive, recovery) before lost_after: neither on time nor lost, and not in imcanary_deliveries_total.",
+		}, []string{"target", "source", "kind", "cohort"}),
+		DeliveriesLatePush: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "imcanary_deliveries_late_push_total",
+			Help: "Pushes of a message the device had already recovered by catch-up: the server pushed it after all, later than the catch-up grace (deadline/3). Of imcanary_deliveries_recovered_total, these were slow pushes; the rest were never pushed before lost_after.",
 		}, []string{"target", "source", "kind", "cohort"}),
 		RecoveryLatency: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "imcanary_recovery_latency_seconds",
@@ -544,9 +550,10 @@ type RecvSet struct {
 	Expected, Delivered, Lost, Late, Duplicate, Reordered prometheus.Counter
 	DeliveryLatency                                       prometheus.Observer
 	// Recovered counts deliveries fetched by catch-up; RecoveryLatency
-	// times them.
+	// times them. LatePush counts pushes of what was already recovered.
 	Recovered       prometheus.Counter
 	RecoveryLatency prometheus.Observer
+	LatePush        prometheus.Counter
 	// Unowed counts first deliveries of messages never acknowledged to
 	// their sender, which Expected does not owe.
 	Unowed prometheus.Counter
@@ -635,6 +642,7 @@ func (m *Metrics) For(target, source string) *Set {
 				DeliveryLatency: m.DeliveryLatency.WithLabelValues(target, source, k, c),
 				Recovered:       m.DeliveriesRecovered.WithLabelValues(target, source, k, c),
 				RecoveryLatency: m.RecoveryLatency.WithLabelValues(target, source, k, c),
+				LatePush:        m.DeliveriesLatePush.WithLabelValues(target, source, k, c),
 				Unowed:          m.DeliveriesUnowed.WithLabelValues(target, source, k, c),
 			}
 		}

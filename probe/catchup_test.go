@@ -47,12 +47,24 @@ func TestCatchup(t *testing.T) {
 			},
 		},
 		{
-			name: "behind is due at once",
+			// The server counts a message before its push arrives: a
+			// gap it names waits the grace like any other.
+			name: "behind is due after the grace",
 			steps: []step{
 				{got: 5}, {behind: 9, at: 10},
-				{at: 10, check: true, due: []Fetch{{Conv: "c", After: 5, N: 4}}},
+				{at: 10, check: true},
+				{at: 109, check: true},
+				{at: 110, check: true, due: []Fetch{{Conv: "c", After: 5, N: 4}}},
 			},
 			missing: 4,
+		},
+		{
+			name: "pushes in flight close what behind named",
+			steps: []step{
+				{got: 5}, {behind: 9, at: 10},
+				{got: 7, at: 40}, {got: 6, at: 50}, {got: 9, at: 60}, {got: 8, at: 100},
+				{at: 5000, check: true},
+			},
 		},
 		{
 			// A device's first word of a conversation is where it
@@ -82,7 +94,7 @@ func TestCatchup(t *testing.T) {
 			name: "a fetch answers a page at a time",
 			steps: []step{
 				{got: 1}, {behind: 2 + MaxFetch + 10, at: 0},
-				{at: 0, check: true, due: []Fetch{{Conv: "c", After: 1, N: MaxFetch}}},
+				{at: 100, check: true, due: []Fetch{{Conv: "c", After: 1, N: MaxFetch}}},
 				{answeredAfter: 1, answeredUpTo: 1 + MaxFetch, at: 10},
 			},
 			missing: 11,

@@ -284,7 +284,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 			l.set.Ignored[metrics.IgnoredTooOld].Inc()
 			outcome = Ignored
 		case st.received(s):
-			outcome = in.again(ks, own, fetched || st.wasFetched(s), st.wasExcused(s))
+			outcome = in.again(ks, own, fetched, st.wasFetched(s), st.wasExcused(s))
 		default:
 			l.set.Ignored[metrics.IgnoredAfterLost].Inc()
 			outcome = Ignored
@@ -294,7 +294,8 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		in.observe(&h, now, Ignored)
 		return
 	case st.isPending(s):
-		outcome = in.again(ks, own, fetched || st.pendingHow(s) == holdFetched, st.pendingHow(s) == holdExcused)
+		how := st.pendingHow(s)
+		outcome = in.again(ks, own, fetched, how == holdFetched, how == holdExcused)
 	case fetched:
 		lat, trusted := in.latency(&h, now)
 		outcome = Recovered
@@ -421,12 +422,14 @@ func (in *Inbox) latency(h *Header, now int64) (int64, bool) {
 	return lat + off, true
 }
 
-// again classifies a message the device already holds: a duplicate if
-// both it and the copy held were pushes, an overlap otherwise (a fetch of
-// what was pushed, a push of what was fetched, the echo of a device's own
-// send), which a real client drops by id and the server did nothing wrong
-// by.
-func (in *Inbox) again(ks *metrics.RecvSet, own, fetched, excused bool) Outcome {
+// again classifies a message the device already holds, fetched telling
+// whether this copy came by catch-up and heldFetched whether the one held
+// did: a duplicate if both were pushes; a late push if the server pushed
+// what catch-up had already fetched, which tells a slow push from a
+// missing one; an overlap otherwise (a fetch of what was pushed, the echo
+// of a device's own send), which a real client drops by id and the server
+// did nothing wrong by.
+func (in *Inbox) again(ks *metrics.RecvSet, own, fetched, heldFetched, excused bool) Outcome {
 	switch {
 	case excused:
 		in.l.set.Ignored[metrics.IgnoredLeftGroup].Inc()
@@ -434,7 +437,10 @@ func (in *Inbox) again(ks *metrics.RecvSet, own, fetched, excused bool) Outcome 
 	case own:
 		in.l.set.Ignored[metrics.IgnoredOwn].Inc()
 		return Ignored
-	case fetched:
+	case !fetched && heldFetched:
+		ks.LatePush.Inc()
+		return LatePush
+	case fetched || heldFetched:
 		in.l.set.Ignored[metrics.IgnoredCatchUp].Inc()
 		return Ignored
 	}

@@ -18,8 +18,8 @@ const (
 
 // counts is what a ledger recorded for one kind, plus the ignored reasons.
 type counts struct {
-	delivered, late, lost, dup, reordered, recovered float64
-	ignored                                          map[string]float64
+	delivered, late, lost, dup, reordered, recovered, latePush float64
+	ignored                                                    map[string]float64
 }
 
 func readCounts(set *metrics.Set, kind int) counts {
@@ -31,6 +31,7 @@ func readCounts(set *metrics.Set, kind int) counts {
 		dup:       testutil.ToFloat64(k.Duplicate),
 		reordered: testutil.ToFloat64(k.Reordered),
 		recovered: testutil.ToFloat64(k.Recovered),
+		latePush:  testutil.ToFloat64(k.LatePush),
 		ignored:   map[string]float64{},
 	}
 	for r, ctr := range set.Ignored {
@@ -214,19 +215,24 @@ func TestInbox(t *testing.T) {
 			want:    counts{delivered: 2, recovered: 1},
 		},
 		{
-			// The overlap of a fetch with pushes is not a duplicate,
-			// whichever came first; two pushes of one message still
-			// are.
-			name: "catch-up overlap",
+			// A fetch of what was pushed is an overlap, not a
+			// duplicate; a push of what was fetched is a late push,
+			// pending (2) or past the base (5); two pushes of one
+			// message still are a duplicate.
+			name: "catch-up overlap and late push",
 			arrivals: []arrival{
 				{seq: 1, at: 0, lat: 10 * ms}, {seq: 1, at: 0, lat: 20 * ms, fetched: true},
 				{seq: 3, at: 200 * ms, lat: 10 * ms},
 				{seq: 2, at: 100 * ms, lat: 300 * ms, fetched: true}, {seq: 2, at: 100 * ms, lat: 400 * ms},
 				{seq: 3, at: 200 * ms, lat: 300 * ms, fetched: true},
 				{seq: 4, at: 300 * ms, lat: 10 * ms}, {seq: 4, at: 300 * ms, lat: 20 * ms},
+				{seq: 6, at: 500 * ms, lat: 10 * ms},
+				{seq: 5, at: 400 * ms, lat: 400 * ms, fetched: true},
+				{seq: 7, at: 600 * ms, lat: 10 * ms},
+				{seq: 5, at: 400 * ms, lat: 600 * ms}, {seq: 5, at: 400 * ms, lat: 700 * ms, fetched: true},
 			},
 			sweepAt: 10 * time.Second,
-			want:    counts{delivered: 3, recovered: 1, dup: 1, ignored: map[string]float64{metrics.IgnoredCatchUp: 3}},
+			want:    counts{delivered: 5, recovered: 2, dup: 1, latePush: 2, ignored: map[string]float64{metrics.IgnoredCatchUp: 3}},
 		},
 		{
 			// What catch-up brings after lost_after has been counted
@@ -276,6 +282,7 @@ func TestInbox(t *testing.T) {
 			got := readCounts(set, tt.kind)
 			if got.delivered != tt.want.delivered || got.late != tt.want.late || got.lost != tt.want.lost ||
 				got.dup != tt.want.dup || got.reordered != tt.want.reordered || got.recovered != tt.want.recovered ||
+				got.latePush != tt.want.latePush ||
 				!sameMap(got.ignored, tt.want.ignored) {
 				t.Errorf("counts = %+v, want %+v", got, tt.want)
 			}

@@ -12,12 +12,16 @@ const (
 	// Duplicate is a message the receiver already had.
 	Duplicate
 	// Ignored is anything not counted as a delivery: malformed, stale,
-	// after being written off, too old to judge, an overlap of catch-up
-	// with the pushes.
+	// after being written off, too old to judge, a fetched copy of what
+	// the device had, the echo of its own send.
 	Ignored
 	// Recovered is a message the device lacked and fetched by catch-up:
 	// not pushed, not lost.
 	Recovered
+	// LatePush is the push of a message the device had already
+	// recovered: the server pushed it after all, slower than the
+	// catch-up grace. Its latency is the push's.
+	LatePush
 )
 
 // Observer sees the individual events of one population, for the code that

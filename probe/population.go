@@ -361,11 +361,14 @@ func (p *Population) groupLayout() [][]int {
 }
 
 // catchupGrace is how long a device lets a gap in a conversation stand
-// before it fetches it: a quarter of the deadline, at most a second, so
-// that a push held back by reordering still arrives as a push, and a
-// fetch still comes well within the deadline.
+// before it fetches it: a third of the deadline, so that a push up to a
+// quarter of the deadline slower than a later one of its conversation, or
+// than the sync answer that named it, still arrives as a push, with a
+// twelfth of the deadline to spare for the fetch's own way. A fixed cap
+// (it was a second) made a slow but healthy server's pushes recoveries
+// once the deadline was past four seconds.
 func (p *Population) catchupGrace() time.Duration {
-	return min(p.opts.Deadline/4, time.Second)
+	return p.opts.Deadline / 3
 }
 
 // spread reports whether user i is one of a fraction f of the users,

@@ -37,12 +37,12 @@ func TestFaults(t *testing.T) {
 		},
 		{
 			name: "reorder swaps consecutive deliveries", faults: Faults{Reorder: 1}, sent: 4, wantSeqs: []uint64{2, 1, 4, 3},
-			wantStats: Stats{Deliveries: 4, Reordered: 2},
+			wantStats: Stats{Deliveries: 4, Held: 2, Reordered: 2},
 		},
 		{
 			name: "reorder releases a lone delivery after reorderHold", faults: Faults{Reorder: 1}, sent: 1,
 			wantSeqs: []uint64{1}, minLatency: reorderHold,
-			wantStats: Stats{Deliveries: 1},
+			wantStats: Stats{Deliveries: 1, Held: 1},
 		},
 		{
 			name: "fixed delay keeps order", faults: Faults{Delay: 200 * time.Millisecond}, sent: 5,
@@ -106,7 +106,7 @@ func TestFaults(t *testing.T) {
 			st := s.Stats()
 			want := tt.wantStats
 			want.Deliveries++ // the marker
-			got2 := Stats{Deliveries: st.Deliveries, Dropped: st.Dropped, Duplicated: st.Duplicated, Reordered: st.Reordered, Delayed: st.Delayed}
+			got2 := Stats{Deliveries: st.Deliveries, Dropped: st.Dropped, Duplicated: st.Duplicated, Held: st.Held, Reordered: st.Reordered, Delayed: st.Delayed}
 			if got2 != want {
 				t.Errorf("Stats() = %+v, want %+v", got2, want)
 			}

@@ -411,6 +411,7 @@ func (s *Server) handoff(c *conn, p push, reorder bool) {
 		c.heldGen++
 		if s.schedule(delayed{at: s.now() + int64(reorderHold), held: c, gen: c.heldGen}) {
 			c.held, c.heldStream, c.heldSelf, c.heldAt = p.frame, p.stream, p.self, s.logins
+			s.stats.held.Add(1)
 			return
 		}
 	}

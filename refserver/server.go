@@ -220,9 +220,10 @@ type Stats struct {
 	Deliveries uint64
 	// Dropped, Duplicated and Delayed count deliveries hit by each fault.
 	Dropped, Duplicated, Delayed uint64
-	// Reordered counts held-back deliveries released after a later one;
-	// one released by the reorderHold timeout was not reordered.
-	Reordered uint64
+	// Held counts deliveries the reorder fault held back; Reordered those
+	// of them released after a later one. One released by the
+	// reorderHold timeout was not reordered, only late.
+	Held, Reordered uint64
 	// Stalled counts msg frames discarded by the stall fault (see
 	// Server.Stall), one per session, offline backlogs discarded at a
 	// stalled login included.
@@ -247,7 +248,7 @@ type Stats struct {
 type counters struct {
 	connections                                   atomic.Int64
 	logins, sent, deliveries                      atomic.Uint64
-	dropped, duplicated, reordered, delayed       atomic.Uint64
+	dropped, duplicated, held, reordered, delayed atomic.Uint64
 	stalled                                       atomic.Uint64
 	slowConsumerKicks, offlineQueued, offlineDrop atomic.Uint64
 	droppedPush, skippedDevice, deviceLimit       atomic.Uint64
@@ -566,6 +567,7 @@ func (s *Server) Stats() Stats {
 		Deliveries:        c.deliveries.Load(),
 		Dropped:           c.dropped.Load(),
 		Duplicated:        c.duplicated.Load(),
+		Held:              c.held.Load(),
 		Reordered:         c.reordered.Load(),
 		Stalled:           c.stalled.Load(),
 		Delayed:           c.delayed.Load(),

@@ -548,6 +548,7 @@ func deliveryCard(r *Soak, all Deliveries) []renderKV {
 	return append([]renderKV{
 		{"real-time completeness", renderPercent(all.Realtime())},
 		{"eventual completeness", renderPercent(all.Eventual())},
-		{"recovered by catch-up (" + r.CatchUp + ")", renderCount(all.Recovered)},
+		{"recovered by catch-up (" + r.CatchUp + ")", renderCount(all.Recovered) +
+			renderIf(all.LatePush > 0, ", "+renderCount(all.LatePush)+" of them pushed later (slow, not missing)")},
 	}, rows...)
 }

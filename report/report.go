@@ -180,9 +180,13 @@ type Messages struct {
 // recovered at all: 1 - LossRatio). A server that drops pushes but keeps
 // its store misses the first only; one that loses data misses both.
 type Deliveries struct {
-	Expected    int64   `json:"expected"`
-	Delivered   int64   `json:"delivered"`
-	Recovered   int64   `json:"recovered"`
+	Expected  int64 `json:"expected"`
+	Delivered int64 `json:"delivered"`
+	Recovered int64 `json:"recovered"`
+	// LatePush counts pushes of what a device had already recovered: of
+	// Recovered, these were pushed after all, later than the catch-up
+	// grace; the rest were not pushed before lost_after.
+	LatePush    int64   `json:"late_push,omitempty"`
 	Lost        int64   `json:"lost"`
 	Undelivered int64   `json:"undelivered"`
 	Late        int64   `json:"late"`

@@ -478,6 +478,7 @@ func addTo(d *report.Deliveries, o report.Deliveries) {
 	d.Expected += o.Expected
 	d.Delivered += o.Delivered
 	d.Recovered += o.Recovered
+	d.LatePush += o.LatePush
 	d.Lost += o.Lost
 	d.Undelivered += o.Undelivered
 	d.Late += o.Late
@@ -522,6 +523,7 @@ func cohortCounts(k metrics.RecvSet) report.Deliveries {
 		Expected:  int64(metrics.Value(k.Expected)),
 		Delivered: int64(metrics.Value(k.Delivered)),
 		Recovered: int64(metrics.Value(k.Recovered)),
+		LatePush:  int64(metrics.Value(k.LatePush)),
 		Lost:      int64(metrics.Value(k.Lost)),
 		Late:      int64(metrics.Value(k.Late)),
 		Duplicate: int64(metrics.Value(k.Duplicate)),
@@ -549,6 +551,7 @@ func minus(d, b report.Deliveries) report.Deliveries {
 		Expected:  d.Expected - b.Expected,
 		Delivered: d.Delivered - b.Delivered,
 		Recovered: d.Recovered - b.Recovered,
+		LatePush:  d.LatePush - b.LatePush,
 		Lost:      d.Lost - b.Lost,
 		Late:      d.Late - b.Late,
 		Duplicate: d.Duplicate - b.Duplicate,

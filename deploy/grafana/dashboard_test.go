@@ -826,7 +826,7 @@ var required = []struct {
 
 	{"Completeness", "Deliveries: expected, pushed, recovered, lost, late (normal cohort)", "timeseries", []string{"imcanary_deliveries_expected_total", "imcanary_deliveries_total", "imcanary_deliveries_recovered_total", "imcanary_deliveries_lost_total", "imcanary_deliveries_late_total"}},
 	{"Completeness", "Lost, late and recovered ratio by kind (normal cohort)", "timeseries", []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_late_total", "imcanary_deliveries_recovered_total", "imcanary_deliveries_expected_total"}},
-	{"Completeness", "Recovered deliveries by kind and source (normal cohort)", "timeseries", []string{"imcanary_deliveries_recovered_total"}},
+	{"Completeness", "Recovered deliveries and late pushes by kind and source (normal cohort)", "timeseries", []string{"imcanary_deliveries_recovered_total", "imcanary_deliveries_late_push_total"}},
 	{"Completeness", "Recovery latency p50 / p95 / p99 by kind", "timeseries", []string{"imcanary_recovery_latency_seconds_bucket"}},
 	{"Completeness", "Duplicates and reordered (normal cohort)", "timeseries", []string{"imcanary_deliveries_duplicate_total", "imcanary_deliveries_reordered_total"}},
 	{"Completeness", "Cohorts: lost and late ratio, normal vs slow_reader", "timeseries", []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_expected_total"}},
@@ -1004,8 +1004,9 @@ var requiredQueries = map[string][]wantQuery{
 	"Lost, late and recovered ratio by kind (normal cohort)": {
 		selecting("imcanary_deliveries_recovered_total", map[string]string{"cohort": "normal"}),
 	},
-	"Recovered deliveries by kind and source (normal cohort)": {
+	"Recovered deliveries and late pushes by kind and source (normal cohort)": {
 		selecting("imcanary_deliveries_recovered_total", map[string]string{"cohort": "normal"}),
+		selecting("imcanary_deliveries_late_push_total", map[string]string{"cohort": "normal"}),
 	},
 	"Recovery latency p50 / p95 / p99 by kind": {
 		quantilesBy("imcanary_recovery_latency_seconds_bucket", "kind"),

@@ -365,6 +365,12 @@ func (s *session) syncChannels(chans []string) error {
 	return s.write(b)
 }
 
+// streamTop is a channel's top as a sync reply gave it, and when (Unix ns).
+type streamTop struct {
+	offset uint64
+	at     int64
+}
+
 // onSync handles the answer to a sync of ch: the stream's epoch and top.
 // Another epoch is a lost stream. In the same epoch, the top the previous
 // sync gave is now applied (Catchup.Behind), not this one: what was
@@ -389,13 +395,15 @@ func (s *session) onSync(ch string, m *msg) error {
 		s.lost(ch, string(r.epoch), r.offset)
 		return nil
 	}
+	now := time.Now().UnixNano()
 	if prev, ok := s.tops[ch]; ok {
-		s.cu.Behind(ch, prev+mk.shift, time.Now().UnixNano())
+		// Dated when the server said it: its grace has passed.
+		s.cu.Behind(ch, prev.offset+mk.shift, prev.at)
 	}
 	if s.tops == nil {
-		s.tops = make(map[string]uint64, len(s.chans))
+		s.tops = make(map[string]streamTop, len(s.chans))
 	}
-	s.tops[ch] = r.offset
+	s.tops[ch] = streamTop{offset: r.offset, at: now}
 	// Due at once: a gap found here waited a sync period already.
 	s.dueAt = 0
 	return nil

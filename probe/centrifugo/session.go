@@ -37,10 +37,10 @@ type session struct {
 	// owned by the goroutine that runs the handshake, then by Serve's.
 	marks map[string]streamMark
 	own   [][]byte
-	// tops holds, per channel, the stream top the last sync reply gave,
-	// applied at the next one (see onSync); dueAt (Unix ns) is when Due
-	// is next asked, dues its scratch. Serve's.
-	tops  map[string]uint64
+	// tops holds, per channel, the stream top the last sync reply gave
+	// and when, applied at the next one (see onSync); dueAt (Unix ns) is
+	// when Due is next asked, dues its scratch. Serve's.
+	tops  map[string]streamTop
 	dueAt int64
 	dues  []probe.Fetch
 

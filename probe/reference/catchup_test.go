@@ -258,3 +258,92 @@ func TestDeviceLimitIsConflict(t *testing.T) {
 		t.Fatal("the first session was not closed by the second login")
 	}
 }
+
+// TestPushesInFlightAreNotRecovered: a clean server whose pushes take up to
+// a quarter of the deadline, in any pattern, loses and reorders nothing,
+// and catch-up must not fetch a push still on its way: a fixed delay
+// behind every sync answer, jitter that brings a conversation's messages
+// from several senders out of seq order, and both. Each sender's stream
+// is 500 ms apart (4 msg/s alternating direct and group), more than the
+// jitter, so that the server never reorders one sender's messages and any
+// reordered count is false.
+func TestPushesInFlightAreNotRecovered(t *testing.T) {
+	pc := withCatchUp()
+	pc.rate = 4
+	quarter := pc.deadline / 4
+	for _, tt := range []struct {
+		name   string
+		faults refserver.Faults
+	}{
+		{"delay", refserver.Faults{Delay: quarter}},
+		{"jitter", refserver.Faults{Jitter: quarter}},
+		{"delay and jitter", refserver.Faults{Delay: quarter / 2, Jitter: quarter / 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newFixture(t, tt.faults, pc)
+			fx.soak(soakFor, pc.lostAfter)
+			c := fx.counts()
+			t.Logf("%+v: %+v", tt.faults, c)
+			if c.expected < 200 {
+				t.Fatalf("expected deliveries = %v, want hundreds", c.expected)
+			}
+			if c.recovered != 0 || c.lost != 0 || c.reordered != 0 || c.dup != 0 {
+				t.Errorf("recovered/lost/reordered/duplicate = %v/%v/%v/%v, want all 0: every push came within a quarter of the deadline",
+					c.recovered, c.lost, c.reordered, c.dup)
+			}
+			if c.delivered != c.expected {
+				t.Errorf("delivered %v of %v expected", c.delivered, c.expected)
+			}
+		})
+	}
+}
+
+// TestReorderWithCatchUp: a push the server holds back is reordered if it
+// comes within the catch-up grace, and otherwise recovered by catch-up and
+// then counted as a late push when it does come, never as lost: together
+// the two match what the server held back. At 25 msg/s a sender's next
+// message releases the held one within 80 ms, under the grace (333 ms); at
+// 2 msg/s only after a second, over it. lost_after is past the server's
+// 5 s hold, so that the last held pushes arrive while their streams are
+// still remembered.
+func TestReorderWithCatchUp(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		users int
+		rate  float64
+		// slow is set where the held pushes outlast the grace.
+		slow bool
+	}{
+		{"held within the grace", 20, 25, false},
+		{"held past the grace", 80, 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const p = 0.05
+			pc := withCatchUp()
+			pc.users, pc.rate, pc.lostAfter = tt.users, tt.rate, 6*time.Second
+			fx := newFixture(t, refserver.Faults{Reorder: p}, pc)
+			fx.soak(soakFor, pc.lostAfter)
+			c, st := fx.counts(), fx.srv.Stats()
+			t.Logf("reorder %v at %v msg/s: %+v; target held %d, released after a later one %d", p, tt.rate, c, st.Held, st.Reordered)
+			if st.Held < 20 {
+				t.Fatalf("the target held back %d pushes, want at least 20 to judge by", st.Held)
+			}
+			if !within(c.reordered+c.latePush, float64(st.Held), 0.2) {
+				t.Errorf("reordered %v + late push %v, target held back %d: want within 20%%", c.reordered, c.latePush, st.Held)
+			}
+			if c.lost != 0 || c.dup != 0 || c.delivered+c.recovered != c.expected {
+				t.Errorf("lost/dup = %v/%v, delivered %v + recovered %v of %v: a held push costs nothing else", c.lost, c.dup, c.delivered, c.recovered, c.expected)
+			}
+			// Every recovery here was of a push that came after all.
+			if c.recovered != c.latePush {
+				t.Errorf("recovered %v, late push %v: want equal, the server pushed every message", c.recovered, c.latePush)
+			}
+			if tt.slow && c.latePush < c.reordered {
+				t.Errorf("late push %v < reordered %v with pushes held past the grace", c.latePush, c.reordered)
+			}
+			if !tt.slow && c.latePush > 0.2*c.reordered {
+				t.Errorf("late push %v, reordered %v with pushes held within the grace: want mostly reordered", c.latePush, c.reordered)
+			}
+		})
+	}
+}

@@ -221,7 +221,7 @@ func (fx *fixture) soak(d, lostAfter time.Duration) {
 }
 
 type totals struct {
-	sent, expected, delivered, recovered, lost, late, dup, reordered float64
+	sent, expected, delivered, recovered, lost, late, dup, reordered, latePush float64
 	// unowed are deliveries of messages never acked: not in expected.
 	unowed float64
 }
@@ -241,6 +241,7 @@ func (fx *fixture) cohort(i int) totals {
 		c.late += metrics.Value(k.Cohort[i].Late)
 		c.dup += metrics.Value(k.Cohort[i].Duplicate)
 		c.reordered += metrics.Value(k.Cohort[i].Reordered)
+		c.latePush += metrics.Value(k.Cohort[i].LatePush)
 		c.unowed += metrics.Value(k.Cohort[i].Unowed)
 	}
 	return c
