@@ -313,3 +313,26 @@ func (fx *fixture) checkComplete(c totals, killed int) {
 		}
 	}
 }
+
+// TestMappedPushesInFlightAreNotRecovered: through the mapping, as through
+// the native adapter, a push up to a quarter of the deadline behind the
+// message or sync answer that revealed its seq is a push, not a recovery:
+// the mapping's catch-up waits the same grace.
+func TestMappedPushesInFlightAreNotRecovered(t *testing.T) {
+	pc := withCatchUp(base)
+	// 4 msg/s alternating direct and group: a sender's own messages 500
+	// ms apart, more than the jitter, so that any reordered is false.
+	pc.rate = 4
+	quarter := pc.deadline / 4
+	for _, f := range []refserver.Faults{{Delay: quarter}, {Jitter: quarter}} {
+		fx := newFixture(t, true, f, pc)
+		c := fx.soak(3*time.Second, pc.lostAfter)
+		t.Logf("%+v: %+v", f, c)
+		if c.expected < 200 {
+			t.Fatalf("%v expected deliveries, want hundreds", c.expected)
+		}
+		if c.recovered != 0 || c.lost != 0 || c.reordered != 0 || c.dup != 0 || c.delivered != c.expected {
+			t.Errorf("delay %v, jitter %v: %+v; want every delivery pushed, none recovered, lost or reordered", f.Delay, f.Jitter, c)
+		}
+	}
+}

@@ -248,6 +248,24 @@ func TestGatewayDelayIsLatency(t *testing.T) {
 	}
 }
 
+// TestGatewayPushInFlightIsNotRecovered: OpenIM counts a message in the
+// conversation's newest seq when it accepts it, and pushes it later (its
+// published run averaged 0.2 s from send to receipt). A push up to a
+// quarter of the deadline (0.5 s) late is a push, not recovered by the
+// sync every quarter of lost_after that names its seq first.
+func TestGatewayPushInFlightIsNotRecovered(t *testing.T) {
+	gw := newGateway(t, openimtest.Options{Faults: openimtest.Faults{PushDelay: 500 * time.Millisecond}})
+	fx := start(t, gw, base)
+	c := probetest.SoakUntil(fx.pop, fx.set, 1000, 20*time.Second, base.lostAfter, metrics.Normal)
+	t.Logf("push delay 0.5 s: %v", c)
+	if c.Expected < 1000 {
+		t.Fatalf("expected = %v, want over a thousand deliveries", c.Expected)
+	}
+	if c.Delivered != c.Expected || c.Recovered+c.Lost+c.Late+c.Dup+c.Reordered != 0 {
+		t.Errorf("%v: want every delivery pushed on time, none recovered", c)
+	}
+}
+
 // TestGatewayCatchUp: users dropped without a close come back to what was
 // sent meanwhile, got by GetNewestSeq and a pull: recovered, never lost.
 // With catch-up off the same drops are lost.
