@@ -209,7 +209,8 @@ type Saturation struct {
 	// MaxFDs is the highest ratio of open files to the file limit.
 	MaxFDs float64 `koanf:"max_fds"`
 	// MaxPorts is the highest ratio of used to available ephemeral ports
-	// of any local address.
+	// from a local address toward one destination the prober connects to
+	// (every program's sockets count: they share the range).
 	MaxPorts float64 `koanf:"max_ports"`
 }
 

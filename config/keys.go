@@ -265,7 +265,7 @@ var keyDocs = map[string]keyDoc{
 	"saturation.max_gc_pause":             {"longest GC pause before imcanary is saturated", everyone},
 	"saturation.max_cpu":                  {"highest CPU use per usable core before imcanary is saturated, 0 to 1", everyone},
 	"saturation.max_fds":                  {"highest ratio of open files to the file limit before imcanary is saturated", everyone},
-	"saturation.max_ports":                {"highest ratio of used ephemeral ports of a local address before imcanary is saturated", everyone},
+	"saturation.max_ports":                {"highest ratio of used ephemeral ports from a local address toward one destination imcanary connects to before imcanary is saturated", everyone},
 	"slo.objective":                       {"objective of the completeness and latency SLIs that the status page judges them by, such as 0.999; keep it equal to imcanary:slo_objective:ratio in the alert rules", CommandRun},
 	// Canary: where a protocol whose passwords derive from the secret
 	// keeps one of its own when none is configured. Soak: the history it saves its report to, and so

@@ -411,7 +411,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"target"}),
 		ProbePortUsage: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "imcanary_probe_ephemeral_port_usage_ratio",
-			Help: "TCP sockets on ephemeral ports of a local address, per port of the ephemeral range (net.ipv4.ip_local_port_range): near 1, new connections from it fail.",
+			Help: "TCP sockets on ephemeral ports from a local address toward its fullest destination, per port of the ephemeral range (net.ipv4.ip_local_port_range), every program's: near 1, new connections from it to that destination fail. Connections to different destinations share ports, so it never passes 1; the ports cause is judged only toward destinations imcanary connects to.",
 		}, []string{"target", "address"}),
 		StreamsTracked: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "imcanary_ledger_streams",

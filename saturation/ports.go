@@ -23,9 +23,23 @@ const tcpListen = 0x0A
 
 // socket is what the port count needs of a line of /proc/net/tcp{,6}.
 type socket struct {
-	addr  netip.Addr // local address, IPv4-mapped addresses unmapped
-	port  uint16     // local port
-	state uint8
+	addr   netip.Addr     // local address, IPv4-mapped addresses unmapped
+	port   uint16         // local port
+	remote netip.AddrPort // remote address and port, unmapped; port 0 when not connected
+	state  uint8
+	inode  uint64 // the socket's inode: which process holds it, through /proc/PID/fd
+}
+
+// dest is one local address and one remote endpoint. Linux gives a
+// connect() a local port that no other connection from that address to the
+// same endpoint uses, but connections to different endpoints share ports
+// freely: the ephemeral range runs out per destination, not per address.
+// Counting every socket of an address as one pool called a prober with no
+// connection of its own saturated, at 127% of its range, on a host where
+// another program held 85,000 loopback sockets (2026-12-04).
+type dest struct {
+	local  netip.Addr
+	remote netip.AddrPort // the zero AddrPort for a bound, unconnected socket
 }
 
 // portRange is the kernel's ephemeral port range, both ends included.
@@ -80,28 +94,51 @@ func readSockets(r io.Reader, dst []socket) ([]socket, error) {
 func parseSocket(line []byte) (socket, error) {
 	_, rest := field(line) // sl
 	local, rest := field(rest)
-	_, rest = field(rest) // rem_address
-	st, _ := field(rest)
+	rem, rest := field(rest)
+	st, rest := field(rest)
+	// tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+	for range 5 {
+		_, rest = field(rest)
+	}
+	ino, _ := field(rest)
 	bad := func(what string) (socket, error) {
 		return socket{}, fmt.Errorf("socket line %q: bad %s", line, what)
 	}
-	i := bytes.IndexByte(local, ':')
-	if i < 0 {
-		return bad("local address")
-	}
-	addr, ok := parseHexAddr(local[:i])
+	addr, port, ok := parseHexEndpoint(local)
 	if !ok {
 		return bad("local address")
 	}
-	port, ok := parseHex(local[i+1:], 16)
+	remote, rport, ok := parseHexEndpoint(rem)
 	if !ok {
-		return bad("local port")
+		return bad("remote address")
 	}
 	state, ok := parseHex(st, 8)
 	if !ok {
 		return bad("state")
 	}
-	return socket{addr: addr, port: uint16(port), state: uint8(state)}, nil
+	inode, err := strconv.ParseUint(string(ino), 10, 64)
+	if err != nil {
+		return bad("inode")
+	}
+	s := socket{addr: addr, port: port, state: uint8(state), inode: inode}
+	if rport != 0 {
+		s.remote = netip.AddrPortFrom(remote, rport)
+	}
+	return s, nil
+}
+
+// parseHexEndpoint parses ADDR:PORT of /proc/net/tcp{,6}.
+func parseHexEndpoint(b []byte) (netip.Addr, uint16, bool) {
+	i := bytes.IndexByte(b, ':')
+	if i < 0 {
+		return netip.Addr{}, 0, false
+	}
+	addr, ok := parseHexAddr(b[:i])
+	if !ok {
+		return netip.Addr{}, 0, false
+	}
+	port, ok := parseHex(b[i+1:], 16)
+	return addr, uint16(port), ok
 }
 
 // field splits off the first space-separated field of b.
@@ -160,14 +197,15 @@ func parseHexAddr(b []byte) (netip.Addr, bool) {
 	return netip.AddrFrom16(a).Unmap(), true
 }
 
-// countPorts counts, for each local address, the sockets holding a port of
-// the ephemeral range r. A socket on a listening port is the server side
-// of an accepted connection: it shares the listener's port and takes none
-// of the range, though an in-process server listening on port 0 is given
-// one from it. A listener on a wildcard address serves its port on every
-// address. Connections to different destinations may share a local port,
-// so the count is the use as seen by one destination, the prober's case.
-func countPorts(socks []socket, r portRange) map[netip.Addr]int {
+// countPorts counts, for each destination, the sockets holding a port of
+// the ephemeral range r toward it. A socket on a listening port is the
+// server side of an accepted connection: it shares the listener's port and
+// takes none of the range, though an in-process server listening on port
+// 0 is given one from it. A listener on a wildcard address serves its port
+// on every address. A socket bound to a port of the range but not
+// connected holds that port toward every destination of its address.
+// Only the sockets keep accepts are counted (nil: all).
+func countPorts(socks []socket, r portRange, keep func(socket) bool) map[dest]int {
 	listen := map[netip.AddrPort]bool{}
 	for _, s := range socks {
 		if s.state == tcpListen {
@@ -179,19 +217,29 @@ func countPorts(socks []socket, r portRange) map[netip.Addr]int {
 			listen[netip.AddrPortFrom(netip.IPv4Unspecified(), s.port)] ||
 			listen[netip.AddrPortFrom(netip.IPv6Unspecified(), s.port)]
 	}
-	used := map[netip.Addr]int{}
+	used := map[dest]int{}
+	bound := map[netip.Addr]int{}
 	for _, s := range socks {
-		if s.state == tcpListen || s.port < r.lo || s.port > r.hi || served(s) {
+		if s.state == tcpListen || s.port < r.lo || s.port > r.hi || served(s) || (keep != nil && !keep(s)) {
 			continue
 		}
-		used[s.addr]++
+		if !s.remote.IsValid() {
+			bound[s.addr]++
+		}
+		used[dest{s.addr, s.remote}]++
+	}
+	for d := range used {
+		if d.remote.IsValid() {
+			used[d] += bound[d.local]
+		}
 	}
 	return used
 }
 
-// samplePorts counts the ephemeral ports used per local address in the
-// monitor's network namespace, exports each address's usage and returns
-// the fullest address.
+// samplePorts counts the ephemeral ports used toward each destination in
+// the monitor's network namespace, exports each local address's fullest
+// destination and returns the fullest destination the prober itself has
+// a connection to, if one is over MaxPorts.
 func (m *Monitor) samplePorts() portReading {
 	b, err := os.ReadFile(filepath.Join(m.procRoot, "sys/net/ipv4/ip_local_port_range"))
 	if err != nil {
@@ -211,25 +259,27 @@ func (m *Monitor) samplePorts() portReading {
 			return portReading{}
 		}
 	}
-	if cap(socks) <= keepSockets {
-		m.socks = socks
-	} else {
-		m.socks = nil
-	}
+	defer func() {
+		if cap(socks) <= keepSockets {
+			m.socks = socks
+		} else {
+			m.socks = nil
+		}
+	}()
 
-	used := countPorts(socks, rng)
+	used := countPorts(socks, rng, nil)
+	fullest := map[netip.Addr]int{}
+	for d, n := range used {
+		fullest[d.local] = max(fullest[d.local], n)
+	}
 	// Fullest first: past maxPortAddrs, the addresses nearest exhaustion
 	// are the ones worth a series.
-	addrs := slices.SortedFunc(maps.Keys(used), func(a, b netip.Addr) int {
-		if c := cmp.Compare(used[b], used[a]); c != 0 {
+	addrs := slices.SortedFunc(maps.Keys(fullest), func(a, b netip.Addr) int {
+		if c := cmp.Compare(fullest[b], fullest[a]); c != 0 {
 			return c
 		}
 		return a.Compare(b)
 	})
-	r := portReading{known: true, size: rng.size()}
-	if len(addrs) > 0 {
-		r.addr, r.used = addrs[0], used[addrs[0]]
-	}
 	for _, addr := range addrs {
 		if _, ok := m.portGauges[addr]; !ok {
 			if len(m.portGauges) >= maxPortAddrs {
@@ -242,9 +292,79 @@ func (m *Monitor) samplePorts() portReading {
 	}
 	// Addresses seen before and idle now read 0, not their last use.
 	for addr, g := range m.portGauges {
-		g.Set(float64(used[addr]) / float64(r.size))
+		g.Set(float64(fullest[addr]) / float64(rng.size()))
+	}
+	return m.judgePorts(socks, used, rng)
+}
+
+// judgePorts returns the fullest destination over MaxPorts that the
+// prober has a connection to, with how many of the sockets toward it are
+// its own: the range toward a destination is shared by every program, and
+// full it fails the prober's next connects there, but a destination only
+// other programs use is none of the prober's business. Which sockets are
+// the prober's is read from /proc/self/fd, about 6 µs a descriptor, and
+// only once some destination is over the limit.
+func (m *Monitor) judgePorts(socks []socket, used map[dest]int, rng portRange) portReading {
+	r := portReading{known: true, size: rng.size()}
+	var over []dest
+	for d, n := range used {
+		if float64(n)/float64(r.size) > m.cfg.MaxPorts {
+			over = append(over, d)
+		}
+	}
+	if len(over) == 0 {
+		return r
+	}
+	own, err := m.ownSockets()
+	if err != nil {
+		// Not knowing which are the prober's, judge them all, and say
+		// so once.
+		m.warnOnce("ports-own", "cannot tell the prober's own sockets apart; ports are judged over every program's", "err", err)
+	}
+	mine := used
+	if own != nil {
+		mine = countPorts(socks, rng, func(s socket) bool { return own[s.inode] })
+	}
+	slices.SortFunc(over, func(a, b dest) int {
+		if c := cmp.Compare(used[b], used[a]); c != 0 {
+			return c
+		}
+		return cmp.Or(a.local.Compare(b.local), a.remote.Compare(b.remote))
+	})
+	for _, d := range over {
+		if n := mine[d]; n > 0 {
+			r.addr, r.remote, r.used, r.own = d.local, d.remote, used[d], n
+			return r
+		}
 	}
 	return r
+}
+
+// ownSockets returns the inodes of the sockets this process holds.
+func (m *Monitor) ownSockets() (map[uint64]bool, error) {
+	dir := filepath.Join(m.procRoot, "self/fd")
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	own := make(map[uint64]bool, len(names))
+	for _, name := range names {
+		l, err := os.Readlink(filepath.Join(dir, name))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if v, ok := strings.CutPrefix(l, "socket:["); ok {
+			if ino, err := strconv.ParseUint(strings.TrimSuffix(v, "]"), 10, 64); err == nil {
+				own[ino] = true
+			}
+		}
+	}
+	return own, nil
 }
 
 // readSocketFile appends a socket file's sockets to dst. A missing

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,21 @@ const (
 	stTimeWait    = 0x06
 )
 
+// farEnd is the remote end of the sockets sock makes: 10.0.0.2:443.
+var farEnd = netip.MustParseAddrPort("10.0.0.2:443")
+
+// sock is a socket on addr:port connected to farEnd.
 func sock(addr string, port uint16, state uint8) socket {
-	return socket{addr: netip.MustParseAddr(addr), port: port, state: state}
+	return socket{addr: netip.MustParseAddr(addr), port: port, state: state, remote: farEnd}
+}
+
+// to is s connected to remote instead ("" for none: bound, unconnected).
+func to(s socket, remote string) socket {
+	s.remote = netip.AddrPort{}
+	if remote != "" {
+		s.remote = netip.MustParseAddrPort(remote)
+	}
+	return s
 }
 
 func TestCountPorts(t *testing.T) {
@@ -112,12 +126,38 @@ func TestCountPorts(t *testing.T) {
 			},
 			map[string]int{"10.0.0.1": 1},
 		},
+		{
+			// The kernel reuses a local port for another destination:
+			// each destination has the whole range.
+			"per destination",
+			[]socket{
+				sock("127.0.0.1", 40000, stEstablished),
+				to(sock("127.0.0.1", 40000, stEstablished), "127.0.0.1:7070"),
+				to(sock("127.0.0.1", 40001, stEstablished), "127.0.0.1:7070"),
+				to(sock("127.0.0.1", 40002, stEstablished), "127.0.0.1:8080"),
+			},
+			map[string]int{"127.0.0.1": 1, "127.0.0.1>127.0.0.1:7070": 2, "127.0.0.1>127.0.0.1:8080": 1},
+		},
+		{
+			"a bound, unconnected socket holds its port toward every destination",
+			[]socket{
+				to(sock("10.0.0.1", 40000, 0x07), ""),
+				sock("10.0.0.1", 40001, stEstablished),
+				to(sock("10.0.0.1", 40002, stEstablished), "10.0.0.3:443"),
+				to(sock("10.0.0.5", 40000, 0x07), ""),
+			},
+			map[string]int{"10.0.0.1": 2, "10.0.0.1>10.0.0.3:443": 2, "10.0.0.1>invalid AddrPort": 1, "10.0.0.5>invalid AddrPort": 1},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := map[string]int{}
-			for a, n := range countPorts(tt.socks, rng) {
-				got[a.String()] = n
+			for d, n := range countPorts(tt.socks, rng, nil) {
+				k := d.local.String()
+				if d.remote != farEnd {
+					k += ">" + d.remote.String()
+				}
+				got[k] = n
 			}
 			if !maps.Equal(got, tt.want) {
 				t.Errorf("countPorts(%v) = %v, want %v", tt.socks, got, tt.want)
@@ -138,17 +178,19 @@ func hexAddr(a netip.Addr) string {
 
 func TestParseSocket(t *testing.T) {
 	line := func(local string, port uint16, st uint8) string {
-		return fmt.Sprintf("   3: %s:%04X 0200000A:01BB %02X 00000000:00000000 00:00000000 00000000  1000        0 123456 1 0000000000000000 20 4 30 10 -1", local, port, st)
+		return fmt.Sprintf("   3: %s:%04X %s:01BB %02X 00000000:00000000 00:00000000 00000000  1000        0 123456 1 0000000000000000 20 4 30 10 -1",
+			local, port, hexAddr(farEnd.Addr()), st)
 	}
+	ino := func(s socket) socket { s.inode = 123456; return s }
 	tests := []struct {
 		name string
 		line string
 		want socket
 	}{
-		{"IPv4", line(hexAddr(netip.MustParseAddr("10.1.2.3")), 40000, stEstablished), sock("10.1.2.3", 40000, stEstablished)},
-		{"IPv4 listener", line(hexAddr(netip.MustParseAddr("0.0.0.0")), 8080, tcpListen), sock("0.0.0.0", 8080, tcpListen)},
-		{"IPv6", line(hexAddr(netip.MustParseAddr("2001:db8::1")), 50000, stTimeWait), sock("2001:db8::1", 50000, stTimeWait)},
-		{"IPv4-mapped IPv6 is unmapped", line(hexAddr(netip.MustParseAddr("::ffff:127.0.0.1")), 45000, stEstablished), sock("127.0.0.1", 45000, stEstablished)},
+		{"IPv4", line(hexAddr(netip.MustParseAddr("10.1.2.3")), 40000, stEstablished), ino(sock("10.1.2.3", 40000, stEstablished))},
+		{"IPv4 listener", line(hexAddr(netip.MustParseAddr("0.0.0.0")), 8080, tcpListen), ino(sock("0.0.0.0", 8080, tcpListen))},
+		{"IPv6", line(hexAddr(netip.MustParseAddr("2001:db8::1")), 50000, stTimeWait), ino(sock("2001:db8::1", 50000, stTimeWait))},
+		{"IPv4-mapped IPv6 is unmapped", line(hexAddr(netip.MustParseAddr("::ffff:127.0.0.1")), 45000, stEstablished), ino(sock("127.0.0.1", 45000, stEstablished))},
 		// Kernel output pinned by hand for little-endian hosts, the usual
 		// case: 127.0.0.1 prints as 0100007F.
 		{"kernel sample", "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0", sockLE("0100007F", 0x1F90, tcpListen)},
@@ -172,6 +214,10 @@ func TestParseSocket(t *testing.T) {
 		"   0: 0100007F:1F90 00000000:0000 ",
 		"   0: 0100007F:1F90 00000000:0000 100",
 		"   0: 0000000000000000000000000100000:1F90 00000000:0000 0A",
+		"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0",
+		"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 x",
+		"   0: 0100007F:1F90 0100007F 01 00000000:00000000 00:00000000 00000000     0        0 1",
+		"   0: 0100007F:1F90 0100007F:11F90 01 00000000:00000000 00:00000000 00000000     0        0 1",
 	} {
 		if got, err := parseSocket([]byte(bad)); err == nil {
 			t.Errorf("parseSocket(%q) = %v, nil, want an error", bad, got)
@@ -189,7 +235,7 @@ func sockLE(hex string, port uint16, st uint8) socket {
 	if binary.NativeEndian.Uint32(b[:]) != binary.LittleEndian.Uint32(b[:]) {
 		binary.BigEndian.PutUint32(b[:], v)
 	}
-	return socket{addr: netip.AddrFrom4(b), port: port, state: st}
+	return socket{addr: netip.AddrFrom4(b), port: port, state: st, inode: 1}
 }
 
 func TestReadSockets(t *testing.T) {
@@ -240,14 +286,18 @@ func TestParsePortRange(t *testing.T) {
 // accepts round-trips through the kernel's format.
 func FuzzParseSocket(f *testing.F) {
 	f.Add("   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1")
-	f.Add("   1: 00000000000000000000000001000000:B000 00000000000000000000000000000000:0000 01 0")
+	f.Add("   1: 00000000000000000000000001000000:B000 00000000000000000000000001000000:1F90 01 0 0 0 0 0 7")
 	f.Add("0: :: ")
 	f.Fuzz(func(t *testing.T, line string) {
 		s, err := parseSocket([]byte(line))
 		if err != nil {
 			return
 		}
-		again, err := parseSocket(fmt.Appendf(nil, "0: %s:%04X 0:0 %02X", hexAddr(s.addr), s.port, s.state))
+		remote := "00000000:0000"
+		if s.remote.IsValid() {
+			remote = fmt.Sprintf("%s:%04X", hexAddr(s.remote.Addr()), s.remote.Port())
+		}
+		again, err := parseSocket(fmt.Appendf(nil, "0: %s:%04X %s %02X 0 0 0 0 0 %d", hexAddr(s.addr), s.port, remote, s.state, s.inode))
 		if err != nil || again != s {
 			t.Errorf("parseSocket(%q) = %v, but its re-rendering parses to %v, %v", line, s, again, err)
 		}
@@ -261,8 +311,16 @@ func fakeProc(t *testing.T, root string, socks []socket) {
 	var b strings.Builder
 	b.WriteString("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n")
 	for i, s := range socks {
-		fmt.Fprintf(&b, "%4d: %s:%04X 0100000A:01BB %02X 00000000:00000000 00:00000000 00000000     0        0 %d\n",
-			i, hexAddr(s.addr), s.port, s.state, i+1)
+		remote := "00000000:0000"
+		if s.remote.IsValid() {
+			remote = fmt.Sprintf("%s:%04X", hexAddr(s.remote.Addr()), s.remote.Port())
+		}
+		ino := s.inode
+		if ino == 0 {
+			ino = uint64(i + 1)
+		}
+		fmt.Fprintf(&b, "%4d: %s:%04X %s %02X 00000000:00000000 00:00000000 00000000     0        0 %d\n",
+			i, hexAddr(s.addr), s.port, remote, s.state, ino)
 	}
 	for name, data := range map[string]string{
 		"sys/net/ipv4/ip_local_port_range": "40000\t40099\n", // 100 ports
@@ -279,6 +337,27 @@ func fakeProc(t *testing.T, root string, socks []socket) {
 	}
 }
 
+// fakeOwn makes the process under root (self/fd) hold the sockets of the
+// given inodes, and a file that is not a socket.
+func fakeOwn(t *testing.T, root string, inodes ...uint64) {
+	t.Helper()
+	dir := filepath.Join(root, "self/fd")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/null", filepath.Join(dir, "0")); err != nil {
+		t.Fatal(err)
+	}
+	for i, ino := range inodes {
+		if err := os.Symlink(fmt.Sprintf("socket:[%d]", ino), filepath.Join(dir, fmt.Sprint(i+3))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestPortsExport reads a fixed socket table: the fullest address decides
 // the cause, every address gets a gauge up to maxPortAddrs, an address
 // that goes idle reads 0, and the bound is warned about once.
@@ -287,16 +366,17 @@ func TestPortsExport(t *testing.T) {
 	busy := netip.MustParseAddr("10.9.9.9")
 	var socks []socket
 	for p := range uint16(95) { // 95 of 100 ports
-		socks = append(socks, socket{addr: busy, port: 40000 + p, state: stEstablished})
+		socks = append(socks, socket{addr: busy, port: 40000 + p, state: stEstablished, remote: farEnd})
 	}
 	socks = append(socks,
-		socket{addr: busy, port: 40099, state: tcpListen},     // a listener in the range...
-		socket{addr: busy, port: 40099, state: stEstablished}, // ...and one it accepted
+		socket{addr: busy, port: 40099, state: tcpListen},                     // a listener in the range...
+		socket{addr: busy, port: 40099, state: stEstablished, remote: farEnd}, // ...and one it accepted
 	)
 	for i := range maxPortAddrs + 6 {
-		socks = append(socks, socket{addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), port: 40000, state: stEstablished})
+		socks = append(socks, socket{addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), port: 40000, state: stEstablished, remote: farEnd})
 	}
 	fakeProc(t, root, socks)
+	fakeOwn(t, root, 1, 2) // two of the busy address's connections are the prober's
 
 	reg := prometheus.NewPedanticRegistry()
 	set := metrics.New(reg).Probe("t")
@@ -317,7 +397,7 @@ func TestPortsExport(t *testing.T) {
 	if got := testutil.ToFloat64(set.PortUsage(busy.String())); got != 0.95 {
 		t.Errorf("port usage of %s = %v, want 0.95", busy, got)
 	}
-	if log := lb.String(); !strings.Contains(log, "ports.address=10.9.9.9 ports.used=95 ports.range=100") {
+	if log := lb.String(); !strings.Contains(log, "ports.address=10.9.9.9 ports.destination=10.0.0.2:443 ports.used=95 ports.own=2 ports.range=100") {
 		t.Errorf("log = %q, want the fullest address measured", log)
 	}
 
@@ -346,9 +426,10 @@ func TestPortsCountSpacedByCost(t *testing.T) {
 	busy := netip.MustParseAddr("10.9.9.9")
 	var socks []socket
 	for p := range uint16(95) {
-		socks = append(socks, socket{addr: busy, port: 40000 + p, state: stEstablished})
+		socks = append(socks, socket{addr: busy, port: 40000 + p, state: stEstablished, remote: farEnd})
 	}
 	fakeProc(t, root, socks)
+	fakeOwn(t, root, 1)
 	set := metrics.New(prometheus.NewPedanticRegistry()).Probe("t")
 	cfg := healthy()
 	cfg.MaxPorts = 0.9
@@ -371,4 +452,74 @@ func TestPortsCountSpacedByCost(t *testing.T) {
 	}
 	m.Check(start.Add(100 * time.Second))
 	assertState(t, m, set, nil)
+}
+
+// TestPortsOfOtherPrograms: the range runs out per destination, and only
+// toward a destination the prober connects to is it the prober's concern.
+// Another program's 95 connections to one destination, or 127 to as many
+// destinations from one address (127% of the range, counted as one pool),
+// never saturate a prober with few connections elsewhere; the prober's own
+// connection to the full destination does, and the log says how few of
+// the sockets are its own.
+func TestPortsOfOtherPrograms(t *testing.T) {
+	busy := netip.MustParseAddr("127.0.0.1")
+	full := netip.MustParseAddrPort("127.0.0.1:9000")
+	mine := netip.MustParseAddrPort("127.0.0.1:7070")
+	var others []socket
+	for p := range uint16(95) {
+		others = append(others, socket{addr: busy, port: 40000 + p, state: stEstablished, remote: full, inode: 1000 + uint64(p)})
+	}
+	var spread []socket
+	for i := range 127 {
+		spread = append(spread, socket{addr: busy, port: 40000 + uint16(i%100), state: stEstablished,
+			remote: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 80), inode: 2000 + uint64(i)})
+	}
+	own := []socket{
+		{addr: busy, port: 40001, state: stEstablished, remote: mine, inode: 1},
+		{addr: busy, port: 40002, state: stEstablished, remote: mine, inode: 2},
+		{addr: busy, port: 40003, state: stEstablished, remote: mine, inode: 3},
+	}
+	tests := []struct {
+		name   string
+		socks  []socket
+		own    []uint64
+		causes []string
+		log    string
+	}{
+		{"another program fills a destination; none of the prober's", others, nil, nil, ""},
+		{"another program fills a destination; the prober's go elsewhere", slices.Concat(others, own), []uint64{1, 2, 3}, nil, ""},
+		{"another program spreads over destinations", slices.Concat(spread, own), []uint64{1, 2, 3}, nil, ""},
+		{
+			"the prober connects to the full destination too",
+			slices.Concat(others, own, []socket{{addr: busy, port: 40096, state: stEstablished, remote: full, inode: 4}}),
+			[]uint64{1, 2, 3, 4},
+			[]string{metrics.CausePorts},
+			"ports.address=127.0.0.1 ports.destination=127.0.0.1:9000 ports.used=96 ports.own=1 ports.range=100",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			fakeProc(t, root, tt.socks)
+			fakeOwn(t, root, tt.own...)
+			set := metrics.New(prometheus.NewPedanticRegistry()).Probe("t")
+			var lb logBuf
+			cfg := healthy()
+			cfg.MaxPorts = 0.9
+			m, err := newMonitor(cfg, set, slog.New(slog.NewTextHandler(&lb, nil)), root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Check(time.Now())
+			assertState(t, m, set, tt.causes)
+			if tt.log != "" && !strings.Contains(lb.String(), tt.log) {
+				t.Errorf("log = %q, want %q", lb.String(), tt.log)
+			}
+			// The gauge says how full the address's fullest destination
+			// is, whoever fills it: never past the whole range.
+			if got := testutil.ToFloat64(set.PortUsage(busy.String())); got > 1 {
+				t.Errorf("port usage of %s = %v, past the whole range", busy, got)
+			}
+		})
+	}
 }

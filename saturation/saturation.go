@@ -344,9 +344,13 @@ type fdReading struct {
 
 type portReading struct {
 	known bool
-	addr  netip.Addr // the address with the most ports used
-	used  int
-	size  int // ports in the ephemeral range
+	// addr and remote are the fullest destination over MaxPorts that the
+	// prober has a connection to (none: zero); used counts every
+	// program's sockets toward it, own the prober's.
+	addr      netip.Addr
+	remote    netip.AddrPort
+	used, own int
+	size      int // ports in the ephemeral range
 }
 
 func (r portReading) ratio() float64 { return float64(r.used) / float64(r.size) }
@@ -500,7 +504,7 @@ func (m *Monitor) active(r *readings) map[string]bool {
 		metrics.CauseGCPause:      r.gc.known && r.gc.lo >= c.MaxGCPause.Seconds(),
 		metrics.CauseCPU:          r.cpu.known && r.cpu.ratio > c.MaxCPU,
 		metrics.CauseFDs:          r.fds.known && float64(r.fds.open)/float64(r.fds.limit) > c.MaxFDs,
-		metrics.CausePorts:        r.ports.known && r.ports.ratio() > c.MaxPorts,
+		metrics.CausePorts:        r.ports.known && r.ports.own > 0 && r.ports.ratio() > c.MaxPorts,
 	}
 }
 
@@ -566,8 +570,8 @@ func (m *Monitor) details(r *readings, causes []string) []any {
 			out = append(out, slog.Group(cause, "open", r.fds.open, "soft_limit", r.fds.limit,
 				"ratio", float64(r.fds.open)/float64(r.fds.limit), "limit", c.MaxFDs))
 		case metrics.CausePorts:
-			out = append(out, slog.Group(cause, "address", r.ports.addr.String(), "used", r.ports.used,
-				"range", r.ports.size, "ratio", r.ports.ratio(), "limit", c.MaxPorts))
+			out = append(out, slog.Group(cause, "address", r.ports.addr.String(), "destination", r.ports.remote.String(),
+				"used", r.ports.used, "own", r.ports.own, "range", r.ports.size, "ratio", r.ports.ratio(), "limit", c.MaxPorts))
 		}
 	}
 	return out
