@@ -20,6 +20,11 @@ type Adapter struct {
 	// its section, in Secret's place: a mapped protocol needs it to sign
 	// tokens, to derive passwords, or not at all.
 	SecretOf func(section any) SecretNeed
+	// SecretFits, if set, says what is wrong with using the target secret
+	// (secret: one is configured) with the section: a combination the
+	// server can only refuse, such as an MQTT 3.1.1 password without a
+	// user name. Config check and run refuse it before anything dials.
+	SecretFits func(section any, secret bool) error
 	// New makes the driver for the target t.
 	New func(t Target) (Driver, error)
 }

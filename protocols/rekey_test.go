@@ -3,10 +3,13 @@ package protocols
 import (
 	"bytes"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/imcanary/imcanary/probe/mqtt"
 )
 
 // TestSecretChange rotates the secret file of a target opened from each
@@ -35,6 +38,16 @@ func TestSecretChange(t *testing.T) {
 			}
 			if tt.protocol != "" {
 				cfg.Target.Protocol = tt.protocol
+			}
+			if tt.protocol == "mqtt" {
+				// MQTT 3.1.1 sends a password only with a user name.
+				m := mqtt.DefaultConfig()
+				m.Username = "imcanary"
+				cfg.Target.Sections = maps.Clone(cfg.Target.Sections)
+				if cfg.Target.Sections == nil {
+					cfg.Target.Sections = map[string]any{}
+				}
+				cfg.Target.Sections["mqtt"] = m
 			}
 			cfg.DataDir = t.TempDir()
 			cfg.Target.SecretFile = filepath.Join(t.TempDir(), "secret")

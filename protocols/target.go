@@ -233,6 +233,9 @@ func CheckSecret(cfg config.Config) error {
 		errs = append(errs, fmt.Errorf("target.protocol %s: needs the target secret, which signs its tokens: set target.secret_file or %s",
 			a.Config.Name, config.SecretEnv))
 	}
+	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil && a.SecretFits != nil {
+		errs = append(errs, a.SecretFits(config.Section[any](cfg, a.Config.Name, a.Config.Section), secret != nil))
+	}
 	return errors.Join(errs...)
 }
 

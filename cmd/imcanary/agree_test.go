@@ -79,6 +79,8 @@ func TestConfigCheckAgreesWithRun(t *testing.T) {
 			want: []string{"population.users: ", "RLIMIT_NOFILE"}},
 		{name: "data_dir under a file", file: small, flags: []string{"--data_dir=" + filepath.Join(secret, "data")},
 			want: []string{"data_dir"}},
+		{name: "MQTT 3.1.1 password without a user name", file: small + "target: {protocol: mqtt, url: \"ws://127.0.0.1:1/mqtt\", secret_file: " + secret + "}\n",
+			want: []string{"target.mqtt.username: empty while a target secret is set"}},
 		{name: "missing web config", file: small, flags: []string{"--web.config.file=" + filepath.Join(dir, "web.yml")},
 			want: []string{"--web.config.file"}},
 	}

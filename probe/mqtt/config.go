@@ -69,6 +69,17 @@ func check(c Config) []*config.ValidationError {
 	return out
 }
 
+// passwordFits refuses a password without a user name in MQTT 3.1.1,
+// which forbids it (§3.1.2.9): mosquitto closes every such CONNECT
+// ("password without username"), so that each login would fail as a
+// protocol error of the broker's.
+func passwordFits(c Config, password bool) error {
+	if password && c.Username == "" && c.Version == "3.1.1" {
+		return errors.New(`target.mqtt.username: empty while a target secret is set: MQTT 3.1.1 sends a password only with a user name (§3.1.2.9), and brokers close such a CONNECT; set target.mqtt.username, or unset the secret (target.secret_file, ` + config.SecretEnv + `)`)
+	}
+	return nil
+}
+
 // topicLevels checks that s can be a part of a topic name: not empty, no
 // wildcard, no NUL, no empty level.
 func topicLevels(s string) error {
@@ -102,6 +113,9 @@ var Adapter = probe.Adapter{
 		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
 	},
 	Secret: probe.SecretOptional,
+	SecretFits: func(section any, secret bool) error {
+		return passwordFits(section.(Config), secret)
+	},
 	New: func(t probe.Target) (probe.Driver, error) {
 		return New(t.Section.(Config), Options{URL: t.URL, Header: t.Header, Password: t.Secret, Heartbeat: t.Heartbeat, Logger: t.Logger})
 	},

@@ -92,6 +92,9 @@ func New(c Config, o Options) (*Driver, error) {
 	if errs := check(c); len(errs) > 0 {
 		return nil, fmt.Errorf("mqtt: %s: %w", errs[0].Key, errs[0].Err)
 	}
+	if err := passwordFits(c, len(o.Password) > 0); err != nil {
+		return nil, fmt.Errorf("mqtt: %w", err)
+	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = wsconn.DefaultHeartbeat
 	}

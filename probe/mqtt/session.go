@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -92,10 +94,25 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 	return s, nil
 }
 
+// timedOut reports whether a read ended by its deadline or by the session's
+// own close, rather than by the broker.
+func timedOut(err error) bool {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed)
+}
+
 func (s *session) login(clientID string, persistent bool, topics []string, noLocal []bool) error {
 	d := s.d
 	expiry := uint32(d.cfg.SessionExpiry / time.Second)
-	if err := s.conn.Write(d.c.connect(clientID, d.cfg.Username, d.password.Bytes(), !persistent, d.keepalive, expiry)); err != nil {
+	password := d.password.Bytes()
+	if err := passwordFits(d.cfg, len(password) > 0); err != nil {
+		// A secret rekeyed in since New: the CONNECT could only be
+		// refused.
+		return err
+	}
+	if err := s.conn.Write(d.c.connect(clientID, d.cfg.Username, password, !persistent, d.keepalive, expiry)); err != nil {
 		return fmt.Errorf("CONNECT: %w", err)
 	}
 	subID := uint16(1)
@@ -104,6 +121,15 @@ func (s *session) login(clientID string, persistent bool, topics []string, noLoc
 	for {
 		bp, at, err := s.conn.Read(d.conn.DialTimeout)
 		if err != nil {
+			if !connacked && !timedOut(err) {
+				// The broker gives no reason: mosquitto logs one and
+				// closes, for a malformed CONNECT, a password without
+				// a user name, or a client id it will not take. The
+				// close itself is not in the message, since how it
+				// reads ("read tcp …") would stand for the cause.
+				d.log.Debug("connection closed before CONNACK", "user", s.user, "err", err)
+				return errors.New("broker refused the CONNECT: it closed the connection without a CONNACK, which is how mosquitto refuses one (the broker's log says why)")
+			}
 			if !connacked {
 				return fmt.Errorf("waiting for CONNACK: %w", err)
 			}
