@@ -705,7 +705,7 @@ func (d *Daemon) Status() Status {
 			ks := set.Kind[i].Cohort[metrics.Normal]
 			fast, _ := metrics.Below(ks.DeliveryLatency, 1)
 			st.SLIs = append(st.SLIs, newSLI(src, k,
-				metrics.Value(ks.Expected), metrics.Value(ks.Delivered), metrics.Value(ks.Lost), fast))
+				metrics.Value(ks.Expected), metrics.Value(ks.Delivered), metrics.Value(ks.Recovered), metrics.Value(ks.Lost), fast))
 		}
 	}
 	return st

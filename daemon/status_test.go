@@ -41,8 +41,8 @@ func testStatus() Status {
 			{Profile: "peak"},
 		}},
 		SLIs: []SLI{
-			newSLI("background", "direct", 1000, 999, 1, 990),
-			newSLI("canary", "group", 0, 0, 0, 0),
+			newSLI("background", "direct", 1010, 995, 3, 2, 990),
+			newSLI("canary", "group", 0, 0, 0, 0, 0),
 		},
 		Verdict: Verdict{State: VerdictDegraded, Cause: "98 of 100 sessions online",
 			Causes: []string{"98 of 100 sessions online", "background direct completeness 99.5% over the last 5m0s (objective 99.9%)"}},
@@ -234,9 +234,9 @@ func TestStatusJSON(t *testing.T) {
 	if got := len(st.Soak.Runs); got != statusRecent || st.Soak.Runs[0].ID != f.ids[21] || st.Soak.Runs[0].Result != "fail" {
 		t.Errorf("status soak runs = %d, first %+v, want %d from %s", got, st.Soak.Runs[0], statusRecent, f.ids[21])
 	}
-	if len(st.SLIs) != 2 || st.SLIs[0].Completeness == nil || *st.SLIs[0].Completeness != 0.999 ||
-		*st.SLIs[0].UnderOneSecond != 0.990990990990991 || st.SLIs[1].Completeness != nil || st.SLIs[1].UnderOneSecond != nil {
-		t.Errorf("status SLIs = %+v, want completeness 0.999 then null", st.SLIs)
+	if len(st.SLIs) != 2 || st.SLIs[0].Completeness == nil || *st.SLIs[0].Completeness != 0.995 || st.SLIs[0].InFlight != 10 ||
+		*st.SLIs[0].UnderOneSecond != 990.0/995 || st.SLIs[1].Completeness != nil || st.SLIs[1].UnderOneSecond != nil {
+		t.Errorf("status SLIs = %+v, want completeness 0.995 of the settled with 10 in flight, then null", st.SLIs)
 	}
 	for _, secret := range []string{"hunter2", "s3cret", "canary:hunter2", "frag"} {
 		if bytes.Contains(body, []byte(secret)) {
@@ -354,7 +354,7 @@ func TestStatusPageEscapes(t *testing.T) {
 	st.Protocol = `"><img src=x>`
 	st.Soak.Profiles = []string{"<b>p</b>"}
 	st.Soak.Running = "<b>p</b>"
-	st.SLIs = []SLI{newSLI("<i>src</i>", "direct", 1, 1, 0, 1)}
+	st.SLIs = []SLI{newSLI("<i>src</i>", "direct", 1, 1, 0, 0, 1)}
 	f := newStatusFixture(t, st, 1, 1)
 	_, body := f.do(t, "GET", "/")
 	for _, raw := range []string{"<script>", "<img", "<b>", "<i>"} {
@@ -373,6 +373,41 @@ func TestStatusPageEscapes(t *testing.T) {
 			t.Errorf("status page contains %q", s)
 		}
 	}
+}
+
+// TestStatusReadiness: /readyz tells whether imcanary has ramped, not
+// whether the target is up, and the page must not read as if all were
+// well while every session is down.
+func TestStatusReadiness(t *testing.T) {
+	tests := []struct {
+		name          string
+		ready         bool
+		online        int
+		want, notWant string
+	}{
+		{"ramping", false, 40, "not ready yet (/readyz answers 503)", "answers 200"},
+		{"whole", true, 100, "imcanary ready (every user has logged in once; /readyz answers 200)", "not that the target is"},
+		{"target down", true, 0, "/readyz still answers 200: it says imcanary itself is ready (every user has logged in once), not that the target is", "imcanary ready ("},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := testStatus()
+			st.Population.Ready, st.Population.Online = tt.ready, tt.online
+			f := newStatusFixture(t, st, 0, 0)
+			_, body := f.do(t, "GET", "/")
+			if !bytes.Contains(body, []byte(tt.want)) || bytes.Contains(body, []byte(tt.notWant)) {
+				t.Errorf("with %d of 100 online, ready %v, the page's population line is %q; want %q and not %q",
+					tt.online, tt.ready, population(body), tt.want, tt.notWant)
+			}
+		})
+	}
+}
+
+// population returns the page's population line.
+func population(body []byte) string {
+	_, after, _ := bytes.Cut(body, []byte("<dt>Population</dt>"))
+	line, _, _ := bytes.Cut(after, []byte("</dd>"))
+	return string(line)
 }
 
 func TestStatusServerError(t *testing.T) {
@@ -448,15 +483,20 @@ func TestStatusWithoutStore(t *testing.T) {
 
 func TestNewSLI(t *testing.T) {
 	tests := []struct {
-		expected, delivered, fast float64
-		completeness, under       *float64
+		expected, delivered, recovered, lost, fast float64
+		completeness, under                        *float64
+		inFlight                                   float64
 	}{
-		{0, 0, 0, nil, nil},
-		{10, 0, 0, ptr(0), nil},
-		{10, 5, 5, ptr(0.5), ptr(1)},
-		{4, 4, 1, ptr(1), ptr(0.25)},
+		{0, 0, 0, 0, 0, nil, nil, 0},
+		// Nothing settled yet: in flight, not 0%.
+		{10, 0, 0, 0, 0, nil, nil, 10},
+		{10, 5, 0, 5, 5, ptr(0.5), ptr(1), 0},
+		{4, 4, 0, 0, 1, ptr(1), ptr(0.25), 0},
+		// A healthy run's messages on their way are not missing.
+		{1000, 992, 0, 0, 992, ptr(1), ptr(1), 8},
+		{1000, 990, 5, 5, 990, ptr(0.99), ptr(1), 0},
 		// Counters read a moment apart.
-		{4, 5, 6, ptr(1), ptr(1)},
+		{4, 5, 0, 0, 6, ptr(1), ptr(1), 0},
 	}
 	eq := func(a, b *float64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
 	str := func(p *float64) string {
@@ -466,10 +506,10 @@ func TestNewSLI(t *testing.T) {
 		return fmt.Sprint(*p)
 	}
 	for _, tt := range tests {
-		s := newSLI("background", "direct", tt.expected, tt.delivered, 0, tt.fast)
-		if !eq(s.Completeness, tt.completeness) || !eq(s.UnderOneSecond, tt.under) {
-			t.Errorf("newSLI(%v, %v, fast %v) = completeness %s, under 1s %s, want %s and %s", tt.expected, tt.delivered, tt.fast,
-				str(s.Completeness), str(s.UnderOneSecond), str(tt.completeness), str(tt.under))
+		s := newSLI("background", "direct", tt.expected, tt.delivered, tt.recovered, tt.lost, tt.fast)
+		if !eq(s.Completeness, tt.completeness) || !eq(s.UnderOneSecond, tt.under) || s.InFlight != tt.inFlight {
+			t.Errorf("newSLI(%+v) = completeness %s, under 1s %s, in flight %v, want %s, %s and %v", tt,
+				str(s.Completeness), str(s.UnderOneSecond), s.InFlight, str(tt.completeness), str(tt.under), tt.inFlight)
 		}
 	}
 }
