@@ -20,6 +20,10 @@ type Adapter struct {
 	// its section, in Secret's place: a mapped protocol needs it to sign
 	// tokens, to derive passwords, or not at all.
 	SecretOf func(section any) SecretNeed
+	// SecretIs says what the target secret is to the protocol, for the
+	// error that asks for one: "the token secret, which signs its
+	// connection tokens".
+	SecretIs string
 	// SecretFits, if set, says what is wrong with using the target secret
 	// (secret: one is configured) with the section: a combination the
 	// server can only refuse, such as an MQTT 3.1.1 password without a

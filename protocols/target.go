@@ -154,6 +154,11 @@ func Open(cfg config.Config, pops []int, log *slog.Logger) (*Target, error) {
 		}
 		t.Config.Target.URL = "ws://" + t.serverLn.Addr().String() + "/ws"
 	}
+	section := config.Section[any](cfg, adapter.Config.Name, adapter.Config.Section)
+	if err := secretProblem(adapter, section, t.Secret); err != nil {
+		t.Close()
+		return nil, err
+	}
 	header, err := requestHeader(cfg.Target.Headers)
 	if err != nil {
 		t.Close()
@@ -161,7 +166,7 @@ func Open(cfg config.Config, pops []int, log *slog.Logger) (*Target, error) {
 	}
 	t.Driver, err = adapter.New(probe.Target{
 		URL: t.Config.Target.URL, Header: header, Secret: t.Secret, Heartbeat: cfg.Population.Heartbeat,
-		Section: config.Section[any](cfg, adapter.Config.Name, adapter.Config.Section),
+		Section: section,
 		DataDir: cfg.DataDir, Logger: log.With("component", adapter.Config.Name),
 	})
 	if err != nil {
@@ -228,15 +233,28 @@ func CheckSecret(cfg config.Config) error {
 	if _, err := requestHeader(cfg.Target.Headers); err != nil {
 		errs = append(errs, err)
 	}
-	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil && secret == nil &&
-		a.SecretNeed(config.Section[any](cfg, a.Config.Name, a.Config.Section)) == probe.SecretRequired {
-		errs = append(errs, fmt.Errorf("target.protocol %s: needs the target secret, which signs its tokens: set target.secret_file or %s",
-			a.Config.Name, config.SecretEnv))
-	}
-	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil && a.SecretFits != nil {
-		errs = append(errs, a.SecretFits(config.Section[any](cfg, a.Config.Name, a.Config.Section), secret != nil))
+	if a, ok := Lookup(cfg.Target.Protocol); ok && err == nil {
+		errs = append(errs, secretProblem(a, config.Section[any](cfg, a.Config.Name, a.Config.Section), secret))
 	}
 	return errors.Join(errs...)
+}
+
+// secretProblem says what is wrong with the secret, nil for none, for what
+// the adapter declares of it: one it requires, one its section cannot use.
+// Config check (CheckSecret) and Open both ask it, so that no adapter
+// checks for itself and no command that opens a target skips it.
+func secretProblem(a probe.Adapter, section any, secret []byte) error {
+	if secret == nil && a.SecretNeed(section) == probe.SecretRequired {
+		is := ""
+		if a.SecretIs != "" {
+			is = ", " + a.SecretIs
+		}
+		return fmt.Errorf("target.protocol %s: needs the target secret%s: set target.secret_file or %s", a.Config.Name, is, config.SecretEnv)
+	}
+	if a.SecretFits != nil {
+		return a.SecretFits(section, secret != nil)
+	}
+	return nil
 }
 
 // checkFileLimit refuses more sessions than the process can hold: each is

@@ -1,9 +1,14 @@
 package protocols
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/probe"
 )
 
 func TestCheckPorts(t *testing.T) {
@@ -123,5 +128,41 @@ func TestLocalSecret(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(dir, "secret")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("secret file mode = %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+}
+
+// TestOpenEnforcesSecret: every protocol that declares the secret
+// required is refused by Open without one, before its driver is made, and
+// the error says what the secret is to that protocol: the check is
+// Open's, so that the canary, soak and jsonws commands, which open the
+// target without config check's Preflight, cannot skip it, and no adapter
+// checks for itself.
+func TestOpenEnforcesSecret(t *testing.T) {
+	t.Setenv(config.SecretEnv, "")
+	required := 0
+	for _, a := range All {
+		section := a.Config.Section
+		if a.SecretNeed(section) != probe.SecretRequired {
+			continue
+		}
+		required++
+		t.Run(a.Config.Name, func(t *testing.T) {
+			cfg, err := Loader().Load("", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Target.Protocol, cfg.Target.URL, cfg.DataDir = a.Config.Name, "ws://127.0.0.1:1/ws", t.TempDir()
+			target, err := Open(cfg, nil, slog.New(slog.DiscardHandler))
+			if err == nil {
+				target.Close()
+				t.Fatalf("Open(%s) without a secret succeeded", a.Config.Name)
+			}
+			if want := "target.protocol " + a.Config.Name + ": needs the target secret, " + a.SecretIs; a.SecretIs == "" || !strings.Contains(err.Error(), want) {
+				t.Errorf("Open(%s) = %v; want it to say %q", a.Config.Name, err, want)
+			}
+		})
+	}
+	if required < 3 {
+		t.Errorf("%d protocols require the secret; centrifugo, openim and matrix do", required)
 	}
 }

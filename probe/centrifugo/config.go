@@ -54,11 +54,9 @@ var Adapter = probe.Adapter{
 			return out
 		},
 	},
-	Secret: probe.SecretRequired,
+	Secret:   probe.SecretRequired,
+	SecretIs: "the token HMAC secret (client.token.hmac_secret_key), which signs its connection tokens",
 	New: func(t probe.Target) (probe.Driver, error) {
-		if t.Secret == nil {
-			return nil, fmt.Errorf("centrifugo needs the token secret: set target.secret_file or %s", config.SecretEnv)
-		}
 		c := t.Section.(Config)
 		return New(Options{
 			URL: t.URL, Header: t.Header, Secret: t.Secret, GroupNamespace: c.GroupNamespace, DirectNamespace: c.DirectNamespace,

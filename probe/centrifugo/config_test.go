@@ -33,12 +33,17 @@ func TestValidateSection(t *testing.T) {
 	}
 }
 
-// TestNewNeedsSecret: the secret signs the connection tokens; without it
-// the error says where it comes from.
+// TestNewNeedsSecret: the secret signs the connection tokens. The adapter
+// declares it required, which protocols.Open enforces with the words of
+// SecretIs (TestOpenEnforcesSecret); a driver made without one anyway is
+// refused.
 func TestNewNeedsSecret(t *testing.T) {
+	if Adapter.SecretNeed(DefaultConfig()) != probe.SecretRequired || !strings.Contains(Adapter.SecretIs, "signs") {
+		t.Errorf("Adapter declares %v, %q; want the secret required, and what it signs", Adapter.SecretNeed(DefaultConfig()), Adapter.SecretIs)
+	}
 	target := probe.Target{URL: "ws://127.0.0.1:1/connection/websocket", Heartbeat: time.Second, Section: DefaultConfig()}
-	if _, err := Adapter.New(target); err == nil || !strings.Contains(err.Error(), "target.secret_file") {
-		t.Errorf("New without a secret = %v, want an error naming target.secret_file", err)
+	if _, err := Adapter.New(target); err == nil {
+		t.Error("New without a secret succeeded")
 	}
 	target.Secret = []byte("s")
 	if _, err := Adapter.New(target); err != nil {

@@ -22,6 +22,7 @@ var Adapter = probe.Adapter{
 			return nil
 		},
 	},
+	SecretIs: "the key that signs the tokens of target.jsonws.token (jwt, hmac)",
 	SecretOf: func(section any) probe.SecretNeed {
 		c := section.(Config)
 		switch {

@@ -112,7 +112,8 @@ var Adapter = probe.Adapter{
 	},
 	// The registration shared secret: users are registered with it, and
 	// their passwords derived from it.
-	Secret: probe.SecretRequired,
+	Secret:   probe.SecretRequired,
+	SecretIs: "the registration shared secret (registration_shared_secret), which registers the users",
 	New: func(t probe.Target) (probe.Driver, error) {
 		return New(t.Section.(Config), Options{URL: t.URL, Header: t.Header, Secret: t.Secret, Logger: t.Logger})
 	},

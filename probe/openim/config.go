@@ -94,11 +94,9 @@ var Adapter = probe.Adapter{
 	},
 	// The API secret (share.yml secret) gets the admin token, which
 	// registers users and gets theirs.
-	Secret: probe.SecretRequired,
+	Secret:   probe.SecretRequired,
+	SecretIs: "the API secret (share.yml secret), which gets the admin token",
 	New: func(t probe.Target) (probe.Driver, error) {
-		if t.Secret == nil {
-			return nil, fmt.Errorf("openim needs the API secret (share.yml secret): set target.secret_file or %s", config.SecretEnv)
-		}
 		c := t.Section.(Config)
 		return New(Options{
 			URL: t.URL, APIURL: c.APIURL, Header: t.Header, Secret: t.Secret, AdminUserID: c.AdminUserID,
