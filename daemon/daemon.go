@@ -2,7 +2,8 @@
 // in the configuration, starts the reference server when asked to, runs the
 // background population, the canary and scheduled soak runs, keeps their
 // history, and serves /metrics, /healthz, /readyz, the status page and the
-// API. It is the only package that knows every adapter.
+// API. It knows no adapter: protocols.Open makes the driver the
+// configuration names.
 package daemon
 
 import (

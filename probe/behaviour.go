@@ -21,14 +21,6 @@ import (
 // after the server confirmed the change, is not judged either way for the
 // member that changed (counted as ignored, left_group, if it arrives).
 
-// Regrouper is a Driver that can change a group's members while the
-// population runs: a population with membership churn needs one.
-type Regrouper interface {
-	// SetMembers makes g.Members the group's members on the server and
-	// returns once the server confirmed it.
-	SetMembers(ctx context.Context, g Group) error
-}
-
 // class is one behaviour class as the population runs it.
 type class struct {
 	name         string

@@ -347,14 +347,3 @@ func (c *Catchup) fill(cur *cursor, lo, hi uint64) {
 		}
 	}
 }
-
-// Syncer is a Session that can ask its server what its device has missed.
-// Once per catch-up interval the population calls Sync on every online
-// session that something may be missing from (see Population.owes), so
-// that a gap at the end of a conversation, with no later push to reveal
-// it, is still found and fetched before lost_after, and an open gap is
-// fetched once due even when no other frame comes. Sync writes
-// its request and returns; the answers come through Serve.
-type Syncer interface {
-	Sync() error
-}

@@ -28,38 +28,6 @@ type Driver interface {
 	Connect(ctx context.Context, user string, dev Device) (Session, error)
 }
 
-// Mirror is implemented by a Driver whose server delivers what a user sends
-// from one session to the user's other online sessions too, as XMPP message
-// carbons (XEP-0280) and servers that deliver to every session of a user
-// do: a population of several devices per user then owes each message to
-// the sender's other devices.
-type Mirror interface {
-	MirrorsOwn() bool
-}
-
-// FrameCounter is implemented by a Driver that can tell what its sessions
-// read but could not use, and what the server's own numbering showed: the
-// daemon exports both (imcanary_frames_ignored_total{reason="unmatched"},
-// imcanary_server_sequence_gaps_total), so that a mapping that misses a
-// frame kind, or a server that skips its own sequence, is visible.
-type FrameCounter interface {
-	// FramesUnmatched counts the frames no rule of the protocol matched.
-	FramesUnmatched() uint64
-	// ServerGaps counts jumps in a conversation's server sequence seen
-	// by a device, and the seqs they skipped.
-	ServerGaps() (gaps, missed uint64)
-}
-
-// Retrier is implemented by a Driver that sends again what got no answer,
-// under a key the server makes idempotent (Matrix's transaction id): the
-// daemon exports the count (imcanary_send_retries_total), so that a link
-// that loses answers shows as retries instead of hiding behind sends that
-// succeeded the second time.
-type Retrier interface {
-	// Retries counts the sends tried again.
-	Retries() uint64
-}
-
 // Session is one logged-in connection of one user.
 //
 // Serve is called once, by the goroutine that owns the session; Send, Ping
@@ -95,15 +63,6 @@ type Handler interface {
 	OnReject(ref uint64, reason string)
 	// OnDelivery reports a message delivered to this session's user.
 	OnDelivery(d *Delivery)
-}
-
-// SendFailer is implemented by a Handler that counts a send that failed
-// after Send had returned: a protocol whose sends are requests of their own
-// (an HTTP PUT) learns only then that the request never got an answer. A
-// driver calls OnSendFailed where a WebSocket write would have failed, and
-// falls back to OnReject for a Handler without it.
-type SendFailer interface {
-	OnSendFailed(ref uint64, err error)
 }
 
 // Plan is what a population needs on the server.
@@ -236,11 +195,4 @@ type Link struct {
 	// connect's phases and its TLS handshake: the population's series.
 	// Provisioning connects leave it nil; they are no session's.
 	Connect *metrics.ConnectSet
-}
-
-// Aborter is a Session that can end without a clean close: its connection
-// dropped as a lost link or a load balancer restart drops it, with no
-// close frame. A reconnect-storm drill (Population.Drop) needs it.
-type Aborter interface {
-	Abort()
 }

@@ -327,14 +327,14 @@ func (s *session) pong() error {
 	return s.write([]byte("{}"))
 }
 
-// Close implements probe.Session: a normal-closure frame, then a bounded
-// wait for the server's reply, which Serve reads.
 // Abort implements probe.Aborter: the connection is dropped with no
 // close, as a lost link or a load balancer restart drops it.
 func (s *session) Abort() { s.conn.Abort() }
 
 var _ probe.Aborter = (*session)(nil)
 
+// Close implements probe.Session: a normal-closure frame, then a bounded
+// wait for the server's reply, which Serve reads.
 func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session: what the login kept is handled first,

@@ -387,11 +387,11 @@ func (s *session) attempt(ctx context.Context, path string, payload []byte) (*lo
 // the poll in flight is its heartbeat, bounded by poll_timeout.
 func (s *session) Ping() error { return nil }
 
-// Close implements probe.Session.
 // Abort implements probe.Aborter: the connection is dropped with no
 // close, as a lost link or a load balancer restart drops it.
 func (s *session) Abort() { s.conn.Abort() }
 
 var _ probe.Aborter = (*session)(nil)
 
+// Close implements probe.Session.
 func (s *session) Close() error { return s.conn.Close() }

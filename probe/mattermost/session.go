@@ -389,14 +389,14 @@ func (s *session) postOne(ref uint64, payload map[string]string) {
 // read deadline.
 func (s *session) Ping() error { return s.conn.Ping() }
 
-// Close implements probe.Session: the sends in flight are cancelled, and
-// the connection closed with a close handshake.
 // Abort implements probe.Aborter: the connection is dropped with no
 // close, as a lost link or a load balancer restart drops it.
 func (s *session) Abort() { s.conn.Abort() }
 
 var _ probe.Aborter = (*session)(nil)
 
+// Close implements probe.Session: the sends in flight are cancelled, and
+// the connection closed with a close handshake.
 func (s *session) Close() error {
 	s.cancel()
 	return s.conn.Close()

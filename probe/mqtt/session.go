@@ -446,12 +446,12 @@ func (s *session) Send(m *probe.Message) error {
 // the read loop's idle deadline sees like any frame.
 func (s *session) Ping() error { return s.conn.Write(pingreq) }
 
-// Close implements probe.Session: DISCONNECT, after which the broker
-// closes the connection.
 // Abort implements probe.Aborter: the connection is dropped with no
 // close, as a lost link or a load balancer restart drops it.
 func (s *session) Abort() { s.conn.Abort() }
 
 var _ probe.Aborter = (*session)(nil)
 
+// Close implements probe.Session: DISCONNECT, after which the broker
+// closes the connection.
 func (s *session) Close() error { return s.conn.Close() }

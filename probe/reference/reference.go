@@ -382,14 +382,14 @@ func (s *session) Send(m *probe.Message) error {
 // Ping implements probe.Session.
 func (s *session) Ping() error { return s.conn.Ping() }
 
-// Close implements probe.Session: a normal-closure frame, then a bounded wait
-// for the server's reply, which Serve reads.
 // Abort implements probe.Aborter: the connection is dropped with no
 // close, as a lost link or a load balancer restart drops it.
 func (s *session) Abort() { s.conn.Abort() }
 
 var _ probe.Aborter = (*session)(nil)
 
+// Close implements probe.Session: a normal-closure frame, then a bounded wait
+// for the server's reply, which Serve reads.
 func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session.

@@ -424,14 +424,14 @@ func (s *session) Send(m *probe.Message) error {
 // answers and which, unlike an XMPP ping, does not count as a stanza.
 func (s *session) Ping() error { return s.conn.Ping() }
 
-// Close implements probe.Session: the stream's <close/> (the connection's
-// Farewell), then a bounded wait for the server's, which Serve reads.
 // Abort implements probe.Aborter: the connection is dropped with no
 // close, as a lost link or a load balancer restart drops it.
 func (s *session) Abort() { s.conn.Abort() }
 
 var _ probe.Aborter = (*session)(nil)
 
+// Close implements probe.Session: the stream's <close/> (the connection's
+// Farewell), then a bounded wait for the server's, which Serve reads.
 func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session: the elements the login kept are handled
