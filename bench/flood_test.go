@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -95,7 +96,7 @@ func TestFloodRealSession(t *testing.T) {
 	var served sync.WaitGroup
 	served.Go(func() { _ = sess.Serve(ledgerHandler{ledger.NewInbox()}) })
 	defer func() { _ = sess.Close(); served.Wait() }()
-	waitFor(t, func() bool { return fs.ready(kindReal) == 1 })
+	testwait.For(t, 10*time.Second, "the real reader ready", func() bool { return fs.ready(kindReal) == 1 })
 
 	stop := make(chan struct{})
 	var sent int
@@ -116,7 +117,7 @@ func TestFloodRealSession(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, func() bool { return delivered() == float64(sent) })
+	testwait.For(t, 10*time.Second, "every message sent delivered", func() bool { return delivered() == float64(sent) })
 	for _, r := range metrics.IgnoredReasons {
 		if n := metrics.Value(set.Ignored[r]); n != 0 {
 			t.Errorf("ignored{reason=%q} = %v, want 0", r, n)
@@ -156,7 +157,7 @@ func TestBareReader(t *testing.T) {
 	close(stop)
 	flooding.Wait()
 	var got int
-	waitFor(t, func() bool {
+	testwait.For(t, 10*time.Second, "the bare reader to answer", func() bool {
 		if _, err := io.WriteString(inW, "\n"); err != nil {
 			t.Fatal(err)
 		}
@@ -174,15 +175,5 @@ func TestBareReader(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("bare reader did not return after its input closed")
-	}
-}
-
-// waitFor polls cond for up to ten seconds: the flood crosses real sockets.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("condition not met within 10s")
-		}
 	}
 }

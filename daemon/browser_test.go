@@ -18,6 +18,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/internal/browser"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -101,7 +102,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "a healthy verdict with deliveries", func() bool {
+	testwait.For(t, 30*time.Second, "a healthy verdict with deliveries", func() bool {
 		return verdict(VerdictHealthy, "all 20 sessions online")() && scrape(t, base)["imcanary_deliveries_total"] > 200
 	})
 	// A few more readings for the charts.
@@ -110,11 +111,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	srv.SetFaults(refserver.Faults{Drop: 0.02})
 	// Loss is judged lost_after (4s here) after sending.
-	waitFor(t, 30*time.Second, "a degraded verdict for completeness", verdict(VerdictDegraded, "completeness"))
+	testwait.For(t, 30*time.Second, "a degraded verdict for completeness", verdict(VerdictDegraded, "completeness"))
 	time.Sleep(2 * time.Second)
 	look("degraded", VerdictDegraded, "completeness", [3]int{0xbc, 0x4c, 0x00})
 
 	stopTarget()
-	waitFor(t, 20*time.Second, "a down verdict", verdict(VerdictDown, "target unreachable for"))
+	testwait.For(t, 20*time.Second, "a down verdict", verdict(VerdictDown, "target unreachable for"))
 	look("down", VerdictDown, "connection refused", [3]int{0xcf, 0x22, 0x2e})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 )
 
@@ -33,7 +34,7 @@ func TestCanaryTargetDownFromStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, _ := runDaemon(t, d)
-	waitFor(t, 10*time.Second, "a failed canary round", func() bool {
+	testwait.For(t, 10*time.Second, "a failed canary round", func() bool {
 		return scrape(t, base)[`imcanary_canary_failures_total`] > 0
 	})
 	for _, k := range metrics.Kinds {
@@ -69,14 +70,14 @@ func TestCanaryOnceBesideDaemon(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 10*time.Second, "a daemon canary round", func() bool { return rounds(metrics.ResultPass) > 0 })
+	testwait.For(t, 10*time.Second, "a daemon canary round", func() bool { return rounds(metrics.ResultPass) > 0 })
 
 	r, err := canary.Once(context.Background(), cfg, slog.New(slog.DiscardHandler), 10*time.Second)
 	if err != nil || r.Result != metrics.ResultPass {
 		t.Fatalf("canary.Once beside the daemon = %+v, %v; want pass", r, err)
 	}
 	passed := rounds(metrics.ResultPass)
-	waitFor(t, 10*time.Second, "another daemon round", func() bool { return rounds(metrics.ResultPass)+rounds(metrics.ResultFail) > passed })
+	testwait.For(t, 10*time.Second, "another daemon round", func() bool { return rounds(metrics.ResultPass)+rounds(metrics.ResultFail) > passed })
 	if f := rounds(metrics.ResultFail); f != 0 {
 		t.Errorf("daemon canary failed %v rounds while a one-shot ran beside it", f)
 	}
@@ -98,12 +99,12 @@ func TestCanaryNextRound(t *testing.T) {
 		v := scrape(t, base)["imcanary_canary_next_round_timestamp_seconds"]
 		return time.Unix(0, int64(v*1e9))
 	}
-	waitFor(t, 5*time.Second, "the next round's time", func() bool { return !next().IsZero() && next().After(start) })
+	testwait.For(t, 5*time.Second, "the next round's time", func() bool { return !next().IsZero() && next().After(start) })
 	first := next()
 	if first.After(start.Add(2*time.Second + time.Second)) {
 		t.Errorf("next round due %v after the start, want within the 2s schedule", first.Sub(start))
 	}
-	waitFor(t, 15*time.Second, "a round, and the next one's time", func() bool { return next().After(first) })
+	testwait.For(t, 15*time.Second, "a round, and the next one's time", func() bool { return next().After(first) })
 	var st Status
 	getJSON(t, base+"/api/v1/status", &st)
 	if st.Canary.Next.IsZero() || st.Canary.Next.Before(time.Now().Add(-time.Second)) {

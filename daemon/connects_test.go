@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
@@ -56,7 +57,7 @@ func TestConnectRateHoldsForTheProcess(t *testing.T) {
 
 	// Unlimited, the 400 logins would take a fraction of a second; at
 	// the limit they take 4 s. A minute is only the test's own bound.
-	waitFor(t, time.Minute, "both populations online", func() bool {
+	testwait.For(t, time.Minute, "both populations online", func() bool {
 		return metrics.Value(bg.Online) >= users && metrics.Value(sk.Online) >= users
 	})
 	// Every attempt counted so far took its token in [start, end].
@@ -105,7 +106,7 @@ func TestStormDropsTheBackground(t *testing.T) {
 	defer cancel()
 	// Exits when ctx ends, after closing its sessions.
 	wg.Go(func() { d.bg.run(ctx) })
-	waitFor(t, time.Minute, "the background population online", d.bg.Ready)
+	testwait.For(t, time.Minute, "the background population online", d.bg.Ready)
 	rep, err := d.soak.Run(ctx, cfg.Soak.Profiles[0], nil)
 	if err != nil {
 		t.Fatal(err)

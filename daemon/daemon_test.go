@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/protocols"
 )
 
@@ -52,8 +53,8 @@ func TestRunEndToEnd(t *testing.T) {
 	if code, _ := get(t, base+"/healthz"); code != 200 {
 		t.Errorf("/healthz = %d, want 200", code)
 	}
-	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
-	waitFor(t, 10*time.Second, "deliveries on /metrics", func() bool {
+	testwait.For(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+	testwait.For(t, 10*time.Second, "deliveries on /metrics", func() bool {
 		return scrape(t, base)["imcanary_deliveries_total"] >= 50
 	})
 	m := scrape(t, base)
@@ -78,7 +79,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if n := m["imcanary_session_disconnects_total"]; n != 0 {
 		t.Errorf("disconnects before shutdown = %v, want 0", n)
 	}
-	waitFor(t, 3*time.Second, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+	testwait.For(t, 3*time.Second, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestFileLimit(t *testing.T) {
@@ -147,15 +148,6 @@ func scrape(t *testing.T, base string) map[string]float64 {
 	return out
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
-}
-
 // TestScheduledJobsAndHistory runs the daemon with a canary every second
 // and a soak profile every few seconds: rounds and runs appear in the
 // history and the API, the soak report is served, and the history is still
@@ -179,7 +171,7 @@ func TestScheduledJobsAndHistory(t *testing.T) {
 	}
 	base, stop := start()
 	var st Status
-	waitFor(t, 20*time.Second, "a canary round and a soak run in /api/v1/status", func() bool {
+	testwait.For(t, 20*time.Second, "a canary round and a soak run in /api/v1/status", func() bool {
 		getJSON(t, base+"/api/v1/status", &st)
 		return len(st.Canary.Rounds) > 0 && len(st.Soak.Runs) > 1
 	})
@@ -273,7 +265,7 @@ func TestDevicesAndMix(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, stop := runDaemon(t, d)
-	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+	testwait.For(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
 	if _, body := get(t, base+"/readyz"); !strings.Contains(body, "20 of 20 sessions online") {
 		t.Errorf("/readyz = %q, want 20 of 20 sessions online: 10 users with 2 devices each", body)
 	}

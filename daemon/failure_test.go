@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/refserver"
 )
@@ -118,7 +119,7 @@ func TestFailuresSayWhy(t *testing.T) {
 			}
 			base, stop := runDaemon(t, d)
 			key := `imcanary_session_connect_failures_total{reason="` + tt.reason + `"}`
-			waitFor(t, 10*time.Second, key+" > 2", func() bool { return scrape(t, base)[key] > 2 })
+			testwait.For(t, 10*time.Second, key+" > 2", func() bool { return scrape(t, base)[key] > 2 })
 			// Let the attempts go on a while: the log must still hold
 			// one line, not one per attempt.
 			time.Sleep(time.Second)
@@ -172,7 +173,7 @@ func TestTargetKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, stop := runDaemon(t, d)
-	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+	testwait.For(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
 	var st Status
 	getJSON(t, base+"/api/v1/status", &st)
 	if st.Verdict.State != VerdictHealthy && st.Verdict.State != VerdictStarting {
@@ -181,7 +182,7 @@ func TestTargetKilledMidRun(t *testing.T) {
 
 	killed := time.Now()
 	stopTarget()
-	waitFor(t, 10*time.Second, "the verdict down, target unreachable", func() bool {
+	testwait.For(t, 10*time.Second, "the verdict down, target unreachable", func() bool {
 		getJSON(t, base+"/api/v1/status", &st)
 		return st.Verdict.State == VerdictDown && !st.Reachability.Reachable
 	})
@@ -198,11 +199,11 @@ func TestTargetKilledMidRun(t *testing.T) {
 		t.Fatalf("listening again on %s: %v", addr, err)
 	}
 	_, _ = serveTarget(t, ln2, nil)
-	waitFor(t, 20*time.Second, "the target back in the log", func() bool {
+	testwait.For(t, 20*time.Second, "the target back in the log", func() bool {
 		return len(grepLines(logs.String(), "target back")) > 0
 	})
 	away := time.Since(killed)
-	waitFor(t, 10*time.Second, "20 sessions online", func() bool {
+	testwait.For(t, 10*time.Second, "20 sessions online", func() bool {
 		return scrape(t, base)[`imcanary_sessions_online{source="background"}`] == 20
 	})
 	stop()
@@ -268,7 +269,7 @@ func TestRequestHeaders(t *testing.T) {
 	}
 	base, stop := runDaemon(t, d)
 	key := `imcanary_session_connect_failures_total{reason="unauthorized"}`
-	waitFor(t, 10*time.Second, key, func() bool { return scrape(t, base)[key] > 0 })
+	testwait.For(t, 10*time.Second, key, func() bool { return scrape(t, base)[key] > 0 })
 	_, status := get(t, base+"/api/v1/status")
 	_, page := get(t, base+"/")
 	stop()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -88,7 +89,7 @@ func TestOpenMetricsExemplars(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, _ := runDaemon(t, d)
-	waitFor(t, 10*time.Second, "deliveries on /metrics", func() bool {
+	testwait.For(t, 10*time.Second, "deliveries on /metrics", func() bool {
 		return scrape(t, base)["imcanary_deliveries_total"] >= 50
 	})
 	// The slow threshold is min(deadline, 1 s): 1 s here.
@@ -101,7 +102,7 @@ func TestOpenMetricsExemplars(t *testing.T) {
 	srv.SetFaults(refserver.Faults{Delay: 1500 * time.Millisecond})
 	user := regexp.MustCompile(`^` + regexp.QuoteMeta(cfg.Population.Prefix) + `-\S*u\d+$`)
 	var found []scrapedExemplar
-	waitFor(t, 20*time.Second, "an exemplar of a delayed delivery", func() bool {
+	testwait.For(t, 20*time.Second, "an exemplar of a delayed delivery", func() bool {
 		found = nil
 		for _, e := range openMetrics(t, base) {
 			if e.value >= 1.5 {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 // postReload asks the daemon at base to reload and returns the answer.
@@ -65,14 +66,14 @@ func TestReloadRotatedSecret(t *testing.T) {
 		refused = `imcanary_session_connect_failures_total{reason="unauthorized"}`
 		online  = `imcanary_sessions_online{source="background"}`
 	)
-	waitFor(t, 10*time.Second, "logins refused with the old secret", func() bool { return scrape(t, base)[refused] >= 4 })
+	testwait.For(t, 10*time.Second, "logins refused with the old secret", func() bool { return scrape(t, base)[refused] >= 4 })
 
 	// Nothing changed: the reload must not claim a new secret.
 	if code, body := postReload(t, base); code != 200 || body != "configuration reloaded: nothing changed" {
 		t.Errorf("reload with the secret file unchanged = %d %q, want 200 %q", code, body, "configuration reloaded: nothing changed")
 	}
 	before := scrape(t, base)[refused]
-	waitFor(t, 10*time.Second, "more refused logins", func() bool { return scrape(t, base)[refused] > before })
+	testwait.For(t, 10*time.Second, "more refused logins", func() bool { return scrape(t, base)[refused] > before })
 	if m := scrape(t, base); m[online] != 0 {
 		t.Errorf("%s = %v with the old secret still in use, want 0", online, m[online])
 	}
@@ -88,7 +89,7 @@ func TestReloadRotatedSecret(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "changed "+secretChanged) {
 		t.Errorf("reload after rotating the secret file = %d %q, want 200 naming %q", code, body, secretChanged)
 	}
-	waitFor(t, 10*time.Second, "every user logged in with the new secret", func() bool {
+	testwait.For(t, 10*time.Second, "every user logged in with the new secret", func() bool {
 		return scrape(t, base)[online] == 4 && d.Ready()
 	})
 	if !strings.Contains(logs.String(), "target secret changed") || !strings.Contains(logs.String(), secretFile) {

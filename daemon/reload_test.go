@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 // TestReload reloads a running daemon through POST /-/reload: growing the
@@ -42,7 +43,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, _ := runDaemon(t, d)
-	waitFor(t, 10*time.Second, "10 users ready", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+	testwait.For(t, 10*time.Second, "10 users ready", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
 
 	post := func() (int, string) {
 		t.Helper()
@@ -73,7 +74,7 @@ func TestReload(t *testing.T) {
 		if code, body := post(); code != 200 {
 			t.Fatalf("reload to %d users = %d %q, want 200", users, code, body)
 		}
-		waitFor(t, 10*time.Second, "the new size online", func() bool {
+		testwait.For(t, 10*time.Second, "the new size online", func() bool {
 			m := scrape(t, base)
 			return m[online] == float64(users) && m[target] == float64(users) && d.Ready()
 		})
@@ -119,7 +120,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("reload with a soak schedule = %d %q", code, body)
 	}
 	var st Status
-	waitFor(t, 15*time.Second, "a soak run of the new profile", func() bool {
+	testwait.For(t, 15*time.Second, "a soak run of the new profile", func() bool {
 		getJSON(t, base+"/api/v1/status", &st)
 		return len(st.Soak.Runs) > 0
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 )
 
@@ -243,7 +244,7 @@ func TestDaemonRetriesFailedRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	runDaemon(t, d)
-	waitFor(t, 10*time.Second, "the jobs context", func() bool { d.curMu.RLock(); defer d.curMu.RUnlock(); return d.jobs != nil })
+	testwait.For(t, 10*time.Second, "the jobs context", func() bool { d.curMu.RLock(); defer d.curMu.RUnlock(); return d.jobs != nil })
 	d.curMu.RLock()
 	jobs := d.jobs
 	d.curMu.RUnlock()
@@ -260,7 +261,7 @@ func TestDaemonRetriesFailedRound(t *testing.T) {
 	} else if d := next.Sub(due); d < -time.Microsecond || d > time.Microsecond {
 		t.Errorf("imcanary_canary_next_round_timestamp_seconds = %v, want the retry's %v", next, due)
 	}
-	waitFor(t, 10*time.Second, "the retry round", func() bool { r := d.lastRound.Load(); return r != first })
+	testwait.For(t, 10*time.Second, "the retry round", func() bool { r := d.lastRound.Load(); return r != first })
 	retry := d.lastRound.Load()
 	if retry.Start.Before(first.End.Add(cfg.Canary.RetryAfter)) {
 		t.Errorf("retry round started %v after the failed one ended, want at least canary.retry_after %v",

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -69,7 +70,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	}
 	base, stop := runDaemon(t, d)
 	var st Status
-	waitFor(t, 20*time.Second, "a canary round and a soak run", func() bool {
+	testwait.For(t, 20*time.Second, "a canary round and a soak run", func() bool {
 		getJSON(t, base+"/api/v1/status", &st)
 		return len(st.Canary.Rounds) > 0 && len(st.Soak.Runs) > 0
 	})

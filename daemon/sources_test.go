@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 // TestRunSourceAddrs runs the daemon over two loopback source addresses
@@ -29,7 +31,7 @@ func TestRunSourceAddrs(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, _ := runDaemon(t, d)
-	waitFor(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
+	testwait.For(t, 10*time.Second, "/readyz 200", func() bool { c, _ := get(t, base+"/readyz"); return c == 200 })
 
 	u, err := url.Parse(d.TargetURL())
 	if err != nil {

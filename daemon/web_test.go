@@ -20,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key into dir.
@@ -94,7 +96,7 @@ func TestWebConfig(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	waitFor(t, 10*time.Second, "the TLS server", func() bool { return status("https", "/healthz", "prom", "s3cret-pass") == 200 })
+	testwait.For(t, 10*time.Second, "the TLS server", func() bool { return status("https", "/healthz", "prom", "s3cret-pass") == 200 })
 	for _, tc := range []struct {
 		scheme, path, user, pass string
 		want                     int

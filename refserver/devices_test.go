@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 // sessions logs in n sessions of each user, named "user#i" in login order.
@@ -78,7 +80,7 @@ func TestDeviceLimit(t *testing.T) {
 				}
 			}
 			sender := login(t, url, "u2", "t")
-			waitFor(t, "the closed sessions to be gone", func() bool { return s.Stats().Connections == int64(len(open)+1) })
+			testwait.For(t, ioTimeout, "the closed sessions to be gone", func() bool { return s.Stats().Connections == int64(len(open)+1) })
 			sender.sendTo("u1", "to every device")
 			sender.readType("ack")
 			for _, c := range open {
@@ -195,7 +197,7 @@ func TestMultiDeviceOffline(t *testing.T) {
 	}
 	// A session gone leaves the other one, not the offline queue.
 	first.ws.Close()
-	waitFor(t, "the first session to be gone", func() bool { return s.Stats().Connections == 2 })
+	testwait.For(t, ioTimeout, "the first session to be gone", func() bool { return s.Stats().Connections == 2 })
 	send("one left")
 	if f := second.readType("msg"); f.Body != "one left" {
 		t.Errorf("second session got %s, want %q", f.raw, "one left")
@@ -204,7 +206,7 @@ func TestMultiDeviceOffline(t *testing.T) {
 		t.Errorf("Stats().OfflineQueued = %d with a session open, want 2", got)
 	}
 	second.ws.Close()
-	waitFor(t, "the second session to be gone", func() bool { return s.Stats().Connections == 1 })
+	testwait.For(t, ioTimeout, "the second session to be gone", func() bool { return s.Stats().Connections == 1 })
 	send("all gone")
 	if got := s.Stats().OfflineQueued; got != 3 {
 		t.Errorf("Stats().OfflineQueued = %d with no session, want 3", got)
@@ -252,7 +254,7 @@ func TestReorderHeldAcrossSessions(t *testing.T) {
 			holder := u2[0]
 			if tt.opts.MaxDevices != 1 {
 				holder.ws.Close()
-				waitFor(t, "the holder to be gone", func() bool { return s.Stats().Connections == int64(tt.before) })
+				testwait.For(t, ioTimeout, "the holder to be gone", func() bool { return s.Stats().Connections == int64(tt.before) })
 			}
 			if tt.after {
 				u2 = append(u2, login(t, url, "u2", "t"))
@@ -263,7 +265,7 @@ func TestReorderHeldAcrossSessions(t *testing.T) {
 				}
 				// Gone, not just closing: its held delivery is rerouted
 				// as it goes, and must be before the next message.
-				waitFor(t, "the holder to be gone", func() bool { return s.Stats().Connections == 2 })
+				testwait.For(t, ioTimeout, "the holder to be gone", func() bool { return s.Stats().Connections == 2 })
 			}
 			last := u2[len(u2)-1]
 			s.SetFaults(Faults{})

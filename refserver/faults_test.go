@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 func TestFaults(t *testing.T) {
@@ -287,7 +289,7 @@ func TestStallAfterDelay(t *testing.T) {
 	u1.sendTo("u2", "delayed into the stall")
 	u1.readType("ack")
 	s.Stall("u2", true)
-	waitFor(t, "the delayed delivery to be discarded", func() bool { return s.Stats().Stalled == 1 })
+	testwait.For(t, ioTimeout, "the delayed delivery to be discarded", func() bool { return s.Stats().Stalled == 1 })
 	s.Stall("u2", false)
 	u2.roundTrip()
 	if st := s.Stats(); st.Delayed != 1 || st.Deliveries != 0 {

@@ -195,15 +195,3 @@ func readClose(ws *websocket.Conn, timeout time.Duration) (int, string, error) {
 		}
 	}
 }
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(ioTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}

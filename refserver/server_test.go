@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -283,7 +285,7 @@ func TestSlowConsumer(t *testing.T) {
 		t.Errorf("Stats().SlowConsumerKicks = %d, want 1", got)
 	}
 	// What the victim missed after the kick waits for its next login.
-	waitFor(t, "the victim to be gone", func() bool { return s.Stats().Connections == 2 })
+	testwait.For(t, ioTimeout, "the victim to be gone", func() bool { return s.Stats().Connections == 2 })
 	if s.Stats().OfflineQueued == 0 {
 		t.Errorf("Stats().OfflineQueued = 0, want the overflowing delivery kept offline")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/probe"
 )
 
@@ -231,7 +232,7 @@ func TestCatchUpSyncFindsTail(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-answered
-		waitFor(t, 5*time.Second, "the sync answered", func() bool {
+		testwait.For(t, 5*time.Second, "the sync answered", func() bool {
 			ss := s.(*session)
 			ss.pmu.Lock()
 			defer ss.pmu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -169,7 +170,7 @@ func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 		cancel()
 		wg.Wait()
 	})
-	waitFor(t, 60*time.Second, "population online", fx.pop.Ready)
+	testwait.For(t, 60*time.Second, "population online", fx.pop.Ready)
 	fx.took = time.Since(start)
 	fx.pop.SetSending(true)
 	return fx
@@ -245,15 +246,6 @@ func (fx *fixture) latency(qs ...float64) (uint64, []float64) {
 	return count, out
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
-}
-
 // TestRealPopulation logs in 520 users, each subscribed to its group and
 // its direct channel, runs direct and group traffic through a real
 // population, and checks the ledger finds nothing wrong: every expected
@@ -310,8 +302,8 @@ func TestRealKilledReceiver(t *testing.T) {
 			const victim = 7
 			down := 2 * time.Second
 			fx.drv.kill(fx.pop.Plan().Users[victim], down)
-			waitFor(t, 5*time.Second, "the victim to go offline", func() bool { return fx.pop.Online() < pc.users })
-			waitFor(t, 10*time.Second, "the victim to come back", func() bool { return fx.pop.Online() == pc.users })
+			testwait.For(t, 5*time.Second, "the victim to go offline", func() bool { return fx.pop.Online() < pc.users })
+			testwait.For(t, 10*time.Second, "the victim to come back", func() bool { return fx.pop.Online() == pc.users })
 			// Every sender sends again after the victim's return, so
 			// every gap in its streams shows.
 			time.Sleep(2 * time.Second)
@@ -414,7 +406,7 @@ func TestRealSlowReaderDrill(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	waitFor(t, 30*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
+	testwait.For(t, 30*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
 		return disc.count(true, metrics.ReasonSlowConsumer) >= slow
 	})
 	t.Logf("%d slow readers disconnected with 3008 within %v", slow, time.Since(start).Round(time.Millisecond))

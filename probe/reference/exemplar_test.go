@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
@@ -74,7 +75,7 @@ func TestLatencyExemplarsNameSlowMessages(t *testing.T) {
 	}
 	fx.srv.SetFaults(refserver.Faults{Delay: 1200 * time.Millisecond})
 	var ex []*dto.Exemplar
-	waitFor(t, 10*time.Second, "an exemplar of a delayed delivery", func() bool {
+	testwait.For(t, 10*time.Second, "an exemplar of a delayed delivery", func() bool {
 		ex = ex[:0]
 		for _, e := range latencyExemplars(t, fx.set) {
 			if e.GetValue() >= 1.2 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -94,7 +95,7 @@ func TestTargetOutages(t *testing.T) {
 	// Killed.
 	fx.srv.Close()
 	fx.stopT()
-	waitFor(t, 5*time.Second, "every session to notice the outage", func() bool { return fx.pop.Online() == 0 })
+	testwait.For(t, 5*time.Second, "every session to notice the outage", func() bool { return fx.pop.Online() == 0 })
 	if v := metrics.Value(fx.set.Online); v != 0 {
 		t.Errorf("sessions_online = %v during the outage, want 0", v)
 	}
@@ -165,7 +166,7 @@ func TestTargetOutages(t *testing.T) {
 	back := time.Now()
 	_, _, stop, wg := startTarget(t, addr, refserver.Options{})
 	defer func() { stop(); wg.Wait() }()
-	waitFor(t, 20*time.Second, "every session to come back", func() bool { return fx.pop.Online() == pc.users })
+	testwait.For(t, 20*time.Second, "every session to come back", func() bool { return fx.pop.Online() == pc.users })
 	recovery := time.Since(back)
 	peak := att.peak()
 	t.Logf("recovery: every session back %v after the target; peak connect attempts %d in one second (limit %v/s), %d in all",
@@ -197,7 +198,7 @@ func TestTargetOutages(t *testing.T) {
 	// idle and exited, the goroutines and open files are back where they
 	// were before the first outage.
 	var goroutines1, files1 int
-	waitFor(t, 10*time.Second, "goroutines and files back to their steady state", func() bool {
+	testwait.For(t, 10*time.Second, "goroutines and files back to their steady state", func() bool {
 		goroutines1, files1 = runtime.NumGoroutine(), openFiles(t)
 		return goroutines1 <= goroutines0+5 && files1 <= files0+2
 	})

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -190,7 +191,7 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 		stopT()
 		twg.Wait()
 	})
-	waitFor(t, 10*time.Second, "population online", fx.pop.Ready)
+	testwait.For(t, 10*time.Second, "population online", fx.pop.Ready)
 	return fx
 }
 
@@ -260,15 +261,6 @@ func (fx *fixture) latencies() (count uint64, below map[float64]uint64) {
 		}
 	}
 	return count, below
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
 }
 
 // Light enough to keep latency far under the deadline on a loaded 2-core
@@ -429,11 +421,11 @@ func TestTargetRestart(t *testing.T) {
 
 	fx.srv.Close()
 	fx.stopT()
-	waitFor(t, 5*time.Second, "sessions to notice the outage", func() bool { return fx.pop.Online() == 0 })
+	testwait.For(t, 5*time.Second, "sessions to notice the outage", func() bool { return fx.pop.Online() == 0 })
 	time.Sleep(500 * time.Millisecond) // an outage: sends are skipped, not queued
 	_, _, stop2, wg2 := startTarget(t, fx.addr, refserver.Options{})
 	defer func() { stop2(); wg2.Wait() }()
-	waitFor(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
+	testwait.For(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
 
 	disc := metrics.Value(fx.set.Disconnects[metrics.ReasonServerClose]) + metrics.Value(fx.set.Disconnects[metrics.ReasonError])
 	if disc < float64(pc.users) {
@@ -535,7 +527,7 @@ func TestSlowReaderDrill(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	waitFor(t, 20*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
+	testwait.For(t, 20*time.Second, "every slow reader disconnected as a slow consumer", func() bool {
 		return metrics.Value(fx.set.Disconnects[metrics.ReasonSlowConsumer]) >= float64(slow)
 	})
 	t.Logf("%d slow readers disconnected as slow consumers within %v", slow, time.Since(start).Round(time.Millisecond))
@@ -582,7 +574,7 @@ func TestSilentStallIsLagging(t *testing.T) {
 	stalled := "t-u7"
 	start := time.Now()
 	fx.srv.Stall(stalled, true)
-	waitFor(t, pc.deadline, "the stalled session flagged lagging", func() bool {
+	testwait.For(t, pc.deadline, "the stalled session flagged lagging", func() bool {
 		return metrics.Value(fx.set.SessionsLagging) >= 1
 	})
 	took := time.Since(start)
@@ -599,7 +591,7 @@ func TestSilentStallIsLagging(t *testing.T) {
 		}
 	}
 	fx.srv.Stall(stalled, false)
-	waitFor(t, 2*pc.deadline, "the lag cleared after the stall", func() bool {
+	testwait.For(t, 2*pc.deadline, "the lag cleared after the stall", func() bool {
 		return metrics.Value(fx.set.SessionsLagging) == 0
 	})
 	t.Logf("stall flagged after %v (lag threshold %v, deadline %v)", took.Round(time.Millisecond), pc.deadline/2, pc.deadline)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -177,7 +178,7 @@ func TestClockSkewIsMeasuredAndRemoved(t *testing.T) {
 				t.Fatalf("round %d: shard %d: SendCross: %v", r, k, err)
 			}
 		}
-		waitFor(t, 20*time.Second, fmt.Sprintf("round %d's deliveries and clock exchanges", r), func() bool {
+		testwait.For(t, 20*time.Second, fmt.Sprintf("round %d's deliveries and clock exchanges", r), func() bool {
 			for _, s := range shards {
 				if s.seen.n() < r+1 || s.samples(s.from) < float64(r+1) || s.samples(s.peer) < float64(r+1) {
 					return false

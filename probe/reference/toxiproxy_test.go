@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
@@ -121,7 +122,7 @@ func TestNetworkFaults(t *testing.T) {
 	disc := func(r string) float64 { return metrics.Value(fx.set.Disconnects[r]) }
 	whole := func(what string) {
 		t.Helper()
-		waitFor(t, 20*time.Second, what, func() bool { return fx.pop.Online() == pc.users })
+		testwait.For(t, 20*time.Second, what, func() bool { return fx.pop.Online() == pc.users })
 	}
 
 	// Latency: the median delivery, with and without 100 ms more.
@@ -163,21 +164,21 @@ func TestNetworkFaults(t *testing.T) {
 	// TestSlowReaderDrill.)
 	late0 := fx.counts().late
 	remove = tp.toxic(name, "bandwidth", "bandwidth", map[string]any{"rate": 1})
-	waitFor(t, 20*time.Second, "late deliveries under the bandwidth cut", func() bool { return fx.counts().late > late0 })
+	testwait.For(t, 20*time.Second, "late deliveries under the bandwidth cut", func() bool { return fx.counts().late > late0 })
 	remove()
 	whole("the population whole after the bandwidth cut")
 
 	// Resets: every connection reset as soon as data flows.
 	e0 := disc(metrics.ReasonError)
 	remove = tp.toxic(name, "reset", "reset_peer", map[string]any{"timeout": 0})
-	waitFor(t, 10*time.Second, "error disconnects from resets", func() bool { return disc(metrics.ReasonError) > e0 })
+	testwait.For(t, 10*time.Second, "error disconnects from resets", func() bool { return disc(metrics.ReasonError) > e0 })
 	remove()
 	whole("the population back after the resets")
 
 	// A link that stops passing data: heartbeats go unanswered.
 	e1 := disc(metrics.ReasonError)
 	remove = tp.toxic(name, "blackout", "timeout", map[string]any{"timeout": 0})
-	waitFor(t, 20*time.Second, "error disconnects from a dead link", func() bool { return disc(metrics.ReasonError) > e1 })
+	testwait.For(t, 20*time.Second, "error disconnects from a dead link", func() bool { return disc(metrics.ReasonError) > e1 })
 	remove()
 	whole("the population back after the dead link")
 

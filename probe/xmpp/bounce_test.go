@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/probe"
 )
 
@@ -32,7 +33,7 @@ func TestBouncedMessageIsNotAcked(t *testing.T) {
 	if err := s.Send(&probe.Message{Ref: 7, To: "nobody", Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Second, "reject", func() bool { _, rj, _ := r.snapshot(); return len(rj) == 1 })
+	testwait.For(t, 3*time.Second, "reject", func() bool { _, rj, _ := r.snapshot(); return len(rj) == 1 })
 	time.Sleep(200 * time.Millisecond)
 	if acks, _, _ := r.snapshot(); len(acks) != 0 {
 		t.Errorf("ref 7 was rejected and then acked: acks=%v", acks)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/probe"
 )
 
@@ -66,7 +67,7 @@ func TestCarbons(t *testing.T) {
 	}
 	r := &recorder{}
 	done := serve(s, r)
-	waitFor(t, 3*time.Second, "the direct message", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
+	testwait.For(t, 3*time.Second, "the direct message", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
 	time.Sleep(50 * time.Millisecond)
 	_ = s.Close()
 	wait(t, done)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/xmpp"
@@ -315,7 +316,7 @@ func TestProsodyPopulation(t *testing.T) {
 	// room join: a ramp at half that capacity keeps logins from queueing.
 	crowd := startPopulation(t, drv, popConfig{prefix: "crowd", users: 500, groupSize: 5, ramp: 10 * time.Second,
 		deadline: time.Second, lostAfter: 2 * time.Second})
-	waitFor(t, 60*time.Second, "500 users online", crowd.pop.Ready)
+	testwait.For(t, 60*time.Second, "500 users online", crowd.pop.Ready)
 	took := time.Since(t0)
 	crowd.obs.mu.Lock()
 	logins := slices.Clone(crowd.obs.logins)
@@ -342,7 +343,7 @@ func TestProsodyPopulation(t *testing.T) {
 	// would be lost to it, by the rules of MUC rather than by a fault.
 	talk := startPopulation(t, drv, popConfig{prefix: "talk", users: 50, groupSize: 5, rate: 5, ramp: time.Second,
 		paused: true, deadline: deadline, lostAfter: lostAfter})
-	waitFor(t, 30*time.Second, "50 talkers online", talk.pop.Ready)
+	testwait.For(t, 30*time.Second, "50 talkers online", talk.pop.Ready)
 	talk.pop.SetSending(true)
 	time.Sleep(6 * time.Second)
 	talk.settle(lostAfter)
@@ -405,7 +406,7 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	)
 	p := startPopulation(t, rd, popConfig{prefix: "kill", users: 20, groupSize: 5, rate: 5, ramp: 500 * time.Millisecond,
 		paused: true, deadline: time.Second, lostAfter: lostAfter})
-	waitFor(t, 30*time.Second, "population online", p.pop.Ready)
+	testwait.For(t, 30*time.Second, "population online", p.pop.Ready)
 	p.pop.SetSending(true)
 	time.Sleep(1500 * time.Millisecond)
 	rd.mu.Lock()
@@ -413,7 +414,7 @@ func TestProsodyReceiverKilled(t *testing.T) {
 	rd.mu.Unlock()
 	killed := time.Now()
 	xmpp.KillConn(rd.session(victim))
-	waitFor(t, 10*time.Second, "the victim to reconnect", func() bool {
+	testwait.For(t, 10*time.Second, "the victim to reconnect", func() bool {
 		return p.disconnects(metrics.ReasonError) == 1 && p.pop.Online() == p.pop.Users()
 	})
 	// The victim is out of its room from the kill until its new session
@@ -504,11 +505,11 @@ func TestProsodyProvisioning(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"direct prov-a " + string(big), "group prov-a " + small}
-	waitFor(t, 5*time.Second, "two deliveries", func() bool {
+	testwait.For(t, 5*time.Second, "two deliveries", func() bool {
 		_, _, d := rb.snapshot()
 		return slices.Contains(d, want[0]) && slices.Contains(d, want[1])
 	})
-	waitFor(t, 5*time.Second, "acks and the rejection", func() bool {
+	testwait.For(t, 5*time.Second, "acks and the rejection", func() bool {
 		acks, rej, _ := ra.snapshot()
 		return len(acks) >= 2 && len(rej) == 1
 	})
@@ -591,7 +592,7 @@ func TestProsodySlowReader(t *testing.T) {
 		}
 	}
 	<-bh.blocked
-	waitFor(t, 30*time.Second, "the server to accept every message", func() bool { a, _, _ := sr.snapshot(); return len(a) == n })
+	testwait.For(t, 30*time.Second, "the server to accept every message", func() bool { a, _, _ := sr.snapshot(); return len(a) == n })
 	time.Sleep(timeout + 2*time.Second)
 	close(bh.release)
 	err = wait(t, rdone)
@@ -607,7 +608,7 @@ func TestProsodySlowReader(t *testing.T) {
 	r2r := &recorder{}
 	r2done := serve(r2, r2r)
 	got := map[string]bool{}
-	waitFor(t, 20*time.Second, "every message from offline storage", func() bool {
+	testwait.For(t, 20*time.Second, "every message from offline storage", func() bool {
 		_, _, d := r2r.snapshot()
 		for _, x := range d {
 			body, _ := strings.CutPrefix(x, "direct slow-s ")
@@ -678,7 +679,7 @@ func TestProsodyResume(t *testing.T) {
 		return out
 	}
 	sendBoth("before")
-	waitFor(t, 5*time.Second, "deliveries before the break", func() bool { return len(ours(ra)) == 2 })
+	testwait.For(t, 5*time.Second, "deliveries before the break", func() bool { return len(ours(ra)) == 2 })
 	xmpp.KillConn(a)
 	if r := probe.ReasonOf(wait(t, da)); r != metrics.ReasonError {
 		t.Errorf("broken connection: reason %s, want error", r)
@@ -686,7 +687,7 @@ func TestProsodyResume(t *testing.T) {
 	for i := range 3 {
 		sendBoth("during" + strconv.Itoa(i))
 	}
-	waitFor(t, 5*time.Second, "the sender's acks", func() bool { a, _, _ := rb.snapshot(); return len(a) == int(ref) })
+	testwait.For(t, 5*time.Second, "the sender's acks", func() bool { a, _, _ := rb.snapshot(); return len(a) == int(ref) })
 
 	a2, err := drv.Connect(ctx, "res-a", probe.Device{})
 	if err != nil {
@@ -697,7 +698,7 @@ func TestProsodyResume(t *testing.T) {
 	}
 	ra2 := &recorder{}
 	da2 := serve(a2, ra2)
-	waitFor(t, 5*time.Second, "the messages sent during the break", func() bool { return len(ours(ra2)) >= 6 })
+	testwait.For(t, 5*time.Second, "the messages sent during the break", func() bool { return len(ours(ra2)) >= 6 })
 	// And the resumed stream works both ways: its acks count on.
 	if err := a2.Send(&probe.Message{Ref: 1001, To: "res-b", Body: []byte("imc1 back " + nonce)}); err != nil {
 		t.Fatal(err)
@@ -705,8 +706,8 @@ func TestProsodyResume(t *testing.T) {
 	if err := a2.Send(&probe.Message{Ref: 1002, Group: "res-g", Body: []byte("imc1 back group " + nonce)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "acks on the resumed stream", func() bool { a, _, _ := ra2.snapshot(); return len(a) == 2 })
-	waitFor(t, 5*time.Second, "deliveries from the resumed stream", func() bool { return len(ours(rb)) == 2 })
+	testwait.For(t, 5*time.Second, "acks on the resumed stream", func() bool { a, _, _ := ra2.snapshot(); return len(a) == 2 })
+	testwait.For(t, 5*time.Second, "deliveries from the resumed stream", func() bool { return len(ours(rb)) == 2 })
 	time.Sleep(200 * time.Millisecond)
 	got := ours(ra2)
 	slices.Sort(got)
@@ -774,7 +775,7 @@ func startChurn(t *testing.T, dd *devicesDriver, pc popConfig) *population {
 	t.Helper()
 	p := startPopulation(t, dd, pc)
 	all := pc.users * max(1, pc.devices)
-	waitFor(t, 30*time.Second, "every device to log in", func() bool { return dd.loggedIn() == all })
+	testwait.For(t, 30*time.Second, "every device to log in", func() bool { return dd.loggedIn() == all })
 	p.pop.SetSending(true)
 	return p
 }
@@ -857,7 +858,7 @@ func TestProsodyDevices(t *testing.T) {
 			var p *population
 			if tc.lifetime == 0 {
 				p = startPopulation(t, dd, pc)
-				waitFor(t, 30*time.Second, "population online", p.pop.Ready)
+				testwait.For(t, 30*time.Second, "population online", p.pop.Ready)
 				p.pop.SetSending(true)
 			} else {
 				p = startChurn(t, dd, pc)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/xmpp"
@@ -278,15 +279,6 @@ func (r *recorder) snapshot() (acks []uint64, rejects, deliveries []string) {
 	return slices.Clone(r.acks), slices.Clone(r.rejects), slices.Clone(r.deliveries)
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
-}
-
 // serve runs s.Serve(h) and returns its result on a channel.
 func serve(s probe.Session, h probe.Handler) chan error {
 	done := make(chan error, 1)
@@ -419,7 +411,7 @@ func TestStreamManagement(t *testing.T) {
 			}
 		}
 	})
-	waitFor(t, 3*time.Second, "the delivery", func() bool { _, _, d := r.snapshot(); return len(d) == 1 })
+	testwait.For(t, 3*time.Second, "the delivery", func() bool { _, _, d := r.snapshot(); return len(d) == 1 })
 	for _, m := range []*probe.Message{
 		{Ref: 101, To: "bob", Body: []byte("a")},
 		{Ref: 104, Group: "room", Body: []byte("g")},
@@ -430,7 +422,7 @@ func TestStreamManagement(t *testing.T) {
 			t.Fatalf("Send(%d) = %v", m.Ref, err)
 		}
 	}
-	waitFor(t, 3*time.Second, "four acks", func() bool { a, _, _ := r.snapshot(); return len(a) == 4 })
+	testwait.For(t, 3*time.Second, "four acks", func() bool { a, _, _ := r.snapshot(); return len(a) == 4 })
 	close(stop)
 	pings.Wait()
 	acks, _, deliveries := r.snapshot()
@@ -488,7 +480,7 @@ func TestDeliveries(t *testing.T) {
 	}
 	r := &recorder{}
 	done := serve(s, r)
-	waitFor(t, 3*time.Second, "three deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
+	testwait.For(t, 3*time.Second, "three deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
 	time.Sleep(50 * time.Millisecond)
 	_ = s.Close()
 	if reason := probe.ReasonOf(wait(t, done)); reason != metrics.ReasonShutdown {
@@ -550,7 +542,7 @@ func TestDeliveryAtDuringLogin(t *testing.T) {
 	time.Sleep(gap)
 	r := &recorder{}
 	done := serve(s, r)
-	waitFor(t, 3*time.Second, "two deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 2 })
+	testwait.For(t, 3*time.Second, "two deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 2 })
 	_ = s.Close()
 	wait(t, done)
 	if _, _, d := r.snapshot(); !slices.Equal(d, []string{"direct carol imc1 early", "direct bob imc1 late"}) {
