@@ -1,0 +1,207 @@
+package soak
+
+// The sampler: the run's time series, one sample a step, and the
+// progress it reports.
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/report"
+)
+
+// sampler records the run's time series and reports progress.
+type sampler struct {
+	r      *Runner
+	p      config.Profile
+	pop    *probe.Population
+	set    *metrics.Set
+	obs    *observer
+	before counts
+	start  time.Time
+	// normal is how many users are not slow readers, lateNormal how many
+	// of them log in late: the online ratio is theirs.
+	normal, lateNormal int
+	progress           func(Progress)
+
+	// sampling serialises sample: the loop and the run's end both call it.
+	sampling sync.Mutex
+	mu       sync.Mutex
+	phase    string
+	// phaseStart is when the current phase began, sendStart when the
+	// send phase did (zero before it).
+	phaseStart time.Time
+	sendStart  time.Time
+	samples    []report.Sample
+	minOnline  float64
+	prev       counts
+	prevT      time.Time
+	// maxSlowLag is the most messages a slow reader was behind at any
+	// sample.
+	maxSlowLag int64
+	// periods are the saturated spans so far; satOpen says the last one
+	// runs on to the latest sample.
+	periods []report.SaturatedPeriod
+	satOpen bool
+	// storm is the drill of the run's own cohort once it has dropped:
+	// its dropped sessions are not sampled into minOnline until back.
+	storm *storm
+}
+
+// maxSamples bounds a run's time series whatever its duration.
+const maxSamples = 2000
+
+func (s *sampler) setPhase(name string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.phase, s.phaseStart = name, now
+	if name == report.PhaseSend {
+		s.sendStart = now
+	}
+}
+
+// remaining is what the profile has left at now, in phase, which began at
+// phaseStart: the rest of that phase as configured and the phases after
+// it. A ramp that outlasts its configured length (the grace for late
+// logins) counts as ending now.
+func (s *sampler) remaining(phase string, phaseStart, now time.Time) time.Duration {
+	p := s.p
+	in := now.Sub(phaseStart)
+	switch phase {
+	case report.PhaseRamp:
+		return max(0, p.Ramp-in) + p.Duration + p.Drain
+	case report.PhaseSend:
+		return max(0, p.Duration-in) + p.Drain
+	case report.PhaseDrain:
+		return max(0, p.Drain-in)
+	}
+	return max(0, p.Ramp+p.Duration+p.Drain-now.Sub(s.start))
+}
+
+func (s *sampler) every() time.Duration {
+	if d := s.r.o.SampleEvery; d > 0 {
+		return d
+	}
+	return min(max((s.p.Ramp+s.p.Duration+s.p.Drain)/200, time.Second), 10*time.Second)
+}
+
+func (s *sampler) loop(ctx context.Context) {
+	t := time.NewTicker(s.every())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.sample(time.Now())
+			return
+		case <-t.C:
+			s.sample(time.Now())
+		}
+	}
+}
+
+func (s *sampler) sample(now time.Time) {
+	s.sampling.Lock()
+	defer s.sampling.Unlock()
+	cur := snapshot(s.set)
+	d := cur.sub(s.prev)
+	total := cur.sub(s.before)
+	from := s.prevT
+	dt := now.Sub(from).Seconds()
+	s.prev, s.prevT = cur, now
+
+	// Asked once per sample, outside every lock: the monitor may take
+	// its own.
+	var saturated bool
+	var causes []string
+	if h := s.r.o.Health; h != nil && h.Saturated() {
+		saturated = true
+		// Why, when the monitor says: a copy, as the sample keeps it
+		// and the monitor may reuse its own.
+		if src, ok := h.(SaturationSource); ok {
+			causes = slices.Clone(src.Causes())
+		}
+	}
+	slowLag := s.pop.SlowReaderLag()
+
+	s.obs.mu.Lock()
+	iv := s.obs.interval
+	p50, p99, mx := pctl(iv, 50), pctl(iv, 99), time.Duration(iv.Max())*time.Microsecond
+	iv.Reset()
+	normalOnline := s.obs.online[0]
+	var disc, slowDisc int64
+	for _, n := range s.obs.disc[0] {
+		disc += n
+	}
+	for _, n := range s.obs.disc[1] {
+		slowDisc += n
+	}
+	s.obs.mu.Unlock()
+
+	var sent, deliv int64
+	for _, k := range d.kind {
+		sent += k.sent
+		deliv += k.Delivered
+	}
+	all := total.all()
+	online := s.pop.Online()
+
+	s.mu.Lock()
+	phase, phaseStart, sendStart := s.phase, s.phaseStart, s.sendStart
+	if phase == report.PhaseSend && !(s.storm != nil && s.storm.recovering()) {
+		due := s.normal
+		// Late users are not due online until a little after LateAfter.
+		if s.lateNormal > 0 && now.Before(s.start.Add(s.p.LateAfter+5*time.Second)) {
+			due -= s.lateNormal
+		}
+		if due > 0 {
+			ratio := float64(normalOnline) / float64(due)
+			if s.minOnline < 0 || ratio < s.minOnline {
+				s.minOnline = math.Min(ratio, 1)
+			}
+		}
+	}
+	s.maxSlowLag = max(s.maxSlowLag, slowLag)
+	if saturated {
+		s.markSaturated(from, now, causes)
+	} else {
+		s.satOpen = false
+	}
+	if dt > 0 && len(s.samples) < maxSamples {
+		s.samples = append(s.samples, report.Sample{
+			T: now, Phase: phase, Online: online,
+			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
+			Lost: all.Lost, Late: all.Late, Disconnects: disc,
+			P50: p50, P99: p99, Max: mx,
+			SlowReaderDisconnects: slowDisc, SlowReaderLag: slowLag,
+			Saturated: saturated, SaturationCauses: causes,
+		})
+	}
+	s.mu.Unlock()
+
+	if s.progress != nil && dt > 0 {
+		s.progress(Progress{
+			Phase: phase, Elapsed: now.Sub(s.start), Remaining: s.remaining(phase, phaseStart, now),
+			Online: online, Users: s.p.Users,
+			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
+			Lost: all.Lost, Late: all.Late,
+			// The first messages sent can be judged lost only
+			// lost_after after the send phase began.
+			LostAfter:  s.p.LostAfter,
+			LossJudged: !sendStart.IsZero() && now.Sub(sendStart) >= s.p.LostAfter,
+		})
+	}
+}
+
+// slowLag returns the most messages a slow reader was behind at any
+// sample.
+func (s *sampler) slowLag() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxSlowLag
+}
