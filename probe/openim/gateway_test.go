@@ -220,8 +220,13 @@ func TestGatewayFaults(t *testing.T) {
 			if tc.pc != nil {
 				pc = *tc.pc
 			}
+			// Three times the deadline for catch-up to find a dropped
+			// push (after the grace of a third of the deadline, at the
+			// next frame or sync) before it is counted lost, so that a
+			// loaded machine's stalls do not turn a recovery into a loss.
+			pc.lostAfter = 6 * time.Second
 			fx := start(t, gw, pc)
-			c := probetest.SoakUntil(fx.pop, fx.set, 2000, 20*time.Second, base.lostAfter, metrics.Normal)
+			c := probetest.SoakUntil(fx.pop, fx.set, 2000, 20*time.Second, pc.lostAfter, metrics.Normal)
 			st := gw.Stats()
 			t.Logf("%s: %v; gateway %+v; driver %+v", tc.name, c, st, fx.drv.Stats())
 			if c.Expected < 1000 {

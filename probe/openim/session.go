@@ -237,7 +237,10 @@ func (s *session) Frame(b []byte, at int64) error {
 	s.delivery.At = at
 	switch {
 	case f.Type == "pong":
-		return nil
+		// Once a heartbeat at least, what has come due is asked for
+		// although nothing else arrives: a gap a sync answer named
+		// waits the catch-up grace for the pushes in flight.
+		return s.pullDue(at)
 	case f.Type != "":
 		s.d.unmatched.Add(1)
 		return nil
