@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -438,114 +439,10 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	},
 }).Parse(statusPageHTML))
 
-const statusPageHTML = `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="refresh" content="15">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>imcanary: {{.Target}}: {{.Verdict.State}}</title>
-<style>
-:root{color-scheme:light dark}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:75em;padding:0 1em}
-h1{font-size:1.4em;margin:0 0 .2em}
-h2{font-size:1.1em;margin:1.8em 0 .5em;padding-bottom:.2em;border-bottom:1px solid #8884}
-table{border-collapse:collapse;width:100%}
-th,td{padding:.25em .6em;text-align:left;border-bottom:1px solid #8883;vertical-align:top}
-th{font-weight:600}
-.n{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#1a7f37;font-weight:600}
-.fail{color:#cf222e;font-weight:600}
-.inconclusive{color:#8250df;font-weight:600}
-.muted{color:#888}
-dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em;margin:.8em 0}
-dt{color:#888}
-dd{margin:0}
-code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
-.verdict{border-radius:6px;padding:.8em 1em;margin:.8em 0 1em;border:1px solid;border-left-width:8px}
-.verdict .state{font-size:1.5em;font-weight:700;text-transform:uppercase;letter-spacing:.04em}
-.verdict p{margin:.3em 0 0;font-size:1.05em}
-.verdict ul{margin:.4em 0 0;padding-left:1.3em}
-.v-healthy{border-color:#1a7f37;background:#1a7f3714}.v-healthy .state{color:#1a7f37}
-.v-degraded{border-color:#bc4c00;background:#bc4c0014}.v-degraded .state{color:#bc4c00}
-.v-down{border-color:#cf222e;background:#cf222e14}.v-down .state{color:#cf222e}
-.v-saturated{border-color:#8250df;background:#8250df14}.v-saturated .state{color:#8250df}
-.v-starting{border-color:#6e7781;background:#6e778114}.v-starting .state{color:#6e7781}
-.good{color:#1a7f37}
-.bad{color:#cf222e;font-weight:600}
-.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:1em;margin-top:1em}
-figure{margin:0;border:1px solid #8884;border-radius:6px;padding:8px 8px 2px}
-figcaption{font-weight:600;margin:0 0 2px 4px}
-svg{display:block;width:100%;height:auto}
-svg text{font-size:11px;fill:#6e7781}
-svg .legend text{font-size:12px;fill:currentColor}
-svg .ref text{font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
-svg .empty{font-size:16px}
-</style>
-</head>
-<body>
-<h1>imcanary: {{.Target}}</h1>
-<p class="muted">At {{time .Now}}; refreshes every 15 seconds. JSON: <a href="api/v1/status">status</a>, <a href="api/v1/runs">runs</a>; <a href="metrics">metrics</a>.</p>
-<section class="verdict v-{{.Verdict.State}}" id="verdict" aria-label="verdict">
-<div class="state" id="verdict-state">{{.Verdict.State}}</div>
-<p id="verdict-cause">{{.Verdict.Cause}}</p>
-{{if gt (len .Verdict.Causes) 1}}<ul>{{range $i, $c := .Verdict.Causes}}{{if $i}}<li>{{$c}}</li>{{end}}{{end}}</ul>{{end}}
-</section>
-<dl>
-<dt>Target</dt><dd>{{.Target}} ({{.Protocol}})</dd>
-<dt>URL</dt><dd>{{with .URL}}<code>{{.}}</code>{{else}}—{{end}}</dd>
-<dt>Reachable</dt><dd>{{with .Reachability}}{{if not .Known}}<span class="muted">not yet known: no connect attempt has ended</span>{{else if .Reachable}}<span class="good">yes</span>, since {{time .Since}}{{if not .LastFailure.IsZero}}<span class="muted">; last failure {{time .LastFailure}}: {{.Cause}}</span>{{end}}{{else}}<span class="bad">no</span>, since {{time .Since}}: {{.Cause}}{{end}}{{end}}</dd>
-<dt>Population</dt><dd><span class="{{if lt .Population.Online .Population.Sessions}}bad{{else}}good{{end}}">{{.Population.Online}} of {{.Population.Sessions}} sessions online</span>
-<span class="muted">— {{if not .Population.Ready}}imcanary not ready yet (/readyz answers 503){{else if lt .Population.Online .Population.Sessions}}/readyz still answers 200: it says imcanary itself is ready (every user has logged in once), not that the target is{{else}}imcanary ready (every user has logged in once; /readyz answers 200){{end}}</span></dd>
-<dt>Prober</dt><dd>{{if .Saturation.Saturated}}<span class="bad">saturated</span> since {{time .Saturation.Since}}: {{join .Saturation.Causes}}{{else}}<span class="good">not saturated</span>{{end}}</dd>
-<dt>Run</dt><dd><code>{{.Run}}</code>, started {{time .Started}}</dd>
-</dl>
-
-<h2>Last {{span .Recent.Window}}</h2>
-<p class="muted">Judged as the alert rules judge: real-time completeness counts a delivery lost, late or recovered by catch-up as bad, eventual completeness only one lost, latency one over 1s; objective {{objective .Recent.Objective}}. Loss is judged {{span .Recent.LostAfter}} after sending, so the losses of the last {{span .Recent.LostAfter}} are not counted yet.</p>
-{{if .Recent.SLIs}}<table id="recent">
-<thead><tr><th>source</th><th>kind</th><th class="n">owed</th><th class="n">delivered</th><th class="n">recovered</th><th class="n">lost</th><th class="n">late</th><th class="n">duplicate</th><th class="n">reordered</th><th class="n">real-time</th><th class="n">eventual</th><th class="n">within 1s</th><th class="n">p99</th></tr></thead>
-<tbody>
-{{range .Recent.SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Recovered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{count .Late}}</td><td class="n">{{count .Duplicate}}</td><td class="n">{{count .Reordered}}</td><td class="n {{judged .Completeness $.Recent.Objective}}">{{ratio .Completeness}}</td><td class="n {{judged .Eventual $.Recent.Objective}}">{{ratio .Eventual}}</td><td class="n {{judged .Latency $.Recent.Objective}}">{{ratio .Latency}}</td><td class="n">{{seconds .P99}}</td></tr>
-{{end}}</tbody>
-</table>{{end}}
-<p>{{with .Recent}}{{count .Connects}} connect attempts{{with .Failures}}, failed: {{failures .}}{{else}}, none failed{{end}}.{{end}}</p>
-{{with .Charts}}<div class="charts">{{range .}}{{.}}{{end}}</div>{{end}}
-
-<h2>Delivery since start</h2>
-{{if .SLIs}}<table>
-<thead><tr><th>source</th><th>kind</th><th class="n">owed</th><th class="n">delivered</th><th class="n">recovered</th><th class="n">lost</th><th class="n" title="owed, and neither delivered, recovered nor lost yet: sent within lost_after">in flight</th><th class="n" title="delivered per delivery settled (delivered, recovered or lost): what is in flight is left out until it settles">delivered of settled</th><th class="n">within 1s</th></tr></thead>
-<tbody>
-{{range .SLIs}}<tr><td>{{.Source}}</td><td>{{.Kind}}</td><td class="n">{{count .Expected}}</td><td class="n">{{count .Delivered}}</td><td class="n">{{count .Recovered}}</td><td class="n">{{count .Lost}}</td><td class="n">{{count .InFlight}}</td><td class="n">{{ratio .Completeness}}</td><td class="n">{{ratio .UnderOneSecond}}</td></tr>
-{{end}}</tbody>
-</table>{{else}}<p class="muted">No deliveries measured yet.</p>{{end}}
-
-<h2>Canary</h2>
-<p>{{if .Canary.Enabled}}Schedule <code>{{.Canary.Schedule}}</code>; next round due {{time .Canary.Next}}{{if .Canary.Jitter}} (starting up to {{span .Canary.Jitter}} later){{end}}.{{else}}Disabled.{{end}}</p>
-{{if .Canary.Rounds}}<table>
-<thead><tr><th>time</th><th>result</th><th>checks</th><th class="n">slowest</th><th>reasons</th></tr></thead>
-<tbody>
-{{range .Canary.Rounds}}<tr><td>{{time .Start}}</td><td class="{{class .Result}}">{{.Result}}</td><td>{{range $i, $c := .Checks}}{{if $i}}, {{end}}{{$c.Kind}} {{$c.Delivered}}/{{$c.Expected}}{{end}}</td><td class="n">{{latency (slowest .)}}</td><td>{{reasons .}}</td></tr>
-{{end}}</tbody>
-</table>{{else}}<p class="muted">No canary rounds yet.</p>{{end}}
-
-<h2>Soak</h2>
-{{if .Soak.Schedules}}<table>
-<thead><tr><th>profile</th><th>schedule</th><th>next run due</th></tr></thead>
-<tbody>
-{{range .Soak.Schedules}}<tr><td><code>{{.Profile}}</code>{{if eq .Profile $.Soak.Running}} <strong>(running)</strong>{{end}}</td><td>{{with .Schedule}}<code>{{.}}</code>{{else}}<span class="muted">on demand</span>{{end}}</td><td>{{time .Next}}</td></tr>
-{{end}}</tbody>
-</table>{{else}}<p>Profiles: none configured.</p>{{end}}
-<p>{{if .Soak.Running}}Running: <code>{{.Soak.Running}}</code>.{{else}}None running.{{end}}</p>
-{{if .Soak.Runs}}<table>
-<thead><tr><th>run</th><th>target</th><th>profile</th><th>result</th><th>start</th><th class="n">length</th><th class="n">loss</th><th class="n">p99 delivery</th><th>json</th></tr></thead>
-<tbody>
-{{range .Soak.Runs}}<tr><td><a href="runs/{{.ID}}/report.html"><code>{{.ID}}</code></a></td><td>{{.Target}}</td><td>{{.Profile}}</td><td class="{{class .Result}}">{{.Result}}</td><td>{{time .Start}}</td><td class="n">{{length .Start .End}}</td><td class="n">{{loss .LossRatio}}</td><td class="n">{{latency .P99Delivery}}</td><td><a href="api/v1/runs/{{.ID}}">json</a></td></tr>
-{{end}}</tbody>
-</table>{{else}}<p class="muted">No soak runs yet.</p>{{end}}
-</body>
-</html>
-`
+// statusPageHTML is the status page: an html/template, its style inline.
+//
+//go:embed status.html
+var statusPageHTML string
 
 // pageTime prints an instant in UTC to the second, "—" when unset.
 func pageTime(t time.Time) string {
