@@ -3,7 +3,6 @@ package saturation
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -430,13 +429,9 @@ func TestPortsCountSpacedByCost(t *testing.T) {
 	}
 	fakeProc(t, root, socks)
 	fakeOwn(t, root, 1)
-	set := metrics.New(prometheus.NewPedanticRegistry()).Probe("t")
 	cfg := healthy()
 	cfg.MaxPorts = 0.9
-	m, err := newMonitor(cfg, set, slog.New(slog.NewTextHandler(io.Discard, nil)), root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, set, _ := newTestAt(t, cfg, root)
 	// Every count seems to take 1 s.
 	var fake time.Time
 	m.clock = func() time.Time { fake = fake.Add(time.Second); return fake }
@@ -502,14 +497,9 @@ func TestPortsOfOtherPrograms(t *testing.T) {
 			root := t.TempDir()
 			fakeProc(t, root, tt.socks)
 			fakeOwn(t, root, tt.own...)
-			set := metrics.New(prometheus.NewPedanticRegistry()).Probe("t")
-			var lb logBuf
 			cfg := healthy()
 			cfg.MaxPorts = 0.9
-			m, err := newMonitor(cfg, set, slog.New(slog.NewTextHandler(&lb, nil)), root)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, set, lb := newTestAt(t, cfg, root)
 			m.Check(time.Now())
 			assertState(t, m, set, tt.causes)
 			if tt.log != "" && !strings.Contains(lb.String(), tt.log) {
