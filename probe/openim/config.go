@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/imcanary/imcanary/config"
-	"github.com/imcanary/imcanary/probe"
 )
 
 // Config is the target.openim section. target.url is the message
@@ -76,32 +75,4 @@ func check(c Config) []*config.ValidationError {
 		bad("max_frame", c.MaxFrame, fmt.Errorf("must be between %d and %d bytes", 64<<10, 64<<20))
 	}
 	return out
-}
-
-// Adapter is openim's entry in the registry of protocols.
-var Adapter = probe.Adapter{
-	Config: config.Protocol{
-		Name:    "openim",
-		Section: DefaultConfig(),
-		Help: map[string]string{
-			"api_url":         "OpenIM's REST API, http://HOST:10002 (target.url is the gateway, ws://HOST:10001)",
-			"admin_user_id":   "the admin whose token the API secret gets (share.yml imAdminUserID)",
-			"platforms":       "platform ids the devices of a user log in as, one per device",
-			"max_connections": "most HTTP connections to the REST API",
-			"max_frame":       "largest frame accepted from the gateway, in bytes",
-		},
-		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
-	},
-	// The API secret (share.yml secret) gets the admin token, which
-	// registers users and gets theirs.
-	Secret:   probe.SecretRequired,
-	SecretIs: "the API secret (share.yml secret), which gets the admin token",
-	New: func(t probe.Target) (probe.Driver, error) {
-		c := t.Section.(Config)
-		return New(Options{
-			URL: t.URL, APIURL: c.APIURL, Header: t.Header, Secret: t.Secret, AdminUserID: c.AdminUserID,
-			Platforms: c.Platforms, Heartbeat: t.Heartbeat, MaxConnections: c.MaxConnections,
-			MaxFrame: int64(c.MaxFrame), Logger: t.Logger,
-		})
-	},
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
@@ -585,16 +584,6 @@ func parseRef(b []byte) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(string(b), 10, 64)
 	return n, err == nil
-}
-
-// Adapter is the reference protocol's entry in the registry of protocols.
-// Its old name, "embedded", is still accepted.
-var Adapter = probe.Adapter{
-	Config: config.Protocol{Name: "reference", Aliases: []string{"embedded"}, InProcess: true},
-	Secret: probe.SecretOptional,
-	New: func(t probe.Target) (probe.Driver, error) {
-		return New(Options{URL: t.URL, Header: t.Header, Secret: t.Secret, Heartbeat: t.Heartbeat})
-	},
 }
 
 // Decoder is a session's handling of the frames it reads, without a
