@@ -183,9 +183,10 @@ func TestGatewayFaults(t *testing.T) {
 			}
 		}},
 		// A held push waits for its sender's next one in the
-		// conversation; past the catch-up grace (half a second here)
-		// its gap is pulled first and it arrives as an overlap, not a
-		// reorder. Few users sending fast keep most waits shorter.
+		// conversation; past the catch-up grace (a third of the 2 s
+		// deadline) its gap is pulled first and it arrives as a late
+		// push, not a reorder. Few users sending fast keep most waits
+		// shorter.
 		{"reordered push is counted", openimtest.Faults{ReorderPush: 0.02}, &popConfig{users: 20, groupSize: 5, devices: 1, rate: 8, catchUp: true, lostAfter: 4 * time.Second}, func(t *testing.T, c probetest.Totals, st openimtest.Stats, _ *openim.Driver) {
 			if st.PushesReordered == 0 {
 				t.Fatal("the gateway reordered no push")
