@@ -320,9 +320,11 @@ func (fx *fixture) checkComplete(c totals, killed int) {
 // the mapping's catch-up waits the same grace.
 func TestMappedPushesInFlightAreNotRecovered(t *testing.T) {
 	pc := withCatchUp(base)
-	// 4 msg/s alternating direct and group: a sender's own messages 500
-	// ms apart, more than the jitter, so that any reordered is false.
-	pc.rate = 4
+	// 2 msg/s alternating direct and group: a sender's own messages 1 s
+	// apart, more than the jitter, so that any reordered is false. At a
+	// 3 s deadline the grace is 250 ms past the quarter, more than a
+	// loaded machine's scheduling delays.
+	pc.rate, pc.deadline, pc.lostAfter = 2, 3*time.Second, 6*time.Second
 	quarter := pc.deadline / 4
 	for _, f := range []refserver.Faults{{Delay: quarter}, {Jitter: quarter}} {
 		fx := newFixture(t, true, f, pc)

@@ -1,6 +1,7 @@
 package openim_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -38,10 +39,12 @@ type popConfig struct {
 	users, groupSize, devices int
 	rate                      float64
 	catchUp                   bool
-	lostAfter                 time.Duration
-	lateFraction              float64
-	lateAfter                 time.Duration
-	messageSize               int
+	// deadline is the population's; 0 is 2 s.
+	deadline     time.Duration
+	lostAfter    time.Duration
+	lateFraction float64
+	lateAfter    time.Duration
+	messageSize  int
 	// startPaused holds sending until the test starts it (SetSending).
 	startPaused bool
 }
@@ -96,7 +99,7 @@ func start(t *testing.T, gw *openimtest.Server, pc popConfig) *fixture {
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
 		},
 		Set: fx.set, Prefix: fmt.Sprintf("oim%d", time.Now().UnixNano()%1e6), Users: pc.users, GroupSize: pc.groupSize,
-		Devices: max(pc.devices, 1), Rate: pc.rate, Ramp: time.Second, Deadline: 2 * time.Second, LostAfter: pc.lostAfter,
+		Devices: max(pc.devices, 1), Rate: pc.rate, Ramp: time.Second, Deadline: cmp.Or(pc.deadline, 2*time.Second), LostAfter: pc.lostAfter,
 		LateFraction: pc.lateFraction, LateAfter: pc.lateAfter, MessageSize: pc.messageSize,
 		StartPaused: pc.startPaused,
 	})
@@ -257,13 +260,17 @@ func TestGatewayDelayIsLatency(t *testing.T) {
 // TestGatewayPushInFlightIsNotRecovered: OpenIM counts a message in the
 // conversation's newest seq when it accepts it, and pushes it later (its
 // published run averaged 0.2 s from send to receipt). A push up to a
-// quarter of the deadline (0.5 s) late is a push, not recovered by the
-// sync every quarter of lost_after that names its seq first.
+// quarter of the deadline late is a push, not recovered by the sync every
+// quarter of lost_after that names its seq first. At a 3 s deadline the
+// grace (1 s) is 250 ms past the quarter, more than a loaded machine's
+// scheduling delays.
 func TestGatewayPushInFlightIsNotRecovered(t *testing.T) {
-	gw := newGateway(t, openimtest.Options{Faults: openimtest.Faults{PushDelay: 500 * time.Millisecond}})
-	fx := start(t, gw, base)
-	c := probetest.SoakUntil(fx.pop, fx.set, 1000, 20*time.Second, base.lostAfter, metrics.Normal)
-	t.Logf("push delay 0.5 s: %v", c)
+	pc := base
+	pc.deadline, pc.lostAfter = 3*time.Second, 6*time.Second
+	gw := newGateway(t, openimtest.Options{Faults: openimtest.Faults{PushDelay: pc.deadline / 4}})
+	fx := start(t, gw, pc)
+	c := probetest.SoakUntil(fx.pop, fx.set, 1000, 20*time.Second, pc.lostAfter, metrics.Normal)
+	t.Logf("push delay %v: %v", pc.deadline/4, c)
 	if c.Expected < 1000 {
 		t.Fatalf("expected = %v, want over a thousand deliveries", c.Expected)
 	}

@@ -263,13 +263,14 @@ func TestDeviceLimitIsConflict(t *testing.T) {
 // a quarter of the deadline, in any pattern, loses and reorders nothing,
 // and catch-up must not fetch a push still on its way: a fixed delay
 // behind every sync answer, jitter that brings a conversation's messages
-// from several senders out of seq order, and both. Each sender's stream
-// is 500 ms apart (4 msg/s alternating direct and group), more than the
-// jitter, so that the server never reorders one sender's messages and any
-// reordered count is false.
+// from several senders out of seq order, and both. At a 3 s deadline the
+// grace (1 s) is 250 ms past the quarter (750 ms), more than a loaded
+// machine's scheduling delays. Each sender's stream is 1 s apart (2 msg/s
+// alternating direct and group), more than the jitter, so that the server
+// never reorders one sender's messages and any reordered count is false.
 func TestPushesInFlightAreNotRecovered(t *testing.T) {
 	pc := withCatchUp()
-	pc.rate = 4
+	pc.rate, pc.deadline, pc.lostAfter = 2, 3*time.Second, 6*time.Second
 	quarter := pc.deadline / 4
 	for _, tt := range []struct {
 		name   string
