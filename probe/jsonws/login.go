@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/wsconn"
 )
@@ -56,6 +57,9 @@ func (s *session) runSteps(steps []*step, envs []*env, window int, timeout time.
 		if err != nil {
 			if ce, ok := errors.AsType[*websocket.CloseError](err); ok {
 				if r, isCode := s.d.m.closeCodes[ce.Code]; isCode {
+					if r == metrics.ConnectUnauthorized {
+						return probe.Unauthorized(fmt.Errorf("server closed the connection during %s: %d %q", open[0].st.key, ce.Code, ce.Text))
+					}
 					return fmt.Errorf("server closed the connection during %s: %s %d %q", open[0].st.key, r, ce.Code, ce.Text)
 				}
 				return fmt.Errorf("server closed the connection during %s: %d %q", open[0].st.key, ce.Code, ce.Text)

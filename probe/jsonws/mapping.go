@@ -314,8 +314,8 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 			c.fail(key, code, "must be a WebSocket close code, 1000 to 4999")
 			continue
 		}
-		if !validReason(reason) {
-			c.fail(key, reason, "must be one of %s", strings.Join(reasons, ", "))
+		if !slices.Contains(closeReasons, reason) {
+			c.fail(key, reason, "must be one of %s", strings.Join(closeReasons, ", "))
 			continue
 		}
 		m.closeCodes[n] = reason
@@ -347,6 +347,12 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 
 // reasons are the disconnect reasons a mapping may name.
 var reasons = []string{metrics.ReasonSlowConsumer, metrics.ReasonConflict, metrics.ReasonServerClose}
+
+// closeReasons are what a close code may mean: a disconnect reason, or
+// unauthorized, a close that refuses the credentials. It fails a login as
+// unauthorized, so that the authentication alert sees it, and ends a
+// running session as server_close.
+var closeReasons = append(slices.Clip(reasons), metrics.ConnectUnauthorized)
 
 func validReason(r string) bool { return slices.Contains(reasons, r) }
 

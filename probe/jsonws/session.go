@@ -296,6 +296,11 @@ func (s *session) Frame(b []byte, at int64) error {
 func (s *session) Ended(err error) *probe.Disconnect {
 	return wsconn.Ended(err, func(code int, text string) *probe.Disconnect {
 		if r, ok := s.d.m.closeCodes[code]; ok {
+			if r == metrics.ConnectUnauthorized {
+				// Credentials withdrawn from a running session: the
+				// server ended it, and the next login says why.
+				r = metrics.ReasonServerClose
+			}
 			return &probe.Disconnect{Reason: r, Code: code, Text: text}
 		}
 		return nil

@@ -1,0 +1,23 @@
+package jsonws_test
+
+import (
+	"testing"
+
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/conformance"
+	"github.com/imcanary/imcanary/probe/jsonws"
+	"github.com/imcanary/imcanary/refserver"
+)
+
+// TestConformance runs the adapters' common suite through the shipped
+// mapping of the reference protocol, against the reference server with
+// its faults.
+func TestConformance(t *testing.T) {
+	section := mappedReference(t)
+	conformance.Run(t, conformance.Server{
+		Adapter: jsonws.Adapter, CatchUp: true, Faulty: true, WrongSecret: true,
+		Start: func(t *testing.T, f conformance.Faults, via func(string) string) conformance.Instance {
+			return conformance.Reference(t, refserver.Options{}, f, via, jsonws.Adapter, probe.Target{Secret: secret, Section: section})
+		},
+	})
+}

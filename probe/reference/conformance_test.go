@@ -1,0 +1,21 @@
+package reference_test
+
+import (
+	"testing"
+
+	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/conformance"
+	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/refserver"
+)
+
+// TestConformance runs the adapters' common suite against the reference
+// server, with its faults.
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Server{
+		Adapter: reference.Adapter, CatchUp: true, Faulty: true, WrongSecret: true,
+		Start: func(t *testing.T, f conformance.Faults, via func(string) string) conformance.Instance {
+			return conformance.Reference(t, refserver.Options{}, f, via, reference.Adapter, probe.Target{Secret: secret})
+		},
+	})
+}
