@@ -1,7 +1,6 @@
 package openim_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/imcanary/imcanary/metrics"
@@ -30,17 +29,7 @@ func TestConformance(t *testing.T) {
 				},
 				// A second login on the same platform: OpenIM's
 				// default policy kicks the first.
-				Kick: func(user string) {
-					drv, err := openim.Adapter.New(tg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					s, err := drv.Connect(context.Background(), user, probe.Device{})
-					if err != nil {
-						t.Fatalf("the second login that kicks %s: %v", user, err)
-					}
-					t.Cleanup(func() { _ = s.Close() })
-				},
+				Kick:       func(user string) { conformance.LoginAgain(t, openim.Adapter, tg, user, probe.Device{}) },
 				KickReason: metrics.ReasonConflict,
 			}
 		},

@@ -623,3 +623,24 @@ func Via(t *testing.T, raw string, via func(string) string) string {
 	t.Helper()
 	return Rehost(t, raw, via(HostPort(t, raw)))
 }
+
+// LoginAgain logs user in once more as dev through a driver of its own,
+// and keeps the session until the test ends: the kick of a server whose
+// policy ends a user's (or a device's) older session at a new login.
+func LoginAgain(t *testing.T, a probe.Adapter, tg probe.Target, user string, dev probe.Device) {
+	t.Helper()
+	drv, err := a.New(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := drv.Provision(ctx, probe.Plan{Users: []string{user}}); err != nil {
+		t.Fatalf("provision %s for the login that kicks: %v", user, err)
+	}
+	s, err := drv.Connect(ctx, user, dev)
+	if err != nil {
+		t.Fatalf("the second login that kicks %s: %v", user, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+}

@@ -74,9 +74,14 @@ func (p *proxy) accept() {
 }
 
 // copy moves bytes from src to dst until either side ends, then closes
-// both, as the kernel would pass on a FIN or a reset.
+// both, as the kernel would pass on a FIN or a reset. Once frozen, the
+// server's end is not passed on: a dead peer's FIN never arrives, and
+// only the adapter's own deadline may end its side.
 func (p *proxy) copy(pr *pair, dst, src net.Conn) {
 	defer func() {
+		if src == pr.server && pr.frozen.Load() {
+			return
+		}
 		pr.client.Close()
 		pr.server.Close()
 	}()

@@ -41,17 +41,7 @@ func Reference(t *testing.T, o refserver.Options, f Faults, via func(string) str
 			st := srv.Stats()
 			return st.Duplicated, st.DroppedPush
 		},
-		Kick: func(user string) {
-			drv, err := a.New(tg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := drv.Connect(context.Background(), user, probe.Device{Index: 1})
-			if err != nil {
-				t.Fatalf("the second login that kicks %s: %v", user, err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-		},
+		Kick:       func(user string) { LoginAgain(t, a, tg, user, probe.Device{Index: 1}) },
 		KickReason: metrics.ReasonConflict,
 	}
 }
