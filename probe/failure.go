@@ -55,8 +55,13 @@ func HandshakeStatus(code int, status string) error {
 	if status == "" {
 		status = fmt.Sprintf("%d %s", code, http.StatusText(code))
 	}
-	return &ConnectError{Reason: reason, Err: fmt.Errorf("WebSocket upgrade answered HTTP %s", status)}
+	return &ConnectError{Reason: reason, Err: fmt.Errorf("%sHTTP %s", upgradeAnswered, status)}
 }
+
+// upgradeAnswered starts the error of an upgrade answered with a status:
+// DescribeFailure words those apart from an HTTP API's answers (a login
+// or a registration refused), which are not upgrades.
+const upgradeAnswered = "WebSocket upgrade answered "
 
 // Provisioning marks err as a failure of provisioning itself (a group the
 // server would not create), unless it already has a reason of its own: a

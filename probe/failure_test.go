@@ -113,3 +113,24 @@ func TestReach(t *testing.T) {
 		t.Errorf("nil Reach State() = %+v, want the zero state", st)
 	}
 }
+
+// TestDescribeRefusals: a refused upgrade reads as one, and a refusal by an
+// HTTP API (a login, a registration) does not: it is no upgrade.
+func TestDescribeRefusals(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"upgrade", HandshakeStatus(401, ""), "the WebSocket upgrade was answered HTTP 401 Unauthorized"},
+		{"upgrade by a proxy", fmt.Errorf("dial: %w", HandshakeStatus(403, "403 Forbidden")), "the WebSocket upgrade was answered HTTP 403 Forbidden"},
+		{"a registration", Unauthorized(errors.New("matrix: registering u0: HTTP 403 M_FORBIDDEN: bad mac")),
+			"unauthorized: matrix: registering u0: HTTP 403 M_FORBIDDEN: bad mac"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DescribeFailure(FailureReason(tt.err), tt.err.Error()); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import "context"
 //	RekeyChecker  Driver    the reload (protocols.Target)       a mapping that may refuse
 //	FrameCounter  Driver    the daemon's metrics                always, if implemented
 //	Retrier       Driver    the daemon's metrics                always, if implemented
+//	IdleCloser    Driver    protocols.Target.Close              drivers with an HTTP pool
 
 // Syncer is a Session that can ask its server what its device has missed.
 // Once per catch-up interval the population calls Sync on every online
@@ -103,4 +104,12 @@ type FrameCounter interface {
 type Retrier interface {
 	// Retries counts the sends tried again.
 	Retries() uint64
+}
+
+// IdleCloser is implemented by a Driver whose connections outlive its
+// sessions (a pool of HTTP connections that requests share): closing the
+// target closes the idle ones, instead of leaving them to the pool's idle
+// timeout. Those in use close with their sessions.
+type IdleCloser interface {
+	CloseIdleConnections()
 }

@@ -129,9 +129,9 @@ func DescribeFailure(reason, err string) string {
 	switch {
 	case detail == "":
 		return what
-	case strings.Contains(detail, "HTTP ") && (strings.HasPrefix(reason, "http_") || reason == metrics.ConnectUnauthorized):
+	case strings.Contains(detail, upgradeAnswered) && (strings.HasPrefix(reason, "http_") || reason == metrics.ConnectUnauthorized):
 		// The status line says it all: "HTTP 404 Not Found".
-		return "the WebSocket upgrade was answered " + detail[strings.Index(detail, "HTTP "):]
+		return "the WebSocket upgrade was answered " + detail[strings.Index(detail, upgradeAnswered)+len(upgradeAnswered):]
 	case reason == metrics.ConnectUnauthorized:
 		// The server's own words say how: "login refused: close 4001
 		// "bad token"", "authentication failed: not-authorized".

@@ -192,8 +192,12 @@ func (t *Target) Start(log *slog.Logger) {
 	})
 }
 
-// Close stops the in-process reference server and waits for it.
+// Close closes the driver's idle connections (probe.IdleCloser), and
+// stops the in-process reference server and waits for it.
 func (t *Target) Close() {
+	if ic, ok := t.Driver.(probe.IdleCloser); ok {
+		ic.CloseIdleConnections()
+	}
 	if t.stop != nil {
 		t.stop()
 		t.wg.Wait()

@@ -285,7 +285,9 @@ func (d *Driver) ensureUser(ctx context.Context, user string) (string, error) {
 		d.setToken(user, 0, tok)
 		return tok, nil
 	case statusOf(err) == http.StatusForbidden || statusOf(err) == http.StatusUnauthorized:
-		return "", probe.Provisioning(fmt.Errorf("matrix: registering %s: %w (is the shared secret the server's registration_shared_secret?)", user, err))
+		// The shared secret refused: unauthorized, so that a rotated
+		// secret the server does not have yet pages as one.
+		return "", probe.Unauthorized(fmt.Errorf("matrix: registering %s: %w (is the shared secret the server's registration_shared_secret?)", user, err))
 	}
 	return "", probe.Provisioning(fmt.Errorf("matrix: registering %s: %w", user, err))
 }
@@ -382,3 +384,6 @@ func (d *Driver) ServerGaps() (gaps, missed uint64) { return 0, 0 }
 // Retries counts sends tried again after getting no answer, or a 5xx or
 // 429.
 func (d *Driver) Retries() uint64 { return d.retries.Load() }
+
+// CloseIdleConnections implements probe.IdleCloser.
+func (d *Driver) CloseIdleConnections() { d.pool.CloseIdle() }

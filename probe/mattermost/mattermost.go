@@ -375,7 +375,9 @@ func (d *Driver) ensureUser(ctx context.Context, name string) (string, string, e
 		in := map[string]string{"username": name, "email": name + "@" + d.cfg.EmailDomain, "password": d.password(name)}
 		if _, cerr := d.call(ctx, probe.Link{}, http.MethodPost, "/api/v4/users", nil, "", in, nil); cerr != nil {
 			if statusOf(cerr) == http.StatusBadRequest && strings.Contains(cerr.Error(), "exists") {
-				return "", "", probe.Provisioning(fmt.Errorf("mattermost: user %s exists, but logging it in failed (made with another secret?): %w", name, err))
+				// Its password refused: unauthorized, as a login
+				// refused later would be.
+				return "", "", probe.Unauthorized(fmt.Errorf("mattermost: user %s exists, but logging it in failed (made with another secret?): %w", name, err))
 			}
 			return "", "", probe.Provisioning(fmt.Errorf("mattermost: signing %s up (is the server open, EnableOpenServer?): %w", name, cerr))
 		}
@@ -434,3 +436,6 @@ func (d *Driver) ServerGaps() (gaps, missed uint64) { return d.gaps.Load(), d.mi
 
 // Retries counts posts tried again under their pending_post_id.
 func (d *Driver) Retries() uint64 { return d.retries.Load() }
+
+// CloseIdleConnections implements probe.IdleCloser.
+func (d *Driver) CloseIdleConnections() { d.pool.CloseIdle() }
