@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/internal/conformance"
@@ -24,5 +25,18 @@ func TestConformance(t *testing.T) {
 				URL: conformance.Via(t, url, via), Secret: []byte(secret), Section: centrifugo.DefaultConfig(),
 			}}
 		},
+		// The second instance, whose client queue holds 64 KiB: a
+		// reader that stops is closed with 3008 within a second of
+		// 16 KiB messages.
+		SlowStart: func(t *testing.T, via func(string) string) conformance.Instance {
+			slow := os.Getenv("IMCANARYTEST_CENTRIFUGO_SLOW_URL")
+			if slow == "" {
+				t.Skip("IMCANARYTEST_CENTRIFUGO_SLOW_URL unset: no Centrifugo with a small client queue")
+			}
+			return conformance.Instance{Target: probe.Target{
+				URL: conformance.Via(t, slow, via), Secret: []byte(secret), Section: centrifugo.DefaultConfig(),
+			}}
+		},
+		SlowReason: metrics.ReasonSlowConsumer, SlowMessageSize: 16 << 10,
 	})
 }

@@ -3,6 +3,7 @@ package jsonws_test
 import (
 	"testing"
 
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/conformance"
 	"github.com/imcanary/imcanary/probe/jsonws"
@@ -19,5 +20,11 @@ func TestConformance(t *testing.T) {
 		Start: func(t *testing.T, f conformance.Faults, via func(string) string) conformance.Instance {
 			return conformance.Reference(t, refserver.Options{}, f, via, jsonws.Adapter, probe.Target{Secret: secret, Section: section})
 		},
+		// A 64-frame queue and a 64 KiB socket buffer: a reader that
+		// stops overflows them within a second of 16 KiB messages.
+		SlowStart: func(t *testing.T, via func(string) string) conformance.Instance {
+			return conformance.Reference(t, refserver.Options{SendQueue: 64, SendBuffer: 64 << 10}, conformance.Faults{}, via, jsonws.Adapter, probe.Target{Secret: secret, Section: section})
+		},
+		SlowReason: metrics.ReasonSlowConsumer, SlowMessageSize: 16 << 10,
 	})
 }

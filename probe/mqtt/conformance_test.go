@@ -30,10 +30,13 @@ func TestConformance(t *testing.T) {
 		// it logs "already connected, closing old connection" and the
 		// old session sees the connection closed (1006), no DISCONNECT.
 		kicks bool
-	}{{"mosquitto", mosquittoVar, false}, {"mochi", mochiVar, true}} {
+		// slowVar names an instance of the broker that queues little
+		// for a session, "" for none.
+		slowVar string
+	}{{"mosquitto", mosquittoVar, false, mosquittoSlowVar}, {"mochi", mochiVar, true, ""}} {
 		t.Run(broker.name, func(t *testing.T) {
 			url := brokerURL(t, broker.urlVar)
-			conformance.Run(t, conformance.Server{
+			srv := conformance.Server{
 				Adapter: mqtt.Adapter, CatchUp: true,
 				Start: func(t *testing.T, _ conformance.Faults, via func(string) string) conformance.Instance {
 					tg := probe.Target{URL: conformance.Via(t, url, via), Section: section}
@@ -47,7 +50,15 @@ func TestConformance(t *testing.T) {
 					}
 					return in
 				},
-			})
+			}
+			if broker.slowVar != "" {
+				// It drops what a session's queue of 100 cannot
+				// hold, and keeps the session: loss, no close.
+				srv.SlowStart = func(t *testing.T, via func(string) string) conformance.Instance {
+					return conformance.Instance{Target: probe.Target{URL: conformance.Via(t, brokerURL(t, broker.slowVar), via), Section: section}}
+				}
+			}
+			conformance.Run(t, srv)
 		})
 	}
 }

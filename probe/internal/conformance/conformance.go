@@ -19,6 +19,10 @@
 //   - faults, where the fake server injects them: duplicated pushes are
 //     counted as duplicates, dropped pushes recovered (or lost, without
 //     catch-up), each in the number the server injected;
+//   - slow-reader, where the server has a slow-consumer policy that shows
+//     within seconds: readers that stop are closed with the reason the
+//     adapter must tell (or lose what the server drops), and the other
+//     users lose nothing;
 //   - kick, where the server can end a session: the adapter reports the
 //     reason the server gave;
 //   - secret, where the server checks it: a login signed with another
@@ -28,6 +32,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -73,6 +78,17 @@ type Server struct {
 	// of it, the host:port of its session endpoint (where the sessions'
 	// connections go) passed through via.
 	Start func(t *testing.T, f Faults, via func(hostport string) string) Instance
+	// SlowStart, if set, starts a server (or names a running one) whose
+	// policy for a reader that stops reading shows within seconds: a
+	// small send queue, a short send timeout. SlowReason is the
+	// disconnect reason the adapter must report for it, or "" for a
+	// server that drops what the reader cannot take and keeps its
+	// session, which must then count as loss in the slow readers'
+	// cohort. SlowMessageSize is the drill's message size, 0 for 4 KiB:
+	// large enough to fill the server's queue within seconds.
+	SlowStart       func(t *testing.T, via func(hostport string) string) Instance
+	SlowReason      string
+	SlowMessageSize int
 	// Silence is the longest the adapter, as the target configures it,
 	// may take to notice a server gone silent (a dead peer); 0 is a
 	// WebSocket session's idle deadline, wsconn.IdleFor: two heartbeats
@@ -117,6 +133,7 @@ func Run(t *testing.T, s Server) {
 		{"dead-peer", "", deadPeer},
 		{"catch-up", cond(!s.CatchUp, "the adapter does not catch up from this server"), catchUp},
 		{"faults", cond(!s.Faulty, "the server cannot inject faults"), faults},
+		{"slow-reader", cond(s.SlowStart == nil, "the server has no slow-consumer policy that shows within seconds here"), slowReader},
 		{"kick", "", kick},
 		{"secret", cond(!s.WrongSecret, "the server does not check the secret"), secret},
 	} {
@@ -502,6 +519,22 @@ const (
 func start(t *testing.T, s Server, f Faults, catchUp bool) *run {
 	t.Helper()
 	drv, in := s.driver(t, f, nil)
+	return startOn(t, s, drv, in, popOpts{users: runUsers, groupSize: runGroupSize, rate: runRate, catchUp: catchUp})
+}
+
+// popOpts is what a subtest sets of its population.
+type popOpts struct {
+	users, groupSize int
+	rate             float64
+	catchUp          bool
+	messageSize      int
+	slow             probe.SlowReaders
+}
+
+// startOn runs a population of o on drv, a driver for in, until the test
+// ends, and returns once it is online.
+func startOn(t *testing.T, s Server, drv probe.Driver, in Instance, o popOpts) *run {
+	t.Helper()
 	r := &run{in: in, set: metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)}
 	r.kill = &probetest.Killer{Driver: drv, Abort: func(s probe.Session) {
 		if a, ok := s.(probe.Aborter); ok {
@@ -514,10 +547,11 @@ func start(t *testing.T, s Server, f Faults, catchUp bool) *run {
 	r.pop, err = probe.NewPopulation(probe.Options{
 		Connection: probe.Connection{
 			Driver: r.kill, Run: "conformance", Heartbeat: in.Target.Heartbeat,
-			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: catchUp,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: o.catchUp,
 		},
-		Set: r.set, Prefix: prefix("r"), Users: runUsers, GroupSize: runGroupSize,
-		Rate: runRate, Ramp: time.Second, Deadline: s.scaled(2 * time.Second), LostAfter: s.scaled(runLostAfter),
+		Set: r.set, Prefix: prefix("r"), Users: o.users, GroupSize: o.groupSize, MessageSize: o.messageSize,
+		Rate: o.rate, Ramp: time.Second, Deadline: s.scaled(2 * time.Second), LostAfter: s.scaled(runLostAfter),
+		SlowReaders: o.slow,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -529,7 +563,7 @@ func start(t *testing.T, s Server, f Faults, catchUp bool) *run {
 		cancel()
 		wg.Wait()
 	})
-	probetest.WaitReady(t, r.pop, runUsers, s.scaled(10*time.Second), s.scaled(60*time.Second))
+	probetest.WaitReady(t, r.pop, o.users, s.scaled(10*time.Second), s.scaled(60*time.Second))
 	return r
 }
 
@@ -574,6 +608,67 @@ func population(t *testing.T, s Server) {
 	if e := r.sendErrors(); len(e) != 0 {
 		t.Errorf("send errors %v, want none", e)
 	}
+}
+
+// slowReader: a fifth of the users stop reading for longer than the
+// server's slow-consumer policy allows. The server does what it does to
+// them (a close, or dropping what they cannot take), and the adapter must
+// say which; the others must not pay for it: nothing of theirs lost or
+// counted twice.
+func slowReader(t *testing.T, s Server) {
+	in := s.SlowStart(t, func(a string) string { return a })
+	if in.Target.Heartbeat == 0 {
+		in.Target.Heartbeat = 500 * time.Millisecond
+	}
+	drv, err := s.Adapter.New(in.Target)
+	if err != nil {
+		t.Fatalf("%s: New: %v", s.Adapter.Config.Name, err)
+	}
+	size := cmp.Or(s.SlowMessageSize, 4<<10)
+	const pause = 6 * time.Second
+	r := startOn(t, s, drv, in, popOpts{users: 10, groupSize: 5, rate: 20, catchUp: s.CatchUp, messageSize: size,
+		slow: probe.SlowReaders{Fraction: 0.2, Pause: pause}})
+	began := time.Now()
+	if s.SlowReason != "" {
+		testwait.For(t, s.scaled(pause+10*time.Second), "a slow reader disconnected as "+s.SlowReason, func() bool {
+			return metrics.Value(r.set.Disconnects[s.SlowReason]) >= 1
+		})
+		t.Logf("first slow reader disconnected as %s after %v", s.SlowReason, time.Since(began).Round(time.Millisecond))
+	} else {
+		time.Sleep(pause)
+	}
+	// Traffic goes on a while: a message the server dropped at the end
+	// of the pause shows as a gap only once a later one arrives.
+	time.Sleep(2 * time.Second)
+	normal := probetest.Settle(r.pop, r.set, s.scaled(runLostAfter), metrics.Normal)
+	if s.SlowReason == "" {
+		// What the server dropped is lost once lost_after has passed
+		// since a later message revealed it.
+		testwait.For(t, s.scaled(2*runLostAfter), "the slow readers' loss counted", func() bool {
+			return probetest.Cohort(r.set, metrics.SlowReader).Lost > 0
+		})
+	}
+	// The slow readers' own counts are not settled: a reader that stops
+	// again in every session leaves its last messages in flight (a gap
+	// at a stream's tail shows only once something later arrives).
+	slow := probetest.Cohort(r.set, metrics.SlowReader)
+	t.Logf("normal %v; slow readers %v; disconnects %v", normal, slow, r.disconnects())
+	if normal.Expected == 0 || normal.Lost+normal.Dup != 0 {
+		t.Errorf("normal users %v: a slow reader must cost the others nothing", normal)
+	}
+	if slow.Expected == 0 {
+		t.Errorf("slow readers %v: nothing owed to them, want their deliveries counted in their own cohort", slow)
+	}
+}
+
+func (r *run) disconnects() map[string]float64 {
+	out := map[string]float64{}
+	for reason, c := range r.set.Disconnects {
+		if v := metrics.Value(c); v > 0 {
+			out[reason] = v
+		}
+	}
+	return out
 }
 
 func catchUp(t *testing.T, s Server) {
