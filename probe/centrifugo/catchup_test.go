@@ -514,7 +514,7 @@ func TestDevicesOfOneUser(t *testing.T) {
 // TestHandleFrameAllocsCatchUp: with catch-up, a session still handles a
 // frame of deliveries and acks without allocating.
 func TestHandleFrameAllocsCatchUp(t *testing.T) {
-	d, err := New(Options{URL: "ws://x", Secret: testSecret})
+	d, err := New(Config{}, Options{URL: "ws://x", Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

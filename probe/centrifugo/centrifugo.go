@@ -19,6 +19,7 @@
 package centrifugo
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -54,15 +55,6 @@ type Options struct {
 	// Secret is the HMAC key of client.token.hmac_secret_key that signs
 	// connection tokens (HS256). It is never logged.
 	Secret []byte
-	// GroupNamespace holds group channels. Default "chat".
-	GroupNamespace string
-	// DirectNamespace holds the user-limited channels of direct
-	// messages; it needs allow_user_limited_channels and
-	// allow_publish_for_subscriber. Default "dm".
-	DirectNamespace string
-	// TokenTTL is the lifetime of a connection token. Sessions refresh
-	// their token at half of it. Default 1h.
-	TokenTTL time.Duration
 	// Heartbeat is the session's WebSocket ping interval; a session that
 	// reads nothing for two of them (or two server pings) and a margin is
 	// declared dead. Default 30s.
@@ -91,6 +83,7 @@ type Options struct {
 // Driver connects users to a Centrifugo server.
 type Driver struct {
 	opts Options
+	cfg  Config
 	log  *slog.Logger
 	// conn is what every session's connection shares.
 	conn *wsconn.Settings
@@ -153,33 +146,29 @@ type position struct {
 // closeGrace is how long Close waits for the server's close reply.
 const closeGrace = time.Second
 
-// New returns a driver for the server at o.URL.
-func New(o Options) (*Driver, error) {
+// New returns a driver for the server at o.URL with the section c; a zero
+// field of c is its default's.
+func New(c Config, o Options) (*Driver, error) {
 	if o.URL == "" {
 		return nil, errors.New("centrifugo: no url")
 	}
 	if len(o.Secret) == 0 {
 		return nil, errors.New("centrifugo: no token secret")
 	}
-	if o.GroupNamespace == "" {
-		o.GroupNamespace = "chat"
-	}
-	if o.DirectNamespace == "" {
-		o.DirectNamespace = "dm"
-	}
-	for _, ns := range []string{o.GroupNamespace, o.DirectNamespace} {
+	def := DefaultConfig()
+	c.GroupNamespace = cmp.Or(c.GroupNamespace, def.GroupNamespace)
+	c.DirectNamespace = cmp.Or(c.DirectNamespace, def.DirectNamespace)
+	c.TokenTTL = cmp.Or(c.TokenTTL, def.TokenTTL)
+	for _, ns := range []string{c.GroupNamespace, c.DirectNamespace} {
 		if strings.ContainsAny(ns, ":#,") {
 			return nil, fmt.Errorf("centrifugo: namespace %q: must not contain ':', '#' or ','", ns)
 		}
 	}
-	if o.GroupNamespace == o.DirectNamespace {
-		return nil, fmt.Errorf("centrifugo: group and direct namespace are both %q", o.GroupNamespace)
+	if c.GroupNamespace == c.DirectNamespace {
+		return nil, fmt.Errorf("centrifugo: group and direct namespace are both %q", c.GroupNamespace)
 	}
-	if o.TokenTTL <= 0 {
-		o.TokenTTL = time.Hour
-	}
-	if o.TokenTTL < 2*time.Second {
-		return nil, fmt.Errorf("centrifugo: token ttl %v: must be at least 2s", o.TokenTTL)
+	if c.TokenTTL < 2*time.Second {
+		return nil, fmt.Errorf("centrifugo: token ttl %v: must be at least 2s", c.TokenTTL)
 	}
 	if o.MaxFrame <= 0 {
 		o.MaxFrame = 4 << 20
@@ -190,6 +179,7 @@ func New(o Options) (*Driver, error) {
 	}
 	return &Driver{
 		opts: o,
+		cfg:  c,
 		key:  probe.NewKey(o.Secret),
 		log:  log,
 		// The login raises the idle timeout to two of the server's pings
@@ -199,7 +189,7 @@ func New(o Options) (*Driver, error) {
 			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
 			CloseGrace: closeGrace, TLS: o.TLS,
 		}),
-		groupPrefix: []byte(o.GroupNamespace + ":"),
+		groupPrefix: []byte(c.GroupNamespace + ":"),
 		state:       map[devKey]*devState{},
 	}, nil
 }
@@ -232,7 +222,7 @@ func (d *Driver) ServerStats() ServerStats {
 func (d *Driver) ServerGaps() uint64 { return d.gaps.Load() }
 
 // GroupChannel returns the channel of group g.
-func (d *Driver) GroupChannel(g string) string { return d.opts.GroupNamespace + ":" + g }
+func (d *Driver) GroupChannel(g string) string { return d.cfg.GroupNamespace + ":" + g }
 
 // DirectChannel returns the user-limited channel of the direct
 // conversation between a and b, in either direction.
@@ -244,7 +234,7 @@ func (d *Driver) appendDirect(dst []byte, a, b string) []byte {
 	if b < a {
 		a, b = b, a
 	}
-	dst = append(dst, d.opts.DirectNamespace...)
+	dst = append(dst, d.cfg.DirectNamespace...)
 	dst = append(dst, ":#"...)
 	dst = append(dst, a...)
 	dst = append(dst, ',')
@@ -322,7 +312,7 @@ func (d *Driver) token(user string) (string, error) {
 	t := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
 		Subject:   user,
 		IssuedAt:  jwt.NewNumericDate(now),
-		ExpiresAt: jwt.NewNumericDate(now.Add(d.opts.TokenTTL)),
+		ExpiresAt: jwt.NewNumericDate(now.Add(d.cfg.TokenTTL)),
 	})
 	s, err := t.SignedString(d.key.Bytes())
 	if err != nil {

@@ -1,8 +1,12 @@
 package centrifugo
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/imcanary/imcanary/config"
 )
 
 // Config is the centrifugo section of the configuration, target.centrifugo.
@@ -24,3 +28,17 @@ func DefaultConfig() Config {
 
 // namespaceRE is what a Centrifugo namespace may be named.
 var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Validate returns what is wrong with the section, naming each key.
+func (c Config) Validate() []*config.ValidationError {
+	var out []*config.ValidationError
+	for _, ns := range [][2]string{{"group_namespace", c.GroupNamespace}, {"direct_namespace", c.DirectNamespace}} {
+		if !namespaceRE.MatchString(ns[1]) {
+			out = append(out, &config.ValidationError{Key: ns[0], Value: ns[1], Err: fmt.Errorf("must match %s", namespaceRE)})
+		}
+	}
+	if c.TokenTTL < time.Minute {
+		out = append(out, &config.ValidationError{Key: "token_ttl", Value: c.TokenTTL, Err: errors.New("must be at least 1m")})
+	}
+	return out
+}

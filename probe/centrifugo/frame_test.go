@@ -367,7 +367,7 @@ func BenchmarkDeliveryPathEncodingJSON(b *testing.B) {
 // TestHandleFrameAllocs: a session handles a frame of deliveries and acks
 // without allocating, position tracking included.
 func TestHandleFrameAllocs(t *testing.T) {
-	d, err := New(Options{URL: "ws://x", Secret: testSecret})
+	d, err := New(Config{}, Options{URL: "ws://x", Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

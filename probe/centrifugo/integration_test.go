@@ -129,7 +129,7 @@ func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 		pc.urlVar = "IMCANARYTEST_CENTRIFUGO_URL"
 	}
 	url, secret := realServer(t, pc.urlVar)
-	d, err := New(Options{URL: url, Secret: secret, Heartbeat: time.Second})
+	d, err := New(Config{}, Options{URL: url, Secret: secret, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func (*cohortDisconnects) Received(int, *probe.Header, time.Duration, probe.Outc
 // rotated secret pages as an authentication failure and not as an outage.
 func TestRealWrongSecret(t *testing.T) {
 	url, _ := realServer(t, "IMCANARYTEST_CENTRIFUGO_URL")
-	drv, err := New(Options{URL: url, Secret: []byte("not the server's secret at all"), DialTimeout: 5 * time.Second})
+	drv, err := New(Config{}, Options{URL: url, Secret: []byte("not the server's secret at all"), DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

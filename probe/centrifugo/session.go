@@ -295,7 +295,7 @@ func (s *session) Send(m *probe.Message) error {
 		if c < a {
 			a, c = c, a
 		}
-		b = append(b, s.d.opts.DirectNamespace...)
+		b = append(b, s.d.cfg.DirectNamespace...)
 		b = append(b, ":#"...)
 		b = jsonscan.AppendEscaped(b, a)
 		b = append(b, ',')

@@ -204,11 +204,11 @@ func testDevice(catchUp bool) probe.Device {
 
 func newTestDriver(t *testing.T, url string, mod func(*Options)) *Driver {
 	t.Helper()
-	o := Options{URL: url, Secret: testSecret, Heartbeat: time.Second, DialTimeout: 3 * time.Second, TokenTTL: time.Hour}
+	o := Options{URL: url, Secret: testSecret, Heartbeat: time.Second, DialTimeout: 3 * time.Second}
 	if mod != nil {
 		mod(&o)
 	}
-	d, err := New(o)
+	d, err := New(Config{TokenTTL: time.Hour}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,21 +641,22 @@ func TestConnectTimeout(t *testing.T) {
 
 func TestNewOptions(t *testing.T) {
 	tests := []struct {
+		c    Config
 		o    Options
 		want string
 	}{
-		{Options{Secret: testSecret}, "no url"},
-		{Options{URL: "ws://x"}, "no token secret"},
-		{Options{URL: "ws://x", Secret: testSecret, GroupNamespace: "a:b"}, `namespace "a:b"`},
-		{Options{URL: "ws://x", Secret: testSecret, GroupNamespace: "dm"}, "both"},
-		{Options{URL: "ws://x", Secret: testSecret, TokenTTL: time.Second}, "token ttl"},
+		{Config{}, Options{Secret: testSecret}, "no url"},
+		{Config{}, Options{URL: "ws://x"}, "no token secret"},
+		{Config{GroupNamespace: "a:b"}, Options{URL: "ws://x", Secret: testSecret}, `namespace "a:b"`},
+		{Config{GroupNamespace: "dm"}, Options{URL: "ws://x", Secret: testSecret}, "both"},
+		{Config{TokenTTL: time.Second}, Options{URL: "ws://x", Secret: testSecret}, "token ttl"},
 	}
 	for _, tt := range tests {
-		if _, err := New(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("New(%+v) = %v, want an error containing %q", tt.o, err, tt.want)
+		if _, err := New(tt.c, tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v, %+v) = %v, want an error containing %q", tt.c, tt.o, err, tt.want)
 		}
 	}
-	d, err := New(Options{URL: "ws://x", Secret: testSecret})
+	d, err := New(Config{}, Options{URL: "ws://x", Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +672,7 @@ func TestNewOptions(t *testing.T) {
 // direct pair, every member of a group, and a re-provision replaces a
 // user's channels rather than adding to them.
 func TestProvisionChannels(t *testing.T) {
-	d, err := New(Options{URL: "ws://x", Secret: testSecret})
+	d, err := New(Config{}, Options{URL: "ws://x", Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,7 +240,7 @@ func TestTLSConnectPhases(t *testing.T) {
 	port := startTLSCentrifugo(t, bin, pki, secret)
 
 	url := "wss://localhost:" + port + "/connection/websocket"
-	d, err := New(Options{URL: url, Secret: []byte(secret), TLS: &tls.Config{RootCAs: pki.roots}})
+	d, err := New(Config{}, Options{URL: url, Secret: []byte(secret), TLS: &tls.Config{RootCAs: pki.roots}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ var Adapter = probe.Adapter{
 			"max_connections": "most HTTP connections to the server, polls and sends together",
 			"max_body":        "largest response accepted from the server, in bytes",
 		},
-		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
+		Validate: func(section any) []*config.ValidationError { return section.(Config).Validate() },
 	},
 	// The registration shared secret: users are registered with it, and
 	// their passwords derived from it.

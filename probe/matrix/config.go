@@ -54,8 +54,8 @@ func DefaultConfig() Config {
 // historical grammar is wider; new users must keep to this).
 var localPart = regexp.MustCompile(`^[a-z0-9._=/+-]+$`)
 
-// check returns what is wrong with c, by key.
-func check(c Config) []*config.ValidationError {
+// Validate returns what is wrong with the section, naming each key.
+func (c Config) Validate() []*config.ValidationError {
 	var out []*config.ValidationError
 	bad := func(key string, v any, err error) {
 		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})

@@ -117,7 +117,7 @@ func New(c Config, o Options) (*Driver, error) {
 	if len(o.Secret) == 0 {
 		return nil, errors.New("matrix: no registration shared secret (target.secret_file or IMCANARY_TARGET_SECRET)")
 	}
-	if errs := check(c); len(errs) > 0 {
+	if errs := c.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("matrix: %s: %w", errs[0].Key, errs[0].Err)
 	}
 	if o.RequestTimeout <= 0 {

@@ -142,12 +142,12 @@ func TestConfigCheck(t *testing.T) {
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)
-		errs := check(c)
+		errs := c.Validate()
 		if len(errs) != 1 || errs[0].Key != tc.key {
 			t.Errorf("%s: %v", tc.key, errs)
 		}
 	}
-	if errs := check(DefaultConfig()); len(errs) != 0 {
+	if errs := DefaultConfig().Validate(); len(errs) != 0 {
 		t.Errorf("default: %v", errs)
 	}
 }

@@ -20,7 +20,7 @@ var Adapter = probe.Adapter{
 			"max_frame":       "largest WebSocket frame accepted from the server, in bytes",
 			"catchup_posts":   "most posts one channel's catch-up fetches",
 		},
-		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
+		Validate: func(section any) []*config.ValidationError { return section.(Config).Validate() },
 	},
 	// Users sign up on an open server with passwords derived from the
 	// target secret, made and kept in data_dir when none is configured,

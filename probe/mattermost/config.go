@@ -47,8 +47,8 @@ var username = regexp.MustCompile(`^[a-z0-9.\-_]+$`)
 
 var domain = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$`)
 
-// check returns what is wrong with c, by key.
-func check(c Config) []*config.ValidationError {
+// Validate returns what is wrong with the section, naming each key.
+func (c Config) Validate() []*config.ValidationError {
 	var out []*config.ValidationError
 	bad := func(key string, v any, err error) {
 		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})

@@ -149,7 +149,7 @@ func New(c Config, o Options) (*Driver, error) {
 	if len(o.Secret) == 0 {
 		return nil, errors.New("mattermost: no secret to derive the users' passwords from")
 	}
-	if errs := check(c); len(errs) > 0 {
+	if errs := c.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("mattermost: %s: %w", errs[0].Key, errs[0].Err)
 	}
 	log := o.Logger

@@ -226,7 +226,7 @@ func TestEnded(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	if errs := check(DefaultConfig()); len(errs) != 0 {
+	if errs := DefaultConfig().Validate(); len(errs) != 0 {
 		t.Fatalf("default config: %v", errs[0])
 	}
 	for _, tc := range []struct {
@@ -244,7 +244,7 @@ func TestConfigCheck(t *testing.T) {
 	} {
 		c := DefaultConfig()
 		tc.set(&c)
-		errs := check(c)
+		errs := c.Validate()
 		if len(errs) != 1 || errs[0].Key != tc.key {
 			t.Errorf("%s: %v, want one error for it", tc.key, errs)
 		}

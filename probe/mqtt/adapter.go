@@ -19,7 +19,7 @@ var Adapter = probe.Adapter{
 			"username":         "CONNECT user name; the password is the target secret, when set",
 			"max_packet":       "largest MQTT packet accepted from the broker, in bytes",
 		},
-		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
+		Validate: func(section any) []*config.ValidationError { return section.(Config).Validate() },
 	},
 	Secret: probe.SecretOptional,
 	SecretFits: func(section any, secret bool) error {

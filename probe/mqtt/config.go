@@ -41,8 +41,8 @@ func DefaultConfig() Config {
 	return Config{Version: "3.1.1", SessionExpiry: time.Hour, TopicPrefix: "imcanary", QoS: 1, ClientIDPrefix: "imc-", MaxPacket: 1 << 20}
 }
 
-// check returns what is wrong with c, by key.
-func check(c Config) []*config.ValidationError {
+// Validate returns what is wrong with the section, naming each key.
+func (c Config) Validate() []*config.ValidationError {
 	var out []*config.ValidationError
 	bad := func(key string, v any, err error) {
 		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})

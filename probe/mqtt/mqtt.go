@@ -89,7 +89,7 @@ func New(c Config, o Options) (*Driver, error) {
 	if o.URL == "" {
 		return nil, errors.New("mqtt: no url")
 	}
-	if errs := check(c); len(errs) > 0 {
+	if errs := c.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("mqtt: %s: %w", errs[0].Key, errs[0].Err)
 	}
 	if err := passwordFits(c, len(o.Password) > 0); err != nil {

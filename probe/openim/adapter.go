@@ -17,18 +17,13 @@ var Adapter = probe.Adapter{
 			"max_connections": "most HTTP connections to the REST API",
 			"max_frame":       "largest frame accepted from the gateway, in bytes",
 		},
-		Validate: func(section any) []*config.ValidationError { return check(section.(Config)) },
+		Validate: func(section any) []*config.ValidationError { return section.(Config).Validate() },
 	},
 	// The API secret (share.yml secret) gets the admin token, which
 	// registers users and gets theirs.
 	Secret:   probe.SecretRequired,
 	SecretIs: "the API secret (share.yml secret), which gets the admin token",
 	New: func(t probe.Target) (probe.Driver, error) {
-		c := t.Section.(Config)
-		return New(Options{
-			URL: t.URL, APIURL: c.APIURL, Header: t.Header, Secret: t.Secret, AdminUserID: c.AdminUserID,
-			Platforms: c.Platforms, Heartbeat: t.Heartbeat, MaxConnections: c.MaxConnections,
-			MaxFrame: int64(c.MaxFrame), Logger: t.Logger,
-		})
+		return New(t.Section.(Config), Options{URL: t.URL, Header: t.Header, Secret: t.Secret, Heartbeat: t.Heartbeat, Logger: t.Logger})
 	},
 }

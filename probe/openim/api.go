@@ -90,7 +90,7 @@ func (d *Driver) call(ctx context.Context, path, token string, in, out any) erro
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.opts.APIURL+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.APIURL+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -139,11 +139,11 @@ func (d *Driver) adminToken(ctx context.Context) (string, error) {
 		return tok, nil
 	}
 	var resp auth.GetAdminTokenResp
-	err := d.call(ctx, "/auth/get_admin_token", "", &auth.GetAdminTokenReq{Secret: string(d.key.Bytes()), UserID: d.opts.AdminUserID}, &resp)
+	err := d.call(ctx, "/auth/get_admin_token", "", &auth.GetAdminTokenReq{Secret: string(d.key.Bytes()), UserID: d.cfg.AdminUserID}, &resp)
 	if err != nil {
 		if c := codeOf(err); c == errNoPermission || isTokenError(c) {
 			// A wrong secret: the error says so without it.
-			return "", probe.Unauthorized(fmt.Errorf("admin token for %s refused (is the API secret share.yml's?): %w", d.opts.AdminUserID, err))
+			return "", probe.Unauthorized(fmt.Errorf("admin token for %s refused (is the API secret share.yml's?): %w", d.cfg.AdminUserID, err))
 		}
 		return "", err
 	}

@@ -44,8 +44,8 @@ func DefaultConfig() Config {
 // gateway pings only its connections.
 const webPlatform = 5
 
-// check returns what is wrong with c, by key.
-func check(c Config) []*config.ValidationError {
+// Validate returns what is wrong with the section, naming each key.
+func (c Config) Validate() []*config.ValidationError {
 	var out []*config.ValidationError
 	bad := func(key string, v any, err error) {
 		out = append(out, &config.ValidationError{Key: key, Value: v, Err: err})

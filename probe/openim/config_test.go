@@ -25,7 +25,7 @@ func TestConfigCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
 			tc.edit(&c)
-			errs := check(c)
+			errs := c.Validate()
 			switch {
 			case tc.key == "" && len(errs) > 0:
 				t.Fatalf("check = %v, want none", errs)
@@ -39,21 +39,22 @@ func TestConfigCheck(t *testing.T) {
 // TestNewRefuses: what the driver cannot work with is refused at start, by
 // an error that names it and never holds the secret.
 func TestNewRefuses(t *testing.T) {
-	ok := Options{URL: "ws://127.0.0.1:10001", APIURL: "http://127.0.0.1:10002", Secret: []byte("topsecret")}
+	ok := Options{URL: "ws://127.0.0.1:10001", Secret: []byte("topsecret")}
+	okc := Config{APIURL: "http://127.0.0.1:10002"}
 	for _, tc := range []struct {
 		name string
-		edit func(*Options)
+		edit func(*Config, *Options)
 		want string
 	}{
-		{"heartbeat past the read deadline", func(o *Options) { o.Heartbeat = 30 * time.Second }, "sends nothing for 30 s"},
-		{"gateway over http", func(o *Options) { o.URL = "http://127.0.0.1:10001" }, "must be ws:// or wss://"},
-		{"api over ws", func(o *Options) { o.APIURL = "ws://127.0.0.1:10002" }, "must be http:// or https://"},
-		{"no secret", func(o *Options) { o.Secret = nil }, "no API secret"},
+		{"heartbeat past the read deadline", func(_ *Config, o *Options) { o.Heartbeat = 30 * time.Second }, "sends nothing for 30 s"},
+		{"gateway over http", func(_ *Config, o *Options) { o.URL = "http://127.0.0.1:10001" }, "must be ws:// or wss://"},
+		{"api over ws", func(c *Config, _ *Options) { c.APIURL = "ws://127.0.0.1:10002" }, "must be http:// or https://"},
+		{"no secret", func(_ *Config, o *Options) { o.Secret = nil }, "no API secret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := ok
-			tc.edit(&o)
-			_, err := New(o)
+			c, o := okc, ok
+			tc.edit(&c, &o)
+			_, err := New(c, o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("New = %v, want an error saying %q", err, tc.want)
 			}
@@ -62,7 +63,7 @@ func TestNewRefuses(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(ok); err != nil {
+	if _, err := New(okc, ok); err != nil {
 		t.Fatalf("New(valid) = %v", err)
 	}
 }
@@ -79,7 +80,7 @@ func TestConversationID(t *testing.T) {
 // TestPlatforms: device i is platform i of the list, and a device past the
 // list is refused with the key to change.
 func TestPlatforms(t *testing.T) {
-	d, err := New(Options{URL: "ws://127.0.0.1:1", APIURL: "http://127.0.0.1:1", Secret: []byte("s"), Platforms: []int{5, 3}})
+	d, err := New(Config{APIURL: "http://127.0.0.1:1", Platforms: []int{5, 3}}, Options{URL: "ws://127.0.0.1:1", Secret: []byte("s")})
 	if err != nil {
 		t.Fatal(err)
 	}

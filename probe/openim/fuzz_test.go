@@ -29,7 +29,7 @@ func (r *recorder) count() int { return len(r.acks) + len(r.rejects) }
 // newest seq and a pull, whose Catchup is never due: Frame reads but never
 // writes.
 func fuzzSession(t testing.TB) (*session, *recorder) {
-	d, err := New(Options{URL: "ws://127.0.0.1:1", APIURL: "http://127.0.0.1:1", Secret: []byte("s")})
+	d, err := New(Config{APIURL: "http://127.0.0.1:1"}, Options{URL: "ws://127.0.0.1:1", Secret: []byte("s")})
 	if err != nil {
 		t.Fatal(err)
 	}

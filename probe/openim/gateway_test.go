@@ -73,14 +73,14 @@ func newGateway(t *testing.T, o openimtest.Options) *openimtest.Server {
 
 func newDriver(t *testing.T, gw *openimtest.Server, o openim.Options) *openim.Driver {
 	t.Helper()
-	o.URL, o.APIURL = gw.WSURL(), gw.APIURL()
+	o.URL = gw.WSURL()
 	if o.Secret == nil {
 		o.Secret = []byte(secret)
 	}
 	if o.Heartbeat == 0 {
 		o.Heartbeat = time.Second
 	}
-	drv, err := openim.New(o)
+	drv, err := openim.New(openim.Config{APIURL: gw.APIURL()}, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@
 package openim
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -46,20 +47,12 @@ var (
 type Options struct {
 	// URL is the message gateway's WebSocket, ws://HOST:10001.
 	URL string
-	// APIURL is the REST API, http://HOST:10002.
-	APIURL string
 	// Header goes with every WebSocket upgrade and REST call: imcanary's
 	// User-Agent and the configured target.headers. Not modified.
 	Header http.Header
 	// Secret is the API secret (share.yml secret), which gets the admin
 	// token. It is never logged.
 	Secret []byte
-	// AdminUserID is the admin the secret gets a token for. Default
-	// imAdmin.
-	AdminUserID string
-	// Platforms are the platform ids of a user's devices, device i on
-	// Platforms[i]. Default Web, then Windows, OSX, Linux, Android, iOS.
-	Platforms []int
 	// Heartbeat is each session's keepalive interval, a text ping. At
 	// most maxHeartbeat: the gateway drops a connection that sends
 	// nothing for 30 s.
@@ -68,11 +61,6 @@ type Options struct {
 	DialTimeout time.Duration
 	// WriteTimeout bounds one write.
 	WriteTimeout time.Duration
-	// MaxConnections bounds the REST API's HTTP connections.
-	MaxConnections int
-	// MaxFrame bounds one frame read from the gateway. Default 4 MiB: a
-	// pull answers up to a page of messages in one frame.
-	MaxFrame int64
 	// Logger receives debug logs; nil discards.
 	Logger *slog.Logger
 }
@@ -90,6 +78,7 @@ const MaxClientFrame = 51200
 // Driver connects users to an OpenIM server.
 type Driver struct {
 	opts Options
+	cfg  Config
 	log  *slog.Logger
 	ws   *wsconn.Settings
 	pool *longpoll.Pool
@@ -145,38 +134,34 @@ type devState struct {
 // server that invents conversations gets no count for the rest.
 const maxConvs = 4096
 
-// New returns a driver for the gateway at o.URL and the API at o.APIURL.
-func New(o Options) (*Driver, error) {
+// New returns a driver for the gateway at o.URL and the API at c.APIURL;
+// a zero field of c but APIURL is its default's.
+func New(c Config, o Options) (*Driver, error) {
 	if o.URL == "" {
 		return nil, errors.New("openim: no gateway url (target.url, ws://HOST:10001)")
 	}
 	if u, err := url.Parse(o.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
 		return nil, fmt.Errorf("openim: gateway url %q: must be ws:// or wss://", probe.RedactURL(o.URL))
 	}
-	if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("openim: api url %q: must be http:// or https://", probe.RedactURL(o.APIURL))
+	if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("openim: api url %q: must be http:// or https://", probe.RedactURL(c.APIURL))
 	}
-	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	c.APIURL = strings.TrimRight(c.APIURL, "/")
 	if len(o.Secret) == 0 {
 		return nil, errors.New("openim: no API secret")
 	}
-	if o.AdminUserID == "" {
-		o.AdminUserID = "imAdmin"
+	def := DefaultConfig()
+	c.AdminUserID = cmp.Or(c.AdminUserID, def.AdminUserID)
+	if len(c.Platforms) == 0 {
+		c.Platforms = def.Platforms
 	}
-	if len(o.Platforms) == 0 {
-		o.Platforms = DefaultConfig().Platforms
-	}
+	c.MaxFrame = cmp.Or(c.MaxFrame, def.MaxFrame)
+	c.MaxConnections = cmp.Or(c.MaxConnections, def.MaxConnections)
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 20 * time.Second
 	}
 	if o.Heartbeat > maxHeartbeat {
 		return nil, fmt.Errorf("openim: heartbeat %v: OpenIM's gateway drops a connection that sends nothing for 30 s; set target.heartbeat to %v or less", o.Heartbeat, maxHeartbeat)
-	}
-	if o.MaxFrame <= 0 {
-		o.MaxFrame = 4 << 20
-	}
-	if o.MaxConnections <= 0 {
-		o.MaxConnections = 64
 	}
 	log := o.Logger
 	if log == nil {
@@ -186,15 +171,16 @@ func New(o Options) (*Driver, error) {
 	_, _ = rand.Read(n[:])
 	return &Driver{
 		opts:  o,
+		cfg:   c,
 		log:   log,
 		key:   probe.NewKey(o.Secret),
 		nonce: hex.EncodeToString(n[:]),
 		ws: wsconn.NewSettings(wsconn.Settings{
-			URL: o.URL, Header: o.Header, MaxFrame: o.MaxFrame,
+			URL: o.URL, Header: o.Header, MaxFrame: int64(c.MaxFrame),
 			DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, Heartbeat: o.Heartbeat,
 			CloseGrace: time.Second, Binary: true,
 		}),
-		pool:   longpoll.NewPool(longpoll.Settings{Header: o.Header, MaxConns: o.MaxConnections, MaxBody: maxAnswer, DialTimeout: o.DialTimeout}),
+		pool:   longpoll.NewPool(longpoll.Settings{Header: o.Header, MaxConns: c.MaxConnections, MaxBody: maxAnswer, DialTimeout: o.DialTimeout}),
 		tokens: map[tokenKey]userTok{},
 		state:  map[devKey]*devState{},
 		bases:  map[string]uint64{},
@@ -244,10 +230,10 @@ func (d *Driver) Stats() Stats {
 // Platform returns the platform id of device index i, or an error when
 // there are more devices than platforms configured.
 func (d *Driver) Platform(i int) (int32, error) {
-	if i < 0 || i >= len(d.opts.Platforms) {
-		return 0, fmt.Errorf("openim: device %d: only %d platforms configured (target.openim.platforms), one per device", i, len(d.opts.Platforms))
+	if i < 0 || i >= len(d.cfg.Platforms) {
+		return 0, fmt.Errorf("openim: device %d: only %d platforms configured (target.openim.platforms), one per device", i, len(d.cfg.Platforms))
 	}
-	return int32(d.opts.Platforms[i]), nil
+	return int32(d.cfg.Platforms[i]), nil
 }
 
 // Connect implements probe.Driver: it gets the user's token for the

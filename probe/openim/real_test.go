@@ -41,11 +41,11 @@ func realDriver(t *testing.T, o openim.Options) *openim.Driver {
 		}
 		o.Secret = []byte(strings.TrimSpace(string(b)))
 	}
-	o.URL, o.APIURL = ws, api
+	o.URL = ws
 	if o.Heartbeat == 0 {
 		o.Heartbeat = 5 * time.Second
 	}
-	drv, err := openim.New(o)
+	drv, err := openim.New(openim.Config{APIURL: api}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
