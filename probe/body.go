@@ -119,3 +119,10 @@ func parseUint(b []byte) (uint64, error) {
 	}
 	return n, nil
 }
+
+// StreamKey returns the "RUN SENDER STREAM" part of body, which ParseBody
+// parsed into h: contiguous in body, so that indexing a map with
+// string(key) does not allocate.
+func StreamKey(body []byte, h *Header) []byte {
+	return body[len(bodyMagic)+1 : len(bodyMagic)+1+len(h.Run)+1+len(h.Sender)+1+len(h.Stream)]
+}

@@ -177,9 +177,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		in.observe(&h, now, Ignored)
 		return
 	}
-	// The key is the body's "RUN SENDER STREAM" prefix, which ParseBody
-	// found contiguous; indexing the map with string(key) does not allocate.
-	key := body[len(bodyMagic)+1 : len(bodyMagic)+1+len(h.Run)+1+len(h.Sender)+1+len(h.Stream)]
+	key := StreamKey(body, &h)
 
 	in.mu.Lock()
 	defer in.mu.Unlock()

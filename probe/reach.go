@@ -1,11 +1,8 @@
 package probe
 
 import (
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/imcanary/imcanary/metrics"
 )
 
 // Reach is what one prober knows of whether the target takes logins right
@@ -115,68 +112,3 @@ func (r *Reach) State() ReachState {
 // page: "connection refused", "the WebSocket upgrade was answered HTTP 404
 // Not Found", "login refused: unauthorized: …".
 func (s ReachState) Cause() string { return DescribeFailure(s.Reason, s.Err) }
-
-// DescribeFailure puts a connect failure's reason (FailureReason) and its
-// error text in words. The error's innermost part, where the network or
-// the server said what went wrong, follows in parentheses when it adds
-// something to the reason's own words.
-func DescribeFailure(reason, err string) string {
-	what, ok := failureWords[reason]
-	if !ok {
-		what = reason
-	}
-	detail := innermost(err)
-	switch {
-	case detail == "":
-		return what
-	case strings.Contains(detail, upgradeAnswered) && (strings.HasPrefix(reason, "http_") || reason == metrics.ConnectUnauthorized):
-		// The status line says it all: "HTTP 404 Not Found".
-		return "the WebSocket upgrade was answered " + detail[strings.Index(detail, upgradeAnswered)+len(upgradeAnswered):]
-	case reason == metrics.ConnectUnauthorized:
-		// The server's own words say how: "login refused: close 4001
-		// "bad token"", "authentication failed: not-authorized".
-		return what + ": " + detail
-	}
-	return what + " (" + detail + ")"
-}
-
-var failureWords = map[string]string{
-	metrics.ConnectRefused:      "connection refused",
-	metrics.ConnectTimeout:      "timed out",
-	metrics.ConnectDNS:          "DNS lookup failed",
-	metrics.ConnectTLS:          "TLS handshake failed",
-	metrics.ConnectNetwork:      "network error",
-	metrics.ConnectHTTP4xx:      "the WebSocket upgrade was refused",
-	metrics.ConnectHTTP5xx:      "the WebSocket upgrade failed on the server",
-	metrics.ConnectHTTPOther:    "the WebSocket upgrade was not accepted",
-	metrics.ConnectUnauthorized: "unauthorized",
-	metrics.ConnectProtocol:     "protocol error",
-	metrics.ConnectProvisioning: "provisioning failed",
-}
-
-// innermost returns the part of an error's text that says what went
-// wrong, without the prefixes that only say where: "provision: ", "login
-// USER: " and "dial URL: " as the adapters wrap, then from the network
-// operation on ("dial tcp …: connect: connection refused") when there is
-// one. It only shortens a message that stays true.
-func innermost(err string) string {
-	for {
-		switch {
-		case strings.HasPrefix(err, "provision: "):
-			err = strings.TrimPrefix(err, "provision: ")
-			continue
-		case strings.HasPrefix(err, "login "), strings.HasPrefix(err, "dial ws"):
-			if i := strings.Index(err, ": "); i >= 0 {
-				err = err[i+2:]
-				continue
-			}
-		}
-		break
-	}
-	for _, op := range []string{"dial tcp", "read tcp", "write tcp", "lookup "} {
-		if i := strings.Index(err, op); i >= 0 {
-			return err[i:]
-		}
-	}
-	return err
-}
