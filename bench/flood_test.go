@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -67,7 +68,7 @@ func TestFloodFrames(t *testing.T) {
 }
 
 // ledgerHandler feeds a real ledger, as a population's user does.
-type ledgerHandler struct{ in *probe.Inbox }
+type ledgerHandler struct{ in *engine.Inbox }
 
 func (h ledgerHandler) OnAck(uint64, probe.Ack)      {}
 func (h ledgerHandler) OnReject(uint64, string)      {}
@@ -88,7 +89,7 @@ func TestFloodRealSession(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	set := metrics.New(reg).For("bench", metrics.SourceBackground)
-	ledger := probe.NewLedger(set, "own-run", time.Now(), 10*time.Second, 30*time.Second)
+	ledger := engine.NewLedger(set, "own-run", time.Now(), 10*time.Second, 30*time.Second)
 	sess, err := drv.Connect(context.Background(), "real-u0", probe.Device{})
 	if err != nil {
 		t.Fatal(err)

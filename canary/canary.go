@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
@@ -24,7 +25,7 @@ type Options struct {
 	// Connection is the prober's, shared with its other populations. Its
 	// Health is fed the canary's receive lag like every population's; a
 	// nil Reach makes one of the canary's own.
-	probe.Connection
+	engine.Connection
 	Metrics *metrics.Metrics
 	Target  string
 	// Prefix names the canary users, apart from every other cohort.
@@ -35,7 +36,7 @@ type Options struct {
 	Deadline time.Duration
 	Logger   *slog.Logger
 	// CrossPeer and CrossFrom are the canary users of the neighbouring
-	// shards (see probe.Options): each round also sends one direct message
+	// shards (see engine.Options): each round also sends one direct message
 	// to CrossPeer. Its receipt is counted by the peer's process, so it is
 	// not part of this round's verdict; Prometheus's sum over shards
 	// judges it.
@@ -43,7 +44,7 @@ type Options struct {
 	// CrossPeerShard and CrossFromShard are those users' shards, the
 	// peer_shard label of the clock offsets the ring measures;
 	// MaxClockUncertainty is canary.max_clock_uncertainty (see
-	// probe.Options).
+	// engine.Options).
 	CrossPeerShard, CrossFromShard string
 	MaxClockUncertainty            time.Duration
 }
@@ -51,7 +52,7 @@ type Options struct {
 // Canary keeps the canary users online and runs rounds on demand.
 type Canary struct {
 	o   Options
-	pop *probe.Population
+	pop *engine.Population
 	set *metrics.Set
 
 	// mu guards round; the observer methods record into it from the
@@ -75,7 +76,7 @@ func New(o Options) (*Canary, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Reach == nil {
-		o.Reach = probe.NewReach(nil)
+		o.Reach = engine.NewReach(nil)
 	}
 	c := &Canary{o: o, set: o.Metrics.For(o.Target, metrics.SourceCanary)}
 	for _, k := range metrics.Kinds {
@@ -95,7 +96,7 @@ func New(o Options) (*Canary, error) {
 		fromClock = o.Metrics.Clock.ClockPeer(o.Target, metrics.SourceCanary, o.CrossFromShard)
 	}
 	var err error
-	c.pop, err = probe.NewPopulation(probe.Options{
+	c.pop, err = engine.NewPopulation(engine.Options{
 		Connection: o.Connection,
 		Set:        c.set,
 		Logger:     o.Logger,
@@ -166,7 +167,7 @@ type record struct {
 type received struct {
 	user    int
 	latency time.Duration
-	outcome probe.Outcome
+	outcome engine.Outcome
 }
 
 // key identifies a message across processes: another process's canary
@@ -177,7 +178,7 @@ func key(run, sender, stream string, seq uint64) string {
 
 // checking is one message of the round and its identity.
 type checking struct {
-	sent probe.Sent
+	sent engine.Sent
 	err  error
 }
 
@@ -286,11 +287,11 @@ func (c *Canary) judge(rec *record, m checking, ch *report.Check, fail func(stri
 			continue
 		}
 		switch {
-		case r.outcome == probe.Duplicate:
+		case r.outcome == engine.Duplicate:
 			fail(metrics.CanaryDuplicated)
-		case r.outcome == probe.Recovered && r.latency <= c.o.Deadline:
+		case r.outcome == engine.Recovered && r.latency <= c.o.Deadline:
 			recovered[r.user] = true
-		case r.outcome != probe.Delivered:
+		case r.outcome != engine.Delivered:
 		case r.latency > c.o.Deadline:
 			late[r.user] = true
 		default:
@@ -376,7 +377,7 @@ func (c *Canary) complete(rec *record, sent []checking) bool {
 		}
 		got := 0
 		for _, r := range rec.recv[key(c.o.Run, m.sent.Sender, m.sent.Stream, m.sent.Seq)] {
-			if (r.outcome == probe.Delivered || r.outcome == probe.Recovered) && slices.Contains(m.sent.Recipients, r.user) {
+			if (r.outcome == engine.Delivered || r.outcome == engine.Recovered) && slices.Contains(m.sent.Recipients, r.user) {
 				got++
 			}
 		}
@@ -387,17 +388,17 @@ func (c *Canary) complete(rec *record, sent []checking) bool {
 	return true
 }
 
-var _ probe.Observer = (*Canary)(nil)
+var _ engine.Observer = (*Canary)(nil)
 
-// Login implements probe.Observer.
+// Login implements engine.Observer.
 func (c *Canary) Login(int, time.Duration, error) {}
 
-// Disconnect implements probe.Observer.
+// Disconnect implements engine.Observer.
 func (c *Canary) Disconnect(user int, reason string, err error) {
 	c.o.Logger.Debug("canary session ended", "user", user, "reason", reason, "err", err)
 }
 
-// Ack implements probe.Observer.
+// Ack implements engine.Observer.
 func (c *Canary) Ack(ref uint64, _ bool, latency time.Duration) {
 	c.mu.Lock()
 	if c.round != nil {
@@ -406,7 +407,7 @@ func (c *Canary) Ack(ref uint64, _ bool, latency time.Duration) {
 	c.mu.Unlock()
 }
 
-// Unacked implements probe.Observer.
+// Unacked implements engine.Observer.
 func (c *Canary) Unacked(ref uint64, reason, _ string) {
 	c.mu.Lock()
 	if c.round != nil {
@@ -415,8 +416,8 @@ func (c *Canary) Unacked(ref uint64, reason, _ string) {
 	c.mu.Unlock()
 }
 
-// Received implements probe.Observer.
-func (c *Canary) Received(user int, h *probe.Header, latency time.Duration, o probe.Outcome) {
+// Received implements engine.Observer.
+func (c *Canary) Received(user int, h *probe.Header, latency time.Duration, o engine.Outcome) {
 	c.mu.Lock()
 	if c.round != nil {
 		k := key(string(h.Run), string(h.Sender), string(h.Stream), h.Seq)

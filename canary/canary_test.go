@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/report"
@@ -48,7 +48,7 @@ func newFixture(t *testing.T, f refserver.Faults, deadline time.Duration) *fixtu
 	}
 	m := metrics.New(prometheus.NewPedanticRegistry())
 	c, err := New(Options{
-		Connection: probe.Connection{
+		Connection: engine.Connection{
 			Driver:     drv,
 			Run:        "r1",
 			Heartbeat:  time.Second,

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/saturation"
@@ -18,7 +18,7 @@ import (
 
 // FromConfig returns the Options of the canary that cfg describes, its
 // users named PREFIX-uN, reaching the target through conn.
-func FromConfig(cfg config.Config, conn probe.Connection, m *metrics.Metrics, prefix string, log *slog.Logger) Options {
+func FromConfig(cfg config.Config, conn engine.Connection, m *metrics.Metrics, prefix string, log *slog.Logger) Options {
 	c := cfg.Canary
 	return Options{
 		Connection: conn, Metrics: m, Target: cfg.Target.Name, Prefix: prefix,
@@ -57,7 +57,7 @@ func Once(ctx context.Context, cfg config.Config, log *slog.Logger, readyTimeout
 	// The process's one connect limiter, made here as the daemon makes
 	// its own: the round is the only population of this process.
 	if r := cfg.Population.MaxConnectRate; r > 0 {
-		conn.Limiter = probe.NewConnectLimiter(r)
+		conn.Limiter = engine.NewConnectLimiter(r)
 	}
 	c, err := New(FromConfig(cfg, conn, m, cfg.Population.Prefix+"-"+OnceCohort, log))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -129,7 +130,7 @@ func (s *memSess) Send(m *probe.Message) error {
 func newMemCanary(t *testing.T, d *memDriver, users int, deadline time.Duration) *Canary {
 	t.Helper()
 	c, err := New(Options{
-		Connection: probe.Connection{
+		Connection: engine.Connection{
 			Driver:     d,
 			Run:        "r1",
 			Heartbeat:  time.Second,

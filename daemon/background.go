@@ -7,13 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 )
 
 // background is the background population, resizable while it runs.
 //
-// Why blocks: a probe.Population's users, their pairs and groups and the
+// Why blocks: a engine.Population's users, their pairs and groups and the
 // ledger's expectations are laid out once; changing them under a running
 // population would touch every user's streams. Instead a reload that adds
 // users starts a block of its own, a Population numbered on from the last
@@ -26,7 +26,7 @@ import (
 type background struct {
 	// newBlock builds a block of users, numbered from offset and
 	// groupOffset.
-	newBlock func(offset, groupOffset, users int) (*probe.Population, error)
+	newBlock func(offset, groupOffset, users int) (*engine.Population, error)
 	set      *metrics.Set
 	log      *slog.Logger
 
@@ -36,9 +36,9 @@ type background struct {
 	wg     sync.WaitGroup
 }
 
-// block is one probe.Population of the background population.
+// block is one engine.Population of the background population.
 type block struct {
-	pop                        *probe.Population
+	pop                        *engine.Population
 	offset, groupOffset, users int
 	groups                     int
 	cancel                     context.CancelFunc
@@ -49,7 +49,7 @@ type block struct {
 // date with the blocks.
 const readyEvery = 250 * time.Millisecond
 
-func newBackground(users int, set *metrics.Set, log *slog.Logger, newBlock func(offset, groupOffset, users int) (*probe.Population, error)) (*background, error) {
+func newBackground(users int, set *metrics.Set, log *slog.Logger, newBlock func(offset, groupOffset, users int) (*engine.Population, error)) (*background, error) {
 	b := &background{newBlock: newBlock, set: set, log: log}
 	if err := b.add(users); err != nil {
 		return nil, err

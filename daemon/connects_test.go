@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
 )
 
@@ -64,7 +64,7 @@ func TestConnectRateHoldsForTheProcess(t *testing.T) {
 	end := time.Now()
 	n := attempts()
 	window := end.Sub(start)
-	burst := float64(probe.NewConnectLimiter(limit).Burst())
+	burst := float64(engine.NewConnectLimiter(limit).Burst())
 	// One token more: the limiter keeps its tokens as a float, and the
 	// last one may come a rounding error before the bound says.
 	bound := burst + 1 + limit*window.Seconds()

@@ -29,6 +29,7 @@ import (
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -60,11 +61,11 @@ type Daemon struct {
 	health *saturation.Monitor
 	// reach is whether the target takes logins, from every population's
 	// connect attempts.
-	reach *probe.Reach
+	reach *engine.Reach
 	// connects is the process's one connect limiter (nil: no limit),
 	// shared by the background population, the canary and every soak run,
 	// so that population.max_connect_rate holds for the daemon.
-	connects *probe.ConnectLimiter
+	connects *engine.ConnectLimiter
 	// trend keeps the last hour of SLI readings for the status page.
 	trend *trend
 	// lastRound is the last canary round that ran, for the verdict.
@@ -182,7 +183,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	}
 	d.reach = newReach(d.metrics, d.cfg.Target.Name)
 	if r := d.cfg.Population.MaxConnectRate; r > 0 {
-		d.connects = probe.NewConnectLimiter(r)
+		d.connects = engine.NewConnectLimiter(r)
 	}
 	d.trend = newTrend(d.metrics, d.cfg.Target.Name)
 	if d.bg, err = d.newBackground(); err != nil {
@@ -239,8 +240,8 @@ func shardPrefix(cfg config.Config, i int, sh config.Shard) string {
 
 // newReach makes the prober's view of the target's reachability, exported
 // as imcanary_target_reachable once the first attempt has ended.
-func newReach(m *metrics.Metrics, target string) *probe.Reach {
-	return probe.NewReach(func(ok bool) {
+func newReach(m *metrics.Metrics, target string) *engine.Reach {
+	return engine.NewReach(func(ok bool) {
 		v := 0.0
 		if ok {
 			v = 1
@@ -252,13 +253,13 @@ func newReach(m *metrics.Metrics, target string) *probe.Reach {
 // connection is what every population of the daemon shares: the target's
 // connection, the self-monitor, reach (nil for a soak run, whose failures
 // are its own) and the process's connect limiter.
-func (d *Daemon) connection(reach *probe.Reach) probe.Connection {
+func (d *Daemon) connection(reach *engine.Reach) engine.Connection {
 	c := d.target.Connection(d.health, reach)
 	c.Limiter = d.connects
 	return c
 }
 
-func newCanary(cfg config.Config, sh config.Shard, conn probe.Connection, m *metrics.Metrics, log *slog.Logger, cohort string) (*canary.Canary, error) {
+func newCanary(cfg config.Config, sh config.Shard, conn engine.Connection, m *metrics.Metrics, log *slog.Logger, cohort string) (*canary.Canary, error) {
 	o := canary.FromConfig(cfg, conn, m, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
 	if sh.Sharded() && cohort == cohortCanary {
 		// The shards form a ring: user 0 of each canary messages user
@@ -273,7 +274,7 @@ func newCanary(cfg config.Config, sh config.Shard, conn probe.Connection, m *met
 // A storm drill drops sessions of bg, the background population: the
 // drill is of what the daemon keeps online, as a load balancer restart
 // would drop them.
-func newSoakRunner(cfg config.Config, sh config.Shard, conn probe.Connection, bg soak.StormTarget, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, conn engine.Connection, bg soak.StormTarget, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable
 	// for the background population and the canary.
@@ -289,8 +290,8 @@ func (d *Daemon) newBackground() (*background, error) {
 	name := d.cfg.Target.Name
 	set := d.metrics.For(name, metrics.SourceBackground)
 	log := d.log.With("target", name, "source", metrics.SourceBackground)
-	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*probe.Population, error) {
-		return probe.NewPopulation(probe.Options{
+	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*engine.Population, error) {
+		return engine.NewPopulation(engine.Options{
 			Connection:      d.connection(d.reach),
 			Set:             set,
 			Logger:          log,
@@ -310,7 +311,7 @@ func (d *Daemon) newBackground() (*background, error) {
 			MessageSize:     p.MessageSize,
 			LagThreshold:    p.LagThreshold,
 			SessionLifetime: p.SessionLifetime,
-			SlowReaders: probe.SlowReaders{
+			SlowReaders: engine.SlowReaders{
 				Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
 				Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,
 			},

@@ -3,14 +3,14 @@ package daemon
 import (
 	"time"
 
-	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/engine"
 )
 
 // Drop is a reconnect-storm drill's drop of the background population
 // (soak.StormTarget): fraction of the sessions online in every block,
 // aborted at once. Users are numbered over the whole population, as
 // PREFIX-uN names them.
-func (b *background) Drop(fraction float64, obs probe.StormObserver) (online, dropped int, err error) {
+func (b *background) Drop(fraction float64, obs engine.StormObserver) (online, dropped int, err error) {
 	b.mu.Lock()
 	blocks := append([]*block(nil), b.blocks...)
 	b.mu.Unlock()
@@ -28,7 +28,7 @@ func (b *background) Drop(fraction float64, obs probe.StormObserver) (online, dr
 
 // offsetStorm numbers a block's users from the block's offset.
 type offsetStorm struct {
-	probe.StormObserver
+	engine.StormObserver
 	offset int
 }
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
 )
 
@@ -73,7 +73,7 @@ type RecentStatus struct {
 	LostAfter time.Duration `json:"lost_after_ns"`
 }
 
-// ReachStatus is probe.ReachState for the page.
+// ReachStatus is engine.ReachState for the page.
 type ReachStatus struct {
 	Known       bool      `json:"known"`
 	Reachable   bool      `json:"reachable"`
@@ -83,7 +83,7 @@ type ReachStatus struct {
 	LastFailure time.Time `json:"last_failure"`
 }
 
-func reachStatus(st probe.ReachState) ReachStatus {
+func reachStatus(st engine.ReachState) ReachStatus {
 	r := ReachStatus{Known: st.Known, Reachable: st.Reachable, Since: st.Since, LastFailure: st.LastFailure}
 	if st.Reason != "" {
 		r.Reason, r.Cause = st.Reason, st.Cause()
@@ -134,7 +134,7 @@ type verdictInput struct {
 	now         time.Time
 	started     time.Time
 	startGrace  time.Duration // how long the population may take to come online
-	reach       probe.ReachState
+	reach       engine.ReachState
 	online      int
 	users       int
 	ready       bool

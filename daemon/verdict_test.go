@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 )
 
 // TestJudge checks the verdict and its cause for each way the target and
@@ -16,7 +16,7 @@ func TestJudge(t *testing.T) {
 	healthy := func() verdictInput {
 		return verdictInput{
 			now: now, started: now.Add(-time.Hour), startGrace: 40 * time.Second,
-			reach:  probe.ReachState{Known: true, Reachable: true, Since: now.Add(-time.Hour)},
+			reach:  engine.ReachState{Known: true, Reachable: true, Since: now.Add(-time.Hour)},
 			online: 100, users: 100, ready: true,
 			recent: RecentStatus{Window: 5 * time.Minute, Objective: 0.999, SLIs: []WindowSLI{
 				{Source: "background", Kind: "direct", Expected: 3000, Delivered: 3000, Completeness: ptr(1), Latency: ptr(1)},
@@ -34,25 +34,25 @@ func TestJudge(t *testing.T) {
 		{"healthy", func(*verdictInput) {}, VerdictHealthy, []string{"all 100 sessions online", "99.9%", "5m0s"}, nil},
 		{"refused", func(in *verdictInput) {
 			in.online = 0
-			in.reach = probe.ReachState{Known: true, Since: now.Add(-12 * time.Second), Reason: metrics.ConnectRefused,
+			in.reach = engine.ReachState{Known: true, Since: now.Add(-12 * time.Second), Reason: metrics.ConnectRefused,
 				Err: errRefused.Error()}
 		}, VerdictDown, []string{"target unreachable for 12s: connection refused (dial tcp 127.0.0.1:1: connect: connection refused); 0 of 100 sessions online"}, nil},
 		{"404 on upgrade", func(in *verdictInput) {
 			in.online, in.ready = 0, false
-			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectHTTP4xx,
+			in.reach = engine.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectHTTP4xx,
 				Err: "login u1: dial ws://h/ws: WebSocket upgrade answered HTTP 404 Not Found"}
 		}, VerdictDown, []string{"the WebSocket upgrade was answered HTTP 404 Not Found"}, nil},
 		{"wrong secret", func(in *verdictInput) {
 			in.online, in.ready = 0, false
-			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectUnauthorized,
+			in.reach = engine.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectUnauthorized,
 				Err: `login u1: the target closed the login with 4001 "bad token"`}
 		}, VerdictDown, []string{`unauthorized: the target closed the login with 4001 "bad token"`}, nil},
 		{"logins fail, sessions stay", func(in *verdictInput) {
 			in.online = 97
-			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectRefused, Err: errRefused.Error()}
+			in.reach = engine.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectRefused, Err: errRefused.Error()}
 		}, VerdictDegraded, []string{"new logins failing for 1m0s: connection refused", "97 of 100 sessions online"}, nil},
 		{"down beats saturated, and says both", func(in *verdictInput) {
-			in.reach = probe.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectTimeout, Err: "context deadline exceeded"}
+			in.reach = engine.ReachState{Known: true, Since: now.Add(-time.Minute), Reason: metrics.ConnectTimeout, Err: "context deadline exceeded"}
 			in.saturation = SaturationStatus{Saturated: true, Since: now.Add(-time.Minute), Causes: []string{"cpu"}}
 			in.online = 0
 			in.recent.SLIs[1].Completeness = ptr(0.8)

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/engine"
 )
 
 // watch logs the target's state as an on-call engineer reads it: one line
@@ -22,7 +22,7 @@ import (
 // each failed reconnect is a debug line, as it must be with thousands of
 // users.
 type watch struct {
-	reach *probe.Reach
+	reach *engine.Reach
 	// pop reports the background population: online sessions, the users
 	// it is meant to keep online, and whether it has ever been whole (the
 	// ramp is not a shortfall).
@@ -59,7 +59,7 @@ const (
 const watchTick = time.Second
 
 // newWatch watches reach and the population pop. backoffMax sizes settle.
-func newWatch(reach *probe.Reach, pop func() (int, int, bool), backoffMax time.Duration, log *slog.Logger) *watch {
+func newWatch(reach *engine.Reach, pop func() (int, int, bool), backoffMax time.Duration, log *slog.Logger) *watch {
 	return &watch{
 		reach: reach, pop: pop, log: log,
 		settle: max(5*time.Second, backoffMax),

@@ -13,8 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 )
 
 // lines is a slog handler that keeps each record as "LEVEL message".
@@ -50,7 +50,7 @@ var errRefused = fmt.Errorf("login u1: dial ws://127.0.0.1:1/ws: %w",
 // nothing while nothing changes.
 func TestWatchLogsEachChangeOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reach := probe.NewReach(nil)
+		reach := engine.NewReach(nil)
 		var mu sync.Mutex
 		online, users := 10, 10
 		setOnline := func(n int) { mu.Lock(); online = n; mu.Unlock() }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Answer is what became of one send whose answer comes on a goroutine of
@@ -107,4 +108,20 @@ func Parallel(ctx context.Context, n, workers int, f func(ctx context.Context, i
 		return err
 	}
 	return ctx.Err()
+}
+
+// Sleep waits for d or until ctx ends, and reports whether ctx is still
+// live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -1,8 +1,10 @@
-// Package probe is imcanary's measuring core: the interface every IM protocol
-// adapter implements (Driver and Session), the body that every probe message
-// carries, the ledger that turns deliveries into loss, lateness, duplicate
-// and reorder counts, and the population that keeps users online and sends
-// open-loop traffic between them.
+// Package probe is the contract between imcanary's engine and its IM
+// protocol adapters: the interfaces every adapter implements (Driver and
+// Session, the Adapter its registry entry is, the optional interfaces of
+// optional.go), what they exchange (Message, Delivery, Ack, Disconnect),
+// the body every probe message carries, a device's catch-up position, and
+// the classes of connect failures. The engine that drives adapters
+// through it is package engine.
 package probe
 
 import (

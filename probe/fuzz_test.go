@@ -3,11 +3,6 @@ package probe
 import (
 	"bytes"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/imcanary/imcanary/metrics"
 )
 
 // FuzzBodyRoundTrip holds ParseBody to its contract on any bytes a server
@@ -59,49 +54,4 @@ func FuzzBodyRoundTrip(f *testing.F) {
 func sameHeader(a, b *Header) bool {
 	return bytes.Equal(a.Run, b.Run) && bytes.Equal(a.Sender, b.Sender) && bytes.Equal(a.Stream, b.Stream) &&
 		a.Seq == b.Seq && a.Intended == b.Intended && a.VoidLo == b.VoidLo && a.VoidHi == b.VoidHi
-}
-
-// fuzzStart is the ledger start in FuzzInboxReceive: a fixed time, so that
-// the seeds' intended times stay meaningful.
-var fuzzStart = time.Unix(1_700_000_000, 0)
-
-// outcomeObserver counts what the ledger reports to an observer.
-type outcomeObserver struct {
-	calls int
-	last  Outcome
-}
-
-func (o *outcomeObserver) Login(int, time.Duration, error) {}
-func (o *outcomeObserver) Disconnect(int, string, error)   {}
-func (o *outcomeObserver) Ack(uint64, bool, time.Duration) {}
-func (o *outcomeObserver) Unacked(uint64, string, string)  {}
-func (o *outcomeObserver) Received(_ int, _ *Header, _ time.Duration, out Outcome) {
-	o.calls++
-	o.last = out
-}
-
-// tally is what one inbox has counted so far, summed over kinds and
-// cohorts.
-type tally struct {
-	delivered, duplicate, late, reordered, lost, saturated float64
-	ignored                                                map[string]float64
-}
-
-func readTally(set *metrics.Set) tally {
-	v := testutil.ToFloat64
-	t := tally{ignored: map[string]float64{}}
-	for _, k := range set.Kind {
-		t.saturated += v(k.Saturated)
-		for _, c := range k.Cohort {
-			t.delivered += v(c.Delivered)
-			t.duplicate += v(c.Duplicate)
-			t.late += v(c.Late)
-			t.reordered += v(c.Reordered)
-			t.lost += v(c.Lost)
-		}
-	}
-	for r, c := range set.Ignored {
-		t.ignored[r] = v(c)
-	}
-	return t
 }

@@ -26,6 +26,7 @@ import (
 	"syscall"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/centrifugo"
 	"github.com/imcanary/imcanary/probe/jsonws"
@@ -431,9 +432,9 @@ func localSecret(dir string) ([]byte, error) {
 // driver, the run id, keepalive, backoff, connect rate and source
 // addresses of the configuration, the prober's self-monitor h and its view
 // of the target's reach (nil for a soak run, whose failures are its own).
-func (t *Target) Connection(h probe.Health, reach *probe.Reach) probe.Connection {
+func (t *Target) Connection(h engine.Health, reach *engine.Reach) engine.Connection {
 	p := t.Config.Population
-	return probe.Connection{
+	return engine.Connection{
 		Driver: t.Driver, Run: t.Run, Heartbeat: p.Heartbeat,
 		BackoffMin: p.Backoff.Initial, BackoffMax: p.Backoff.Max,
 		SourceAddrs: t.Sources, MaxConnectRate: p.MaxConnectRate,

@@ -27,11 +27,11 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 )
 
-var _ probe.Health = (*Monitor)(nil)
+var _ engine.Health = (*Monitor)(nil)
 
 const (
 	// maxSteps bounds the ring: the monitor keeps a snapshot, with two

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
@@ -79,8 +80,8 @@ func (d splitDriver) Connect(ctx context.Context, user string, dev probe.Device)
 func slowUsers(t *testing.T, p config.Profile) map[string]bool {
 	t.Helper()
 	set := metrics.New(prometheus.NewRegistry()).For("layout", metrics.SourceSoak)
-	pop, err := probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	pop, err := engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver:     splitDriver{},
 			Heartbeat:  time.Second,
 			BackoffMin: time.Millisecond,
@@ -92,7 +93,7 @@ func slowUsers(t *testing.T, p config.Profile) map[string]bool {
 		GroupSize:   p.GroupSize,
 		Deadline:    p.Deadline,
 		LostAfter:   p.LostAfter,
-		SlowReaders: probe.SlowReaders{Fraction: p.SlowReaders.Fraction},
+		SlowReaders: engine.SlowReaders{Fraction: p.SlowReaders.Fraction},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
@@ -55,7 +56,7 @@ type observer struct {
 
 	// health, if set, says whether the prober is saturated; satDeliv
 	// counts deliveries recorded while it was.
-	health   probe.Health
+	health   engine.Health
 	satDeliv atomic.Int64
 	// storm is set when a storm drill drops this cohort's sessions:
 	// their disconnects are the drill's.
@@ -75,7 +76,7 @@ func newHist() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
 }
 
-func newObserver(health probe.Health) *observer {
+func newObserver(health engine.Health) *observer {
 	return &observer{
 		login: newHist(), ack: newHist(), deliv: [len(metrics.Kinds)]*hdrhistogram.Histogram{newHist(), newHist()},
 		interval: newHist(), rejected: map[string]int64{}, errors: map[string]int64{},
@@ -87,7 +88,7 @@ func newObserver(health probe.Health) *observer {
 
 // setUsers sizes the per-user state for pop and learns its slow readers.
 // It runs before pop does.
-func (o *observer) setUsers(pop *probe.Population) {
+func (o *observer) setUsers(pop *engine.Population) {
 	n := pop.Users()
 	o.slow = make([]bool, n)
 	for i := range n {
@@ -203,8 +204,8 @@ func (o *observer) Unacked(_ uint64, reason, code string) {
 	}
 }
 
-func (o *observer) Received(user int, h *probe.Header, latency time.Duration, out probe.Outcome) {
-	if out != probe.Delivered {
+func (o *observer) Received(user int, h *probe.Header, latency time.Duration, out engine.Outcome) {
+	if out != engine.Delivered {
 		return
 	}
 	if o.health != nil && o.health.Saturated() {

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/saturation"
@@ -27,7 +27,7 @@ var ErrUnknownProfile = errors.New("no soak profile")
 // runs are marked in progress in store, when there is one, as they start:
 // a run the process dies in is recorded as aborted at the next start,
 // where without the mark it would vanish.
-func FromConfig(cfg config.Config, conn probe.Connection, m *metrics.Metrics, store *history.Store, prefix string, log *slog.Logger) RunnerOptions {
+func FromConfig(cfg config.Config, conn engine.Connection, m *metrics.Metrics, store *history.Store, prefix string, log *slog.Logger) RunnerOptions {
 	log = log.With("target", cfg.Target.Name, "source", metrics.SourceSoak)
 	o := RunnerOptions{
 		Connection: conn, Metrics: m, Target: cfg.Target.Name, Prefix: prefix,
@@ -89,7 +89,7 @@ func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logg
 	// The process's one connect limiter: every run of this process draws
 	// from it, as the daemon's populations draw from the daemon's.
 	if r := cfg.Population.MaxConnectRate; r > 0 {
-		conn.Limiter = probe.NewConnectLimiter(r)
+		conn.Limiter = engine.NewConnectLimiter(r)
 	}
 	r := NewRunner(FromConfig(cfg, conn, m, store, cfg.Population.Prefix+"-"+OnceCohort, log))
 	rep, err := r.Run(ctx, p, progress)

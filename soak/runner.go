@@ -16,6 +16,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
@@ -28,7 +29,7 @@ type RunnerOptions struct {
 	// records its own lags in it, and, as a SaturationSource, it says
 	// when a run that fails was saturated, which makes the run
 	// inconclusive rather than failed.
-	probe.Connection
+	engine.Connection
 	Metrics *metrics.Metrics
 	Target  string
 	// Prefix names this runner's cohorts: a profile's users are
@@ -56,7 +57,7 @@ type RunnerOptions struct {
 // (saturation.Monitor is the real one): the population's Health, and
 // why it is saturated, for the report.
 type SaturationSource interface {
-	probe.Health
+	engine.Health
 	// Causes lists what saturates the prober now, as metrics.Cause*
 	// values; empty when it is not saturated.
 	Causes() []string
@@ -85,7 +86,7 @@ func NewRunner(o RunnerOptions) *Runner {
 	// without one, the runs of this runner share one of their own, which
 	// also counts their attempts for a storm drill.
 	if o.Limiter == nil && o.MaxConnectRate > 0 {
-		o.Limiter = probe.NewConnectLimiter(o.MaxConnectRate)
+		o.Limiter = engine.NewConnectLimiter(o.MaxConnectRate)
 	}
 	return &Runner{o: o}
 }
@@ -142,7 +143,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
 	obs := newObserver(o.Health)
 	sr := p.SlowReaders
-	pop, err := probe.NewPopulation(probe.Options{
+	pop, err := engine.NewPopulation(engine.Options{
 		Connection:   o.Connection,
 		Set:          set,
 		Logger:       o.Logger.With("profile", p.Name),
@@ -161,7 +162,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		StartPaused:  true,
 		LateFraction: p.LateLogins,
 		LateAfter:    p.LateAfter,
-		SlowReaders:  probe.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
+		SlowReaders:  engine.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
 	})
 	if err != nil {
 		return nil, err

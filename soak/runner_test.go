@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -100,7 +101,7 @@ func newTestRunnerWith(t *testing.T, drv probe.Driver) (*Runner, *metrics.Metric
 	t.Helper()
 	m := metrics.New(prometheus.NewPedanticRegistry())
 	return NewRunner(RunnerOptions{
-		Connection: probe.Connection{
+		Connection: engine.Connection{
 			Driver:     drv,
 			Run:        "r1",
 			Heartbeat:  time.Second,

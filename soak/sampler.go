@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
 )
 
@@ -20,7 +20,7 @@ import (
 type sampler struct {
 	r      *Runner
 	p      config.Profile
-	pop    *probe.Population
+	pop    *engine.Population
 	set    *metrics.Set
 	obs    *observer
 	before counts

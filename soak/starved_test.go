@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/saturation"
 )
@@ -39,7 +39,7 @@ func TestStarvedProberIsInconclusive(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := NewRunner(RunnerOptions{
-				Connection: probe.Connection{
+				Connection: engine.Connection{
 					Driver:     newTestDriver(t, url),
 					Run:        "r1",
 					Heartbeat:  time.Second,

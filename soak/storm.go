@@ -17,16 +17,16 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/report"
 )
 
 // StormTarget is the population a reconnect-storm drill drops sessions
-// of: the daemon's background population (probe.Population.Drop over its
+// of: the daemon's background population (engine.Population.Drop over its
 // blocks). RunnerOptions.Storm nil drops the run's own cohort.
 type StormTarget interface {
-	Drop(fraction float64, obs probe.StormObserver) (online, dropped int, err error)
+	Drop(fraction float64, obs engine.StormObserver) (online, dropped int, err error)
 }
 
 // storm records one drill: it is the probe.StormObserver of the drop.
@@ -35,7 +35,7 @@ type storm struct {
 	own bool // the run's own cohort was dropped, not another population
 	// lim is the process's connect limiter, whose count is the process's
 	// connect attempts; nil counts the dropped sessions' own.
-	lim *probe.ConnectLimiter
+	lim *engine.ConnectLimiter
 	// before is the dropped population's counts at the drop.
 	before counts
 	set    *metrics.Set
@@ -66,7 +66,7 @@ type storm struct {
 	connectAt, connectEnd connectReading
 }
 
-func newStorm(own bool, lim *probe.ConnectLimiter, set *metrics.Set) *storm {
+func newStorm(own bool, lim *engine.ConnectLimiter, set *metrics.Set) *storm {
 	return &storm{own: own, lim: lim, set: set, pending: map[int]int{}, login: newHist(), done: make(chan struct{})}
 }
 
@@ -306,7 +306,7 @@ func stormNote(s *report.Storm) string {
 // drop makes the drill's drop of p now: the storm target's sessions, or
 // the run's own (pop's, whose observer obs and sampler s then leave the
 // drill's disconnects and recovery out of theirs).
-func (r *Runner) drop(p config.Profile, pop *probe.Population, obs *observer, s *sampler) *storm {
+func (r *Runner) drop(p config.Profile, pop *engine.Population, obs *observer, s *sampler) *storm {
 	o := r.o
 	var target StormTarget = pop
 	source := metrics.SourceSoak

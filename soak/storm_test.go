@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
@@ -57,7 +58,7 @@ func TestStormDrillOwnCohort(t *testing.T) {
 	url, srv := startTarget(t, refserver.Faults{})
 	r, m := newTestRunner(t, url)
 	r.o.MaxConnectRate = limit
-	r.o.Limiter = probe.NewConnectLimiter(limit)
+	r.o.Limiter = engine.NewConnectLimiter(limit)
 	// The messages in flight to a dropped session are lost with its
 	// socket; catch-up fetches them from the server's history.
 	r.o.CatchUp = true

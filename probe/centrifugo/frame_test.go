@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
@@ -302,7 +303,7 @@ func pushFrame(dst []byte, body []byte, offset uint64) []byte {
 func BenchmarkDeliveryPath(b *testing.B) {
 	set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
 	start := time.Now()
-	l := probe.NewLedger(set, "run1", start, 10*time.Second, 30*time.Second)
+	l := engine.NewLedger(set, "run1", start, 10*time.Second, 30*time.Second)
 	in := l.NewInbox()
 	h := probe.Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3")}
 	var body, frame []byte
@@ -330,7 +331,7 @@ func BenchmarkDeliveryPath(b *testing.B) {
 func BenchmarkDeliveryPathEncodingJSON(b *testing.B) {
 	set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
 	start := time.Now()
-	l := probe.NewLedger(set, "run1", start, 10*time.Second, 30*time.Second)
+	l := engine.NewLedger(set, "run1", start, 10*time.Second, 30*time.Second)
 	in := l.NewInbox()
 	h := probe.Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3")}
 	var body, frame []byte

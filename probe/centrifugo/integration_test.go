@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -107,14 +108,14 @@ type popConfig struct {
 	// IMCANARYTEST_CENTRIFUGO_URL.
 	urlVar      string
 	messageSize int
-	slow        probe.SlowReaders
-	observer    probe.Observer
+	slow        engine.SlowReaders
+	observer    engine.Observer
 }
 
 type fixture struct {
 	t    *testing.T
 	drv  *killable
-	pop  *probe.Population
+	pop  *engine.Population
 	set  *metrics.Set
 	took time.Duration // from start to the whole population online
 }
@@ -135,8 +136,8 @@ func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 	}
 	fx := &fixture{t: t, drv: &killable{Driver: d, away: pc.away, live: map[string]*session{}, blocked: map[string]time.Time{}}}
 	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver:     fx.drv,
 			Run:        uniquePrefix("run"),
 			Heartbeat:  time.Second,
@@ -395,7 +396,7 @@ func TestRealSlowReaderDrill(t *testing.T) {
 	disc := &cohortDisconnects{}
 	pc := popConfig{users: 10, groupSize: 5, rate: 20, deadline: 2 * time.Second, lostAfter: 5 * time.Second,
 		urlVar: "IMCANARYTEST_CENTRIFUGO_SLOW_URL", messageSize: 16 << 10,
-		slow:     probe.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond},
+		slow:     engine.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond},
 		observer: disc}
 	fx := newFixture(t, "drill", pc)
 	disc.pop.Store(fx.pop)
@@ -446,7 +447,7 @@ func TestRealSlowReaderDrill(t *testing.T) {
 
 // cohortDisconnects counts session ends by cohort and reason.
 type cohortDisconnects struct {
-	pop atomic.Pointer[probe.Population]
+	pop atomic.Pointer[engine.Population]
 	mu  sync.Mutex
 	n   map[string]int
 }
@@ -486,10 +487,10 @@ func (d *cohortDisconnects) all() map[string]int {
 	return maps.Clone(d.n)
 }
 
-func (*cohortDisconnects) Login(int, time.Duration, error)                           {}
-func (*cohortDisconnects) Ack(uint64, bool, time.Duration)                           {}
-func (*cohortDisconnects) Unacked(uint64, string, string)                            {}
-func (*cohortDisconnects) Received(int, *probe.Header, time.Duration, probe.Outcome) {}
+func (*cohortDisconnects) Login(int, time.Duration, error)                            {}
+func (*cohortDisconnects) Ack(uint64, bool, time.Duration)                            {}
+func (*cohortDisconnects) Unacked(uint64, string, string)                             {}
+func (*cohortDisconnects) Received(int, *probe.Header, time.Duration, engine.Outcome) {}
 
 // TestRealWrongSecret: a token signed with the wrong secret is refused by
 // the real Centrifugo, and the failure is classed unauthorized, so that a
@@ -577,9 +578,9 @@ func (o *deviceObserver) Ack(_ uint64, group bool, _ time.Duration) {
 	o.acks[metrics.KindOf(group)].Add(1)
 }
 
-func (o *deviceObserver) Received(user int, h *probe.Header, _ time.Duration, out probe.Outcome) {
+func (o *deviceObserver) Received(user int, h *probe.Header, _ time.Duration, out engine.Outcome) {
 	names := o.names.Load()
-	if names != nil && string(h.Sender) == (*names)[user] && (out == probe.Delivered || out == probe.Recovered) {
+	if names != nil && string(h.Sender) == (*names)[user] && (out == engine.Delivered || out == engine.Recovered) {
 		o.mirror.Add(1)
 	}
 }

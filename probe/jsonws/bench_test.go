@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
@@ -15,7 +16,7 @@ import (
 
 // inboxHandler is a session's handler that records deliveries in a
 // ledger's inbox, as a device does.
-type inboxHandler struct{ in *probe.Inbox }
+type inboxHandler struct{ in *engine.Inbox }
 
 func (h inboxHandler) OnAck(uint64, probe.Ack) {}
 func (h inboxHandler) OnReject(uint64, string) {}
@@ -56,7 +57,7 @@ func BenchmarkFrameToLedger(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
 			start := time.Now().UnixNano()
-			in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
+			in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
 			h := inboxHandler{in}
 			frame := func([]byte, int64) error { return nil }
 			switch name {
@@ -82,7 +83,7 @@ func BenchmarkFrameToLedger(b *testing.B) {
 func TestMappedDeliveryDoesNotAllocate(t *testing.T) {
 	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
 	start := time.Now().UnixNano()
-	in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
+	in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
 	s := frameSession(t, inboxHandler{in})
 	var buf, body []byte
 	i := 0
@@ -105,7 +106,7 @@ func TestMappedDeliveryDoesNotAllocate(t *testing.T) {
 // the session's own message after the next delivery, is no gap in the
 // server's numbering; one never seen is, once holeGrace has passed.
 func TestServerGapsWaitForStragglers(t *testing.T) {
-	s := frameSession(t, inboxHandler{probe.NewLedger(metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground),
+	s := frameSession(t, inboxHandler{engine.NewLedger(metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground),
 		"run1", time.Now(), time.Second, 2*time.Second).NewInbox()})
 	s.lastSeq = map[string]uint64{}
 	s.pending = map[uint64]uint64{9: 1}

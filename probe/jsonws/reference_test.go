@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
@@ -50,7 +51,7 @@ type popConfig struct {
 	devices          int
 	// backoff is the first reconnect's; the most is 15 times it.
 	backoff     time.Duration
-	slow        probe.SlowReaders
+	slow        engine.SlowReaders
 	messageSize int
 }
 
@@ -59,7 +60,7 @@ var base = popConfig{prefix: "t", users: 20, groupSize: 5, rate: 20, ramp: 100 *
 type fixture struct {
 	t   *testing.T
 	srv *refserver.Server
-	pop *probe.Population
+	pop *engine.Population
 	set *metrics.Set
 	drv probe.Driver
 }
@@ -110,8 +111,8 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *fixture {
 		backoff = 20 * time.Millisecond
 	}
 	var err error
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver: drv, Run: "testrun", Heartbeat: time.Second,
 			BackoffMin: backoff, BackoffMax: 15 * backoff,
 			CatchUp: pc.catchUp,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/jsonws"
@@ -119,7 +120,7 @@ func TestTinodeSlowReader(t *testing.T) {
 	drv := tinode(t)
 	pc := popConfig{prefix: runPrefix("tns"), users: 10, groupSize: 5, rate: 20, ramp: 2 * time.Second,
 		deadline: 3 * time.Second, lostAfter: 6 * time.Second, catchUp: true, messageSize: 16 << 10,
-		slow: probe.SlowReaders{Fraction: 0.1, Pause: 10 * time.Second}}
+		slow: engine.SlowReaders{Fraction: 0.1, Pause: 10 * time.Second}}
 	fx := startPopulation(t, drv, pc)
 	slow := ""
 	for i := range fx.pop.Users() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
@@ -56,7 +57,7 @@ func BenchmarkFrameToLedger(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
 			start := time.Now().UnixNano()
-			in := probe.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
+			in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
 			h := probetest.InboxHandler{In: in}
 			s := newTestSession(b)
 			s.answers.Serve(h)

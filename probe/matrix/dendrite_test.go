@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
@@ -43,7 +44,7 @@ type popConfig struct {
 	rate                      float64
 	catchUp                   bool
 	lostAfter                 time.Duration
-	slow                      probe.SlowReaders
+	slow                      engine.SlowReaders
 	timelineLimit             int
 	// url, if set, is where the driver talks to (a proxy in front of
 	// Dendrite).
@@ -52,7 +53,7 @@ type popConfig struct {
 
 type fixture struct {
 	t      *testing.T
-	pop    *probe.Population
+	pop    *engine.Population
 	set    *metrics.Set
 	drv    *matrix.Driver
 	k      *probetest.Killer
@@ -108,8 +109,8 @@ func start(t *testing.T, pc popConfig) *fixture {
 	if lostAfter == 0 {
 		lostAfter = 10 * time.Second
 	}
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver: fx.k, Run: "testrun", Heartbeat: time.Second,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
 		},
@@ -206,7 +207,7 @@ func TestDendriteCatchUpOff(t *testing.T) {
 // none lost, and the others are not touched.
 func TestDendriteSlowReader(t *testing.T) {
 	fx := start(t, popConfig{users: 30, groupSize: 5, rate: 0.3, catchUp: true, timelineLimit: 5, lostAfter: 20 * time.Second,
-		slow: probe.SlowReaders{Fraction: 0.1, Pause: 10 * time.Second}})
+		slow: engine.SlowReaders{Fraction: 0.1, Pause: 10 * time.Second}})
 	var maxLag int64
 	for end := time.Now().Add(11 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		maxLag = max(maxLag, fx.pop.SlowReaderLag())

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
@@ -53,7 +54,7 @@ type popConfig struct {
 	rate                      float64
 	catchUp                   bool
 	lostAfter                 time.Duration
-	slow                      probe.SlowReaders
+	slow                      engine.SlowReaders
 	// url, if set, is where the driver talks to (a proxy in front of
 	// the server).
 	url string
@@ -61,7 +62,7 @@ type popConfig struct {
 
 type fixture struct {
 	t      *testing.T
-	pop    *probe.Population
+	pop    *engine.Population
 	set    *metrics.Set
 	drv    *mattermost.Driver
 	k      *probetest.Killer
@@ -95,8 +96,8 @@ func start(t *testing.T, pc popConfig) *fixture {
 	if lostAfter == 0 {
 		lostAfter = 10 * time.Second
 	}
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver: fx.k, Run: "testrun", Heartbeat: 5 * time.Second,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
 		},

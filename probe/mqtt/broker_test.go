@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/mqtt"
@@ -42,12 +43,12 @@ type popConfig struct {
 	catchUp                   bool
 	lostAfter                 time.Duration
 	messageSize               int
-	slow                      probe.SlowReaders
+	slow                      engine.SlowReaders
 }
 
 type fixture struct {
 	t   *testing.T
-	pop *probe.Population
+	pop *engine.Population
 	set *metrics.Set
 	drv *mqtt.Driver
 	// prefix names the population's users, PREFIX-uN.
@@ -120,8 +121,8 @@ func start(t *testing.T, url string, pc popConfig) *fixture {
 	if lostAfter == 0 {
 		lostAfter = 5 * time.Second
 	}
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver: fx, Run: "testrun", Heartbeat: time.Second,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
 		},
@@ -266,7 +267,7 @@ func TestQoS0(t *testing.T) {
 // queue: lost to the slow reader, and to nobody else.
 func TestMosquittoSlowReader(t *testing.T) {
 	fx := start(t, brokerURL(t, mosquittoSlowVar), popConfig{users: 20, groupSize: 5, rate: 10, qos: 1,
-		catchUp: true, messageSize: 4 << 10, slow: probe.SlowReaders{Fraction: 0.1, Pause: 6 * time.Second}})
+		catchUp: true, messageSize: 4 << 10, slow: engine.SlowReaders{Fraction: 0.1, Pause: 6 * time.Second}})
 	var maxLag int64
 	for end := time.Now().Add(7 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		maxLag = max(maxLag, fx.pop.SlowReaderLag())

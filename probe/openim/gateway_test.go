@@ -15,6 +15,7 @@ import (
 
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
@@ -56,7 +57,7 @@ type fixture struct {
 	gw   *openimtest.Server
 	drv  *openim.Driver
 	kill *probetest.Killer
-	pop  *probe.Population
+	pop  *engine.Population
 	set  *metrics.Set
 }
 
@@ -93,8 +94,8 @@ func start(t *testing.T, gw *openimtest.Server, pc popConfig) *fixture {
 	fx.kill = &probetest.Killer{Driver: fx.drv, Abort: func(s probe.Session) { s.(probe.Aborter).Abort() }}
 	fx.set = metrics.New(prometheus.NewPedanticRegistry()).For("test", metrics.SourceBackground)
 	var err error
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver: fx.kill, Run: "testrun", Heartbeat: time.Second,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: pc.catchUp,
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -27,8 +28,8 @@ func (d *delivered) Login(int, time.Duration, error) {}
 func (d *delivered) Disconnect(int, string, error)   {}
 func (d *delivered) Ack(uint64, bool, time.Duration) {}
 func (d *delivered) Unacked(uint64, string, string)  {}
-func (d *delivered) Received(_ int, h *probe.Header, lat time.Duration, o probe.Outcome) {
-	if o != probe.Delivered {
+func (d *delivered) Received(_ int, h *probe.Header, lat time.Duration, o engine.Outcome) {
+	if o != engine.Delivered {
 		return
 	}
 	d.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
@@ -33,8 +34,8 @@ func (r *receipts) Login(int, time.Duration, error) {}
 func (r *receipts) Disconnect(int, string, error)   {}
 func (r *receipts) Ack(uint64, bool, time.Duration) {}
 func (r *receipts) Unacked(uint64, string, string)  {}
-func (r *receipts) Received(user int, h *probe.Header, _ time.Duration, o probe.Outcome) {
-	if o != probe.Delivered && o != probe.Recovered {
+func (r *receipts) Received(user int, h *probe.Header, _ time.Duration, o engine.Outcome) {
+	if o != engine.Delivered && o != engine.Recovered {
 		return
 	}
 	r.mu.Lock()

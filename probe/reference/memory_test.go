@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
-	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
 )
@@ -110,8 +110,8 @@ func measureSessions(b *testing.B, addr string, n int) (heapPer, stackPer, rssPe
 		b.Fatal(err)
 	}
 	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
-	pop, err := probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	pop, err := engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver:     drv,
 			Run:        "bench",
 			Heartbeat:  time.Hour,

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -35,7 +36,7 @@ type fixture struct {
 	srv    *refserver.Server
 	ln     net.Listener
 	addr   string
-	pop    *probe.Population
+	pop    *engine.Population
 	set    *metrics.Set
 	probe  *metrics.ProbeSet
 	health *saturation.Monitor
@@ -55,7 +56,7 @@ type popConfig struct {
 	deadline         time.Duration
 	lostAfter        time.Duration
 	messageSize      int
-	slow             probe.SlowReaders
+	slow             engine.SlowReaders
 	sendQueue        int // the target's; 0 is its default
 	sendBuffer       int // the target's
 	maxConnectRate   float64
@@ -65,7 +66,7 @@ type popConfig struct {
 	// via, if set, maps the target's address to the one the population
 	// dials: a proxy in between.
 	via      func(addr string) string
-	observer probe.Observer
+	observer engine.Observer
 	// catchUp turns catch-up on; devices, groups and lifetime are the
 	// population's Devices, Groups and SessionLifetime.
 	catchUp    bool
@@ -139,8 +140,8 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	fx.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver:         pdrv,
 			Run:            "testrun",
 			Heartbeat:      time.Second,
@@ -517,7 +518,7 @@ func TestSlowReaderDrill(t *testing.T) {
 	// overflows within seconds, and the close frame reaches the reader
 	// after the few frames still in the socket buffers.
 	pc.rate, pc.messageSize = 10, 16<<10
-	pc.slow = probe.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond}
+	pc.slow = engine.SlowReaders{Fraction: 0.2, ReadDelay: 100 * time.Millisecond}
 	pc.sendQueue, pc.sendBuffer = 64, 64<<10
 	fx := newFixture(t, refserver.Faults{}, pc)
 	slow := 0

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -32,8 +33,8 @@ func (c *crossSeen) Login(int, time.Duration, error) {}
 func (c *crossSeen) Disconnect(int, string, error)   {}
 func (c *crossSeen) Ack(uint64, bool, time.Duration) {}
 func (c *crossSeen) Unacked(uint64, string, string)  {}
-func (c *crossSeen) Received(_ int, h *probe.Header, lat time.Duration, o probe.Outcome) {
-	if string(h.Sender) != c.from || o != probe.Delivered {
+func (c *crossSeen) Received(_ int, h *probe.Header, lat time.Duration, o engine.Outcome) {
+	if string(h.Sender) != c.from || o != engine.Delivered {
 		return
 	}
 	c.mu.Lock()
@@ -51,7 +52,7 @@ func (c *crossSeen) n() int {
 type skewShard struct {
 	shift time.Duration
 	m     *metrics.Metrics
-	pop   *probe.Population
+	pop   *engine.Population
 	seen  *crossSeen
 	// peer and from are the shard labels of CrossPeer and CrossFrom.
 	peer, from string
@@ -113,8 +114,8 @@ func TestClockSkewIsMeasuredAndRemoved(t *testing.T) {
 		if k == 0 {
 			s.shift = shift
 		}
-		s.pop, err = probe.NewPopulation(probe.Options{
-			Connection: probe.Connection{
+		s.pop, err = engine.NewPopulation(engine.Options{
+			Connection: engine.Connection{
 				Driver: drv, Run: fmt.Sprintf("run%d", k), Heartbeat: time.Second,
 				BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
 				TestClockOffset: s.shift,
@@ -194,7 +195,7 @@ func TestClockSkewIsMeasuredAndRemoved(t *testing.T) {
 			truth := raw + theta(k, s.from)
 			switch {
 			case c == counts[k]:
-				if before[k].ok && before[k].unc <= probe.DefaultMaxClockUncertainty {
+				if before[k].ok && before[k].unc <= engine.DefaultMaxClockUncertainty {
 					t.Errorf("round %d: shard %d kept a delivery out of its histogram although its estimate (%v ± %v) was trusted", r, k, before[k].off, before[k].unc)
 				}
 			case c == counts[k]+1:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -76,7 +77,7 @@ func (l *latencies) Login(int, time.Duration, error) {}
 func (l *latencies) Disconnect(int, string, error)   {}
 func (l *latencies) Ack(uint64, bool, time.Duration) {}
 func (l *latencies) Unacked(uint64, string, string)  {}
-func (l *latencies) Received(_ int, _ *probe.Header, d time.Duration, o probe.Outcome) {
+func (l *latencies) Received(_ int, _ *probe.Header, d time.Duration, o engine.Outcome) {
 	l.mu.Lock()
 	l.d = append(l.d, d)
 	l.mu.Unlock()

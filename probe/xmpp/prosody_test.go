@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -127,7 +128,7 @@ type observer struct {
 	loginErrs  int
 	acks       []time.Duration
 	deliveries []time.Duration
-	outcomes   map[probe.Outcome]int
+	outcomes   map[engine.Outcome]int
 }
 
 func (o *observer) Login(_ int, took time.Duration, err error) {
@@ -150,14 +151,14 @@ func (o *observer) Ack(_ uint64, _ bool, latency time.Duration) {
 
 func (o *observer) Unacked(uint64, string, string) {}
 
-func (o *observer) Received(_ int, _ *probe.Header, latency time.Duration, out probe.Outcome) {
+func (o *observer) Received(_ int, _ *probe.Header, latency time.Duration, out engine.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.outcomes == nil {
-		o.outcomes = map[probe.Outcome]int{}
+		o.outcomes = map[engine.Outcome]int{}
 	}
 	o.outcomes[out]++
-	if out == probe.Delivered {
+	if out == engine.Delivered {
 		o.deliveries = append(o.deliveries, latency)
 	}
 }
@@ -187,10 +188,10 @@ type popConfig struct {
 	lifetime time.Duration
 }
 
-// population is a running probe.Population against Prosody.
+// population is a running engine.Population against Prosody.
 type population struct {
 	t      *testing.T
-	pop    *probe.Population
+	pop    *engine.Population
 	set    *metrics.Set
 	obs    *observer
 	cancel context.CancelFunc
@@ -202,8 +203,8 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *population {
 	p := &population{t: t, obs: &observer{}}
 	p.set = metrics.New(prometheus.NewPedanticRegistry()).For("prosody", metrics.SourceBackground)
 	var err error
-	p.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	p.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver:     drv,
 			Run:        "xmpptest" + time.Now().Format("150405.000"),
 			Heartbeat:  5 * time.Second,

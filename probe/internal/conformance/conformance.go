@@ -44,6 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -503,7 +504,7 @@ func secret(t *testing.T, s Server) {
 
 // run is a population monitoring one server.
 type run struct {
-	pop  *probe.Population
+	pop  *engine.Population
 	set  *metrics.Set
 	kill *probetest.Killer
 	in   Instance
@@ -528,7 +529,7 @@ type popOpts struct {
 	rate             float64
 	catchUp          bool
 	messageSize      int
-	slow             probe.SlowReaders
+	slow             engine.SlowReaders
 }
 
 // startOn runs a population of o on drv, a driver for in, until the test
@@ -544,8 +545,8 @@ func startOn(t *testing.T, s Server, drv probe.Driver, in Instance, o popOpts) *
 		_ = s.Close()
 	}}
 	var err error
-	r.pop, err = probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{
+	r.pop, err = engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{
 			Driver: r.kill, Run: "conformance", Heartbeat: in.Target.Heartbeat,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: o.catchUp,
 		},
@@ -627,7 +628,7 @@ func slowReader(t *testing.T, s Server) {
 	size := cmp.Or(s.SlowMessageSize, 4<<10)
 	const pause = 6 * time.Second
 	r := startOn(t, s, drv, in, popOpts{users: 10, groupSize: 5, rate: 20, catchUp: s.CatchUp, messageSize: size,
-		slow: probe.SlowReaders{Fraction: 0.2, Pause: pause}})
+		slow: engine.SlowReaders{Fraction: 0.2, Pause: pause}})
 	began := time.Now()
 	if s.SlowReason != "" {
 		testwait.For(t, s.scaled(pause+10*time.Second), "a slow reader disconnected as "+s.SlowReason, func() bool {

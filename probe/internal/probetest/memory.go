@@ -10,13 +10,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
 
 // InboxHandler is a Handler that hands every delivery to an inbox of the
 // ledger, as the population does: the end of a frame-to-ledger benchmark.
-type InboxHandler struct{ In *probe.Inbox }
+type InboxHandler struct{ In *engine.Inbox }
 
 func (h InboxHandler) OnAck(uint64, probe.Ack)      {}
 func (h InboxHandler) OnReject(uint64, string)      {}
@@ -30,8 +31,8 @@ func (h InboxHandler) OnDelivery(d *probe.Delivery) { h.In.Receive(d.Body, d.At)
 func SessionMemory(tb testing.TB, drv probe.Driver, prefix string, n int) (heapPer, stackPer float64) {
 	tb.Helper()
 	set := metrics.New(prometheus.NewRegistry()).For("bench", metrics.SourceBackground)
-	pop, err := probe.NewPopulation(probe.Options{
-		Connection: probe.Connection{Driver: drv, Run: "bench", Heartbeat: time.Hour,
+	pop, err := engine.NewPopulation(engine.Options{
+		Connection: engine.Connection{Driver: drv, Run: "bench", Heartbeat: time.Hour,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second},
 		Set: set, Prefix: prefix, Users: n, GroupSize: 5, Deadline: time.Second, LostAfter: 2 * time.Second,
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -52,7 +53,7 @@ func Cohort(set *metrics.Set, co metrics.Cohort) Totals {
 
 // Settle stops pop sending and waits until every owed message of co is
 // accounted for, or twice lostAfter and a margin, sweeping meanwhile.
-func Settle(pop *probe.Population, set *metrics.Set, lostAfter time.Duration, co metrics.Cohort) Totals {
+func Settle(pop *engine.Population, set *metrics.Set, lostAfter time.Duration, co metrics.Cohort) Totals {
 	pop.SetSending(false)
 	for end := time.Now().Add(2*lostAfter + 5*time.Second); time.Now().Before(end); {
 		time.Sleep(100 * time.Millisecond)
@@ -66,7 +67,7 @@ func Settle(pop *probe.Population, set *metrics.Set, lostAfter time.Duration, co
 
 // SoakUntil lets pop send until n deliveries are owed to co, or for
 // limit, then settles.
-func SoakUntil(pop *probe.Population, set *metrics.Set, n float64, limit, lostAfter time.Duration, co metrics.Cohort) Totals {
+func SoakUntil(pop *engine.Population, set *metrics.Set, n float64, limit, lostAfter time.Duration, co metrics.Cohort) Totals {
 	for end := time.Now().Add(limit); time.Now().Before(end) && Cohort(set, co).Expected < n; {
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/engine"
 )
 
 // WaitReady waits until pop has been online whole, and fails tb when no
@@ -13,7 +13,7 @@ import (
 // time its own pace needs, while one that stopped logging users in fails
 // within stall; stall must exceed the population's longest backoff, the
 // longest a failed login waits before it tries again.
-func WaitReady(tb testing.TB, pop *probe.Population, wanted int, stall, limit time.Duration) {
+func WaitReady(tb testing.TB, pop *engine.Population, wanted int, stall, limit time.Duration) {
 	tb.Helper()
 	began := time.Now()
 	best, last := pop.Online(), began

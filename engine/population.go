@@ -1,0 +1,667 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// Population keeps Users × Devices sessions online, sends open-loop traffic
+// between the users and counts every delivery in a Ledger.
+//
+// Goroutines, all owned by Run and gone when it returns: one per device
+// (its session's read loop, then its reconnect backoff), one sender per
+// CPU, one heartbeat loop, one sync loop with catch-up, one regroup loop
+// with membership churn, and one sweeper. Sending is not a goroutine per
+// user: at tens of thousands of users a second stack per user would double
+// the prober's memory.
+type Population struct {
+	opts    Options
+	dialers *dialers
+	log     *slog.Logger
+	ledger  *Ledger
+	users   []*user
+	groups  []probe.Group
+	run     []byte
+
+	refs   atomic.Uint64
+	online atomic.Int64
+	ready  atomic.Bool
+	// readyC is closed when ready is first set, for WaitReady.
+	readyC chan struct{}
+	// waiters counts WaitOnline's callers; while there are any, a change
+	// of online closes onlineC (and makes a new one) to wake them. With
+	// none, a login pays one atomic load for it.
+	waiters  atomic.Int32
+	onlineMu sync.Mutex
+	onlineC  chan struct{}
+	// paused stops sending while sessions stay online: a drain phase lets
+	// every message in flight arrive before the counts are read.
+	paused atomic.Bool
+	// holdUntil (Unix ns) holds sending until the whole population is
+	// online, or this time at the latest: a group message sent before
+	// every member has logged in (joined the room, subscribed to the
+	// channel) would be lost for the late members on protocols that keep
+	// nothing for absent members, and counted as such.
+	holdUntil atomic.Int64
+	// ctx is Run's context: slow readers sleep on it, so that shutdown
+	// does not wait out a pause.
+	ctx context.Context
+	// mirror is set when the server delivers what a user sends to the
+	// user's other devices too, and the population owes it to them.
+	mirror bool
+	// classes is the behaviour mix, empty without one; churn is set when
+	// one of its classes leaves and rejoins groups.
+	classes []class
+	churn   bool
+	// slowLag is the largest delivery lag of a slow reader at the last
+	// sweep, for the drill report.
+	slowLag atomic.Int64
+	// sweepMu serialises sweeps: the sweeper's and a test's may overlap,
+	// and the lag state of each link belongs to the sweep.
+	sweepMu    sync.Mutex
+	lagScratch []uint64
+
+	// connects is the token bucket every connect attempt draws from; nil
+	// when MaxConnectRate is 0.
+	connects *ConnectLimiter
+	// held counts the attempts waiting for their token; heldLogged (Unix
+	// ns) is when that was last logged.
+	held       atomic.Int64
+	heldLogged atomic.Int64
+
+	// clock estimates the cross-shard peers' clock offsets; nil without
+	// a cross-shard peer.
+	clock *crossClock
+}
+
+// readyGrace is how long after its ramp a population that is not fully
+// online starts sending anyway: a user that never logs in must not stop
+// the others from being measured.
+const readyGrace = 30 * time.Second
+
+// NewPopulation builds a population; nothing runs until Run. The
+// configuration's rules are config's, checked when it is loaded; what
+// NewPopulation refuses is only what its own code cannot run with (a
+// ticker of no period, a group of one, a ledger that writes a message off
+// before it is late), named by the Options field.
+func NewPopulation(o Options) (*Population, error) {
+	bad := func(format string, args ...any) (*Population, error) {
+		return nil, fmt.Errorf("engine.NewPopulation: "+format, args...)
+	}
+	switch {
+	case o.Driver == nil:
+		return bad("no Driver")
+	case o.Users < 1:
+		return bad("Users %d, want at least 1", o.Users)
+	case o.GroupSize < 2 && len(o.Groups) == 0:
+		return bad("GroupSize %d, want at least 2", o.GroupSize)
+	case o.Devices < 0 || o.Devices > MaxDevices:
+		return bad("Devices %d, want 1 to %d", o.Devices, MaxDevices)
+	case o.Deadline <= 0 || o.LostAfter < 2*o.Deadline:
+		return bad("Deadline %v, LostAfter %v: want a positive Deadline and LostAfter at least twice it", o.Deadline, o.LostAfter)
+	case o.Heartbeat <= 0 || o.BackoffMin <= 0 || o.BackoffMax < o.BackoffMin:
+		return bad("Heartbeat %v, BackoffMin %v, BackoffMax %v: want all positive, BackoffMax at least BackoffMin", o.Heartbeat, o.BackoffMin, o.BackoffMax)
+	case o.SlowReaders.Fraction < 0 || o.SlowReaders.Fraction >= 1:
+		return bad("SlowReaders.Fraction %v, want at least 0 and below 1", o.SlowReaders.Fraction)
+	case o.SlowReaders.ReadDelay < 0 || o.SlowReaders.Pause < 0 || o.SlowReaders.PauseEvery < 0:
+		return bad("SlowReaders %+v: want no negative duration", o.SlowReaders)
+	case o.LagThreshold < 0:
+		return bad("LagThreshold %v, want at least 0", o.LagThreshold)
+	case o.Offset < 0 || o.GroupOffset < 0:
+		return bad("Offset %d, GroupOffset %d: want at least 0", o.Offset, o.GroupOffset)
+	case !(o.MaxConnectRate >= 0):
+		return bad("MaxConnectRate %v, want at least 0", o.MaxConnectRate)
+	case o.MaxClockUncertainty < 0:
+		return bad("MaxClockUncertainty %v, want at least 0", o.MaxClockUncertainty)
+	}
+	for _, g := range o.Groups {
+		if g.Size < 2 || g.Count < 0 {
+			return bad("Groups %+v: want Size at least 2 and Count at least 0", g)
+		}
+	}
+	if o.LagThreshold == 0 {
+		o.LagThreshold = o.Deadline / 2
+	}
+	if o.Devices == 0 {
+		o.Devices = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Population{
+		opts:    o,
+		log:     o.Logger,
+		ledger:  NewLedger(o.Set, o.Run, time.Now(), o.Deadline, o.LostAfter),
+		run:     []byte(o.Run),
+		readyC:  make(chan struct{}),
+		onlineC: make(chan struct{}),
+	}
+	p.ledger.obs = o.Observer
+	p.ledger.health = o.Health
+	p.ledger.lost = newLostLog(o.Logger.With("ledger", "lost"))
+	p.clock = newCrossClock(p)
+	p.ledger.clock, p.ledger.shift = p.clock, int64(o.TestClockOffset)
+	switch {
+	case o.Limiter != nil:
+		p.connects = o.Limiter
+	case o.MaxConnectRate > 0:
+		p.connects = NewConnectLimiter(o.MaxConnectRate)
+	}
+	p.paused.Store(o.StartPaused)
+	var err error
+	if p.classes, err = classesOf(o.Behaviours); err != nil {
+		return bad("%v", err)
+	}
+	for _, c := range p.classes {
+		p.churn = p.churn || c.churn > 0
+	}
+	if _, ok := o.Driver.(probe.Regrouper); p.churn && !ok {
+		return bad("a behaviour class churns group membership, which this protocol's driver cannot change at run time")
+	}
+	p.layout()
+	return p, nil
+}
+
+// layout names the users and their devices, pairs the users for direct
+// chats and groups them.
+func (p *Population) layout() {
+	o := p.opts
+	mirror := false
+	if m, ok := o.Driver.(probe.Mirror); ok && o.Devices > 1 {
+		mirror = m.MirrorsOwn()
+	}
+	p.mirror = mirror
+	p.users = make([]*user, o.Users)
+	for i := range p.users {
+		name := fmt.Sprintf("%s-u%d", o.Prefix, o.Offset+i)
+		u := &user{p: p, idx: i, name: name, nameB: []byte(name)}
+		// Half the users start with a group message: if all alternated
+		// in phase, group fan-out would come in bursts every other
+		// interval.
+		u.toggle = i%2 == 1
+		// Spread late users evenly: user i is late when the running
+		// count of late users steps up at i.
+		u.late = spread(i, o.LateFraction)
+		// Offset by half a user, so that a run with both late users and
+		// slow readers does not pick the same users for both.
+		u.slow = spread(i+o.Users/2, o.SlowReaders.Fraction)
+		u.class = -1
+		if o.Rate > 0 {
+			u.interval = int64(float64(time.Second) / o.Rate)
+		}
+		if len(o.Behaviours) > 0 {
+			u.class = classOf(i, o.Behaviours)
+			u.interval = p.classes[u.class].interval
+		}
+		for d := range o.Devices {
+			in := p.ledger.NewInbox()
+			in.user, in.cohort, in.self, in.ownOwed = i, metrics.CohortOf(u.slow), u.nameB, mirror
+			in.dev = d
+			dev := &device{u: u, idx: d, inbox: in}
+			if o.CatchUp {
+				dev.catchup = probe.NewCatchup(p.catchupGrace())
+			}
+			u.devices = append(u.devices, dev)
+		}
+		p.users[i] = u
+	}
+	n := o.Users
+	for i, u := range p.users {
+		peer := i ^ 1
+		if peer >= n {
+			peer = i - 1
+		}
+		if peer >= 0 && peer != i {
+			pn := p.users[peer].name
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: metrics.Direct, recipients: []int{peer}}
+		}
+	}
+	for _, members := range p.groupLayout() {
+		grp := probe.Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, o.GroupOffset+len(p.groups))}
+		for _, m := range members {
+			grp.Members = append(grp.Members, p.users[m].name)
+		}
+		gs := newGroupState(len(p.groups), members)
+		for pos, m := range members {
+			others := make([]int, 0, len(members)-1)
+			rpos := make([]int, 0, len(members)-1)
+			for j, r := range members {
+				if r != m {
+					others, rpos = append(others, r), append(rpos, j)
+				}
+			}
+			st := &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: metrics.Group, recipients: others,
+				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: pos, rpos: rpos}
+			p.users[m].groups = append(p.users[m].groups, st)
+		}
+		p.groups = append(p.groups, grp)
+	}
+	if o.CrossPeer != "" {
+		// No recipients here: the peer's own process receives it, on
+		// however many devices it has; each process has the same.
+		peer := o.CrossPeer
+		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: o.Devices}
+	}
+	p.ledger.fanouts = make(map[string]*fanout)
+	p.ledger.fates = make(map[string]*fate)
+	gates := map[prometheus.Observer]*exemplarGate{}
+	for _, u := range p.users {
+		for _, st := range u.streams() {
+			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
+			if st.fan != nil {
+				if gates[st.fan.obs] == nil {
+					gates[st.fan.obs] = &exemplarGate{}
+				}
+				st.fan.key, st.fan.slow, st.fan.gate = st.key, p.ledger.slow, gates[st.fan.obs]
+				p.ledger.fanouts[st.key] = st.fan
+			}
+			st.fate = &fate{}
+			p.ledger.fates[st.key] = st.fate
+			owe := func(dev *device, pos int) {
+				dev.incoming = append(dev.incoming, link{st: st, pos: pos})
+				st.fanout++
+				if dev.u.slow {
+					st.slowFanout++
+				}
+			}
+			for i, r := range st.recipients {
+				pos := -1
+				if st.rpos != nil {
+					pos = st.rpos[i]
+				}
+				for _, dev := range p.users[r].devices {
+					owe(dev, pos)
+				}
+			}
+			if mirror && st != u.cross {
+				pos := -1
+				if st.grp != nil {
+					pos = st.pos
+				}
+				// Every device of the sender may send, so every
+				// one receives the stream; each message is owed to
+				// all but the one that sent it.
+				for _, dev := range u.devices {
+					dev.incoming = append(dev.incoming, link{st: st, pos: pos})
+				}
+				st.fanout += len(u.devices) - 1
+				st.mirrored = len(u.devices) - 1
+			}
+		}
+	}
+}
+
+// streams returns the user's send streams.
+func (u *user) streams() []*sendStream {
+	out := make([]*sendStream, 0, 2+len(u.groups))
+	if u.direct != nil {
+		out = append(out, u.direct)
+	}
+	out = append(out, u.groups...)
+	if u.cross != nil {
+		out = append(out, u.cross)
+	}
+	return out
+}
+
+// groupLayout returns the members of each group, as user indices: groups
+// of GroupSize in order, or the mix of Options.Groups. A mix places each
+// group on the users after the last group's, wrapping around, so that
+// with more places than users each user is in several groups and every
+// user in about as many.
+func (p *Population) groupLayout() [][]int {
+	o := p.opts
+	n := o.Users
+	var out [][]int
+	if len(o.Groups) == 0 {
+		// A last group of one joins the one before it, since a group
+		// of one delivers nothing.
+		for start := 0; start < n; {
+			end := min(start+o.GroupSize, n)
+			if n-end == 1 {
+				end = n
+			}
+			if end-start < 2 {
+				break
+			}
+			g := make([]int, 0, end-start)
+			for i := start; i < end; i++ {
+				g = append(g, i)
+			}
+			out = append(out, g)
+			start = end
+		}
+		return out
+	}
+	next := 0
+	for _, spec := range o.Groups {
+		size := min(spec.Size, n)
+		if size < 2 {
+			continue
+		}
+		for range spec.Count {
+			g := make([]int, size)
+			for k := range g {
+				g[k] = (next + k) % n
+			}
+			next = (next + size) % n
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// catchupGrace is how long a device lets a gap in a conversation stand
+// before it fetches it: a third of the deadline, so that a push up to a
+// quarter of the deadline slower than a later one of its conversation, or
+// than the sync answer that named it, still arrives as a push, with a
+// twelfth of the deadline to spare for the fetch's own way. A fixed cap
+// (it was a second) made a slow but healthy server's pushes recoveries
+// once the deadline was past four seconds.
+func (p *Population) catchupGrace() time.Duration {
+	return p.opts.Deadline / 3
+}
+
+// spread reports whether user i is one of a fraction f of the users,
+// spread evenly: it is when the running count of chosen users steps up at
+// i.
+func spread(i int, f float64) bool {
+	return f > 0 && int(float64(i+1)*f) > int(float64(i)*f)
+}
+
+// Plan returns the users and groups the population needs on the server.
+func (p *Population) Plan() probe.Plan {
+	users := make([]string, len(p.users))
+	var direct []probe.Pair
+	for i, u := range p.users {
+		users[i] = u.name
+		if u.direct != nil {
+			direct = append(direct, probe.Pair{From: u.name, To: u.direct.to})
+		}
+	}
+	if o := p.opts; o.CrossPeer != "" {
+		direct = append(direct, probe.Pair{From: p.users[0].name, To: o.CrossPeer})
+	}
+	if o := p.opts; o.CrossFrom != "" {
+		direct = append(direct, probe.Pair{From: o.CrossFrom, To: p.users[0].name})
+	}
+	return probe.Plan{Users: users, Groups: p.groups, Direct: direct}
+}
+
+// Users returns the number of users.
+func (p *Population) Users() int { return len(p.users) }
+
+// Devices returns the number of devices of each user.
+func (p *Population) Devices() int { return p.opts.Devices }
+
+// Late reports whether user i logs in late.
+func (p *Population) Late(i int) bool { return p.users[i].late }
+
+// Slow reports whether user i is a slow reader.
+func (p *Population) Slow(i int) bool { return p.users[i].slow }
+
+// SlowReaderLag returns the largest delivery lag, in messages, of an online
+// slow reader at the last sweep.
+func (p *Population) SlowReaderLag() int64 { return p.slowLag.Load() }
+
+// LoggedIn returns how many distinct users have logged in at least once.
+func (p *Population) LoggedIn() int {
+	n := 0
+	for _, u := range p.users {
+		if u.everOnline.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Inflight returns how many messages await their ack.
+func (p *Population) Inflight() int {
+	n := 0
+	for _, u := range p.users {
+		u.mu.Lock()
+		n += len(u.inflight)
+		u.mu.Unlock()
+	}
+	return n
+}
+
+// Online returns the number of sessions online.
+func (p *Population) Online() int { return int(p.online.Load()) }
+
+// Ready reports whether the whole population has been online at once.
+func (p *Population) Ready() bool { return p.ready.Load() }
+
+// WaitReady waits until the whole population has been online at once, or
+// ctx ends, and reports Ready.
+func (p *Population) WaitReady(ctx context.Context) bool {
+	select {
+	case <-p.readyC:
+	case <-ctx.Done():
+	}
+	return p.Ready()
+}
+
+// WaitOnline waits until at least n sessions are online, or ctx ends, and
+// reports whether they are.
+func (p *Population) WaitOnline(ctx context.Context, n int) bool {
+	p.waiters.Add(1)
+	defer p.waiters.Add(-1)
+	for {
+		// The channel is taken before online is read: a change after
+		// the read closes this channel, so none is missed.
+		p.onlineMu.Lock()
+		c := p.onlineC
+		p.onlineMu.Unlock()
+		if p.Online() >= n {
+			return true
+		}
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return p.Online() >= n
+		}
+	}
+}
+
+// addOnline counts a session in (+1) or out (-1), waking WaitOnline's
+// callers, and returns how many are online.
+func (p *Population) addOnline(d int64) int64 {
+	n := p.online.Add(d)
+	if p.waiters.Load() > 0 {
+		p.onlineMu.Lock()
+		close(p.onlineC)
+		p.onlineC = make(chan struct{})
+		p.onlineMu.Unlock()
+	}
+	return n
+}
+
+// SetSending pauses (false) or resumes (true) sending. Intended send times
+// keep advancing while paused, so resuming does not burst.
+func (p *Population) SetSending(on bool) { p.paused.Store(!on) }
+
+// Ledger returns the population's ledger.
+func (p *Population) Ledger() *Ledger { return p.ledger }
+
+// Run provisions the plan, then keeps the population online and sending
+// until ctx ends. It returns after every session is closed and every
+// goroutine it started has exited.
+func (p *Population) Run(ctx context.Context) error {
+	o := p.opts
+	p.ctx = ctx
+	if !o.Block {
+		o.Set.Wanted.Set(float64(o.Users * o.Devices))
+	}
+	if err := p.provision(ctx); err != nil {
+		return err
+	}
+	p.dialers = newDialers(ctx, maxDialers, dialerIdle)
+	// The dialers exit when ctx ends, once the users (who wait for their
+	// connects) have.
+	defer p.dialers.wait()
+	var wg sync.WaitGroup
+	start := time.Now()
+	if !o.StartPaused {
+		p.holdUntil.Store(start.Add(p.Ramp() + o.LateAfter + readyGrace).UnixNano())
+	}
+	for _, u := range p.users {
+		for _, dev := range u.devices {
+			// Exits when ctx ends, after closing its session.
+			wg.Go(func() { p.runDevice(ctx, dev, start) })
+		}
+	}
+	if p.sends() {
+		shards := runtime.GOMAXPROCS(0)
+		for s := range shards {
+			// Exits when ctx ends.
+			wg.Go(func() { p.sender(ctx, s, shards, start) })
+		}
+	}
+	// Each exits when ctx ends.
+	wg.Go(func() { p.every(ctx, p.opts.Heartbeat, func(_ *device, s probe.Session) error { return s.Ping() }) })
+	wg.Go(func() { p.sweeper(ctx) })
+	if o.CatchUp {
+		wg.Go(func() { p.every(ctx, p.SyncEvery(), p.syncSession) })
+	}
+	if p.churn {
+		wg.Go(func() { p.regroup(ctx) })
+	}
+	if p.clock != nil {
+		// Exits when ctx ends.
+		wg.Go(func() { p.clock.loop(ctx) })
+	}
+	wg.Wait()
+	if !o.Block {
+		o.Set.Ready.Set(0)
+	}
+	return nil
+}
+
+// Ramp returns how long the first logins take at the least: Options.Ramp,
+// or longer when MaxConnectRate cannot log every user in within it.
+func (p *Population) Ramp() time.Duration {
+	o := p.opts
+	if o.MaxConnectRate <= 0 {
+		return o.Ramp
+	}
+	// Capped, so that a rate of one login an hour cannot overflow the
+	// times built on it.
+	d := min(float64(o.Users)/o.MaxConnectRate*float64(time.Second), float64(maxRamp))
+	return max(o.Ramp, time.Duration(d))
+}
+
+// maxRamp bounds Ramp: a population that takes longer to log in is not
+// meant to be all online.
+const maxRamp = 365 * 24 * time.Hour
+
+// every calls do on every online session once per period, spread evenly
+// over it so that the requests do not arrive at the server in a burst:
+// the heartbeat's pings, catch-up's syncs.
+func (p *Population) every(ctx context.Context, period time.Duration, do func(*device, probe.Session) error) {
+	var devs []*device
+	for _, u := range p.users {
+		devs = append(devs, u.devices...)
+	}
+	tick := min(period/10, time.Second)
+	// Rounded up, so that every session is served at least once per
+	// period.
+	perTick := max(1, int((int64(len(devs))*int64(tick)+int64(period)-1)/int64(period)))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	next := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for range min(perTick, len(devs)) {
+			dev := devs[next]
+			next = (next + 1) % len(devs)
+			dev.u.mu.Lock()
+			sess := dev.sess
+			dev.u.mu.Unlock()
+			if sess != nil {
+				// A failure surfaces in Serve, which classifies it.
+				_ = do(dev, sess)
+			}
+		}
+	}
+}
+
+// syncSession asks sess's server what dev missed, if its protocol can and
+// something may be missing.
+//
+// Why the check: a sync is a request and an answer on every online
+// session, several per lost_after, and an idle population is owed
+// nothing, so it would find nothing. Skipping those keeps an idle
+// session's cost at its heartbeat (syncs were about half of an idle
+// prober's CPU, 2026-12-04).
+func (p *Population) syncSession(dev *device, sess probe.Session) error {
+	s, ok := sess.(probe.Syncer)
+	if !ok || !p.owes(dev) {
+		return nil
+	}
+	return s.Sync()
+}
+
+// owes reports whether a sync of dev could find or fetch anything: dev
+// lacks a message it knows of (an open gap, which the answer's frame
+// fetches once due), or a stream to it holds a message its server
+// acknowledged past the newest dev received, the gap at the end of a
+// conversation that only a sync finds. It reads the acks as they are now,
+// not as the last sweep saw them, so that a sync is never skipped for a
+// message acknowledged since. A stream from a peer shard, whose acks this
+// process never sees, is always owed.
+func (p *Population) owes(dev *device) bool {
+	if dev.u.idx == 0 && p.opts.CrossFrom != "" || dev.catchup.Lacks() {
+		return true
+	}
+	for i := range dev.incoming {
+		// Only st: the sweep owns the rest of the link.
+		st := dev.incoming[i].st
+		sender := p.users[st.from]
+		sender.mu.Lock()
+		acked := st.acked
+		sender.mu.Unlock()
+		if acked == 0 {
+			continue
+		}
+		var seen uint64
+		dev.inbox.mu.Lock()
+		if in := dev.inbox.streams[st.key]; in != nil {
+			seen = in.maxSeen
+		}
+		dev.inbox.mu.Unlock()
+		if acked > seen {
+			return true
+		}
+	}
+	return false
+}
+
+// SyncEvery is how often each online session asks its server what it
+// missed: four times per lost_after, so that a gap no later push reveals
+// is found and fetched before it would be counted lost.
+func (p *Population) SyncEvery() time.Duration { return p.opts.LostAfter / 4 }
+
+// sends reports whether any user sends.
+func (p *Population) sends() bool {
+	for _, u := range p.users {
+		if u.interval > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+	"golang.org/x/time/rate"
+)
+
+// A user's sessions: provisioning, connecting (at the population's
+// connect rate, over the user's link), the read loop's lifetime and the
+// reconnect backoff.
+
+// ConnectLimiter is the token bucket of MaxConnectRate, which every
+// connect attempt of the populations sharing it draws from, and the count
+// of those attempts: what a reconnect-storm drill measures the achieved
+// connect rate by.
+type ConnectLimiter struct {
+	// mu orders the reservations by the time they are taken at: see
+	// reserve.
+	mu       sync.Mutex
+	lim      *rate.Limiter
+	attempts atomic.Int64
+}
+
+// NewConnectLimiter returns the limiter of MaxConnectRate: a tenth of a
+// second's worth of burst, enough that a ramp at the limit does not stutter
+// on timer granularity, too little to be a storm.
+func NewConnectLimiter(perSecond float64) *ConnectLimiter {
+	return &ConnectLimiter{lim: rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond/10)))}
+}
+
+// Limit is the connect attempts per second allowed.
+func (l *ConnectLimiter) Limit() float64 { return float64(l.lim.Limit()) }
+
+// Burst is how many attempts may go at once, over the rate.
+func (l *ConnectLimiter) Burst() int { return l.lim.Burst() }
+
+// Attempts counts the connect attempts let through: those whose token
+// came, when it came, not when they asked for it.
+func (l *ConnectLimiter) Attempts() int64 { return l.attempts.Load() }
+
+// reserve takes one attempt's token and returns how long the attempt
+// must wait for it; the attempt counts once it has (went).
+//
+// The time is read under mu: rate.Limiter.Reserve reads the clock before
+// it locks, and a reservation stamped earlier than the one before it moves
+// the bucket's clock back, so that the interval between is refilled twice.
+// Hundreds of logins at once let a few tokens more through than the rate
+// (TestConnectRateHoldsForTheProcess: 400 attempts in 3.877 s at 100/s
+// with a burst of 10).
+func (l *ConnectLimiter) reserve() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	return l.lim.ReserveN(now, 1).DelayFrom(now) // always OK: one token, burst at least 1
+}
+
+// went counts an attempt whose wait for its token is over.
+func (l *ConnectLimiter) went() { l.attempts.Add(1) }
+
+// provision retries until the server takes the plan: a daemon that starts
+// before its target must wait for it, not exit.
+func (p *Population) provision(ctx context.Context) error {
+	plan := p.Plan()
+	for attempt := 0; ; attempt++ {
+		err := p.opts.Driver.Provision(ctx, plan)
+		if err == nil {
+			if attempt > 0 {
+				// Only after a failure: provisioning that works says
+				// nothing the first login will not.
+				p.opts.Reach.Succeeded()
+				p.log.Info("provisioned", "attempts", attempt+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// A provisioning attempt is a connect attempt that failed
+		// before any session: counted as one, under the reason it
+		// could not connect for, or provisioning if it did connect.
+		err = probe.Provisioning(err)
+		reason := p.failed(err)
+		// Once per outage: each attempt is counted, and the daemon's
+		// watch logs the target's state; a line per retry would bury it.
+		log := p.log.Debug
+		if attempt == 0 {
+			log = p.log.Warn
+		}
+		log("provisioning failed, retrying", "reason", reason, "err", err)
+		if !probe.Sleep(ctx, p.backoff(attempt)) {
+			return nil
+		}
+	}
+}
+
+// backoff is exponential with full jitter: uniform in [0, min(max, min·2^n)).
+func (p *Population) backoff(attempt int) time.Duration {
+	c := p.opts.BackoffMax
+	// Shift only while it cannot overflow: a negative cap would panic.
+	if attempt < 62 && p.opts.BackoffMin <= c>>attempt {
+		c = p.opts.BackoffMin << attempt
+	}
+	return time.Duration(rand.Int64N(int64(c)) + 1)
+}
+
+func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time) {
+	o := p.opts
+	u := dev.u
+	var at time.Time
+	if all := o.Users * o.Devices; all > 1 && o.Ramp > 0 {
+		slot := u.idx*o.Devices + dev.idx
+		at = start.Add(time.Duration(int64(o.Ramp) * int64(slot) / int64(all)))
+	}
+	if u.late && start.Add(o.LateAfter).After(at) {
+		at = start.Add(o.LateAfter)
+	}
+	if !probe.Sleep(ctx, time.Until(at)) {
+		return
+	}
+	obs := o.Observer
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		// Before t0: the wait is imcanary's, not the server's login time.
+		if !p.awaitConnect(ctx) {
+			return
+		}
+		t0 := time.Now()
+		sess, err := p.connect(ctx, dev)
+		if obs != nil && ctx.Err() == nil {
+			obs.Login(u.idx, time.Since(t0), err)
+		}
+		if m := dev.storm.Load(); m != nil && ctx.Err() == nil {
+			dev.stormAttempt(m, t0, err)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			reason := p.failed(err)
+			p.log.Debug("connect failed", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
+			if !probe.Sleep(ctx, p.backoff(attempt)) {
+				return
+			}
+			continue
+		}
+		o.Set.ConnectOK.Inc()
+		o.Reach.Succeeded()
+		began := time.Now()
+		u.mu.Lock()
+		dev.sess = sess
+		dev.sessStart = began.UnixNano()
+		u.mu.Unlock()
+		dev.inbox.onlineSince.Store(began.UnixNano())
+		dev.online.Store(true)
+		dev.nextPause = 0
+		u.everOnline.Store(true)
+		o.Set.Online.Inc()
+		if p.addOnline(1) == int64(o.Users*o.Devices) && !p.ready.Swap(true) {
+			if !o.Block {
+				o.Set.Ready.Set(1)
+			}
+			close(p.readyC)
+			p.log.Info("population online", "users", o.Users, "devices", o.Devices, "took", time.Since(start).Round(time.Millisecond))
+		}
+		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
+		var churned atomic.Bool
+		var lifetime *time.Timer
+		if o.SessionLifetime > 0 {
+			life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
+			lifetime = time.AfterFunc(life, func() { churned.Store(true); _ = sess.Close() })
+		}
+		err = sess.Serve(dev)
+		if lifetime != nil {
+			lifetime.Stop()
+		}
+		stop()
+		_ = sess.Close()
+		dev.online.Store(false)
+		dev.inbox.onlineSince.Store(0)
+		o.Set.Online.Dec()
+		p.addOnline(-1)
+		reason := probe.ReasonOf(err)
+		if churned.Load() && ctx.Err() == nil {
+			reason = metrics.ReasonChurn
+		}
+		o.Set.Disconnects[reason].Inc()
+		if obs != nil {
+			obs.Disconnect(u.idx, reason, err)
+		}
+		dev.endSession()
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("session ended", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
+		// A session that held for a while earns a fresh backoff; one the
+		// server kills at once keeps backing off, so a flapping server
+		// is not stormed.
+		if time.Since(began) > o.BackoffMax || reason == metrics.ReasonChurn {
+			attempt = 0
+		}
+		if !probe.Sleep(ctx, p.backoff(attempt)) {
+			return
+		}
+	}
+}
+
+// failed counts a failed connect, login or provisioning attempt under its
+// reason and tells Reach; it returns the reason.
+func (p *Population) failed(err error) string {
+	reason := probe.FailureReason(err)
+	p.opts.Set.Failed(reason)
+	p.opts.Reach.Failed(reason, err)
+	return reason
+}
+
+// connect runs the driver's Connect for dev on one of the population's
+// dialers (see dialers).
+func (p *Population) connect(ctx context.Context, dev *device) (probe.Session, error) {
+	u := dev.u
+	// Slow readers dial as a slow link; a device keeps its source address
+	// across reconnects.
+	d := probe.Device{Index: dev.idx, Link: probe.Link{Slow: u.slow, Connect: &p.opts.Set.Connect}, Catchup: dev.catchup}
+	if a := p.opts.SourceAddrs; len(a) > 0 {
+		d.Link.Source = a[(u.idx*p.opts.Devices+dev.idx)%len(a)]
+	}
+	return p.dialers.do(ctx, func() (probe.Session, error) { return p.opts.Driver.Connect(ctx, u.name, d) })
+}
+
+// awaitConnect takes the token of one connect attempt, waiting as long as
+// MaxConnectRate requires, and reports whether ctx is still live.
+func (p *Population) awaitConnect(ctx context.Context) bool {
+	if p.connects == nil {
+		return ctx.Err() == nil
+	}
+	d := p.connects.reserve()
+	if d <= 0 {
+		p.connects.went()
+		return ctx.Err() == nil
+	}
+	p.held.Add(1)
+	// Should ctx end, the token is not given back: the population ends
+	// with it.
+	live := probe.Sleep(ctx, d)
+	waiting := p.held.Add(-1)
+	if live {
+		p.connects.went()
+		p.noteHeldBack(d, waiting)
+	}
+	return live
+}
+
+// noteHeldBack logs, at most once a second, an attempt that the rate limit
+// held back for d and how many still wait: a mass reconnect is held back
+// by design, and an operator wondering why sessions come back slowly sees
+// it at Debug, a line a second while it lasts.
+func (p *Population) noteHeldBack(d time.Duration, waiting int64) {
+	now := time.Now().UnixNano()
+	last := p.heldLogged.Load()
+	if now-last < int64(time.Second) || !p.heldLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.Debug("connects held back by population.max_connect_rate",
+		"max_connect_rate", p.opts.MaxConnectRate, "waited", d.Round(time.Millisecond), "waiting", waiting)
+}
+
+// endSession writes off every message of the device's ended session that
+// the server never acknowledged.
+func (dev *device) endSession() {
+	u := dev.u
+	set := u.p.opts.Set
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	dev.sess = nil
+	n := 0
+	for _, f := range u.inflight {
+		if f.dev != dev {
+			u.inflight[n] = f
+			n++
+			continue
+		}
+		f.st.addVoid(f.seq)
+		u.unacked(f.ref, metrics.SendDisconnected, "")
+	}
+	if lost := len(u.inflight) - n; lost > 0 {
+		set.SendErrors[metrics.SendDisconnected].Add(float64(lost))
+	}
+	u.inflight = u.inflight[:n]
+}
