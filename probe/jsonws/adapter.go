@@ -14,7 +14,7 @@ var Adapter = probe.Adapter{
 		// The section of a configuration that uses another protocol
 		// is checked too, as every protocol's is: a mapping kept in a
 		// file is wrong whichever protocol the file picks today.
-		Validate: func(section any) []*config.ValidationError { return Check(section.(Config)) },
+		Validate: func(section any) []*config.ValidationError { return section.(Config).Validate() },
 		Required: func(section any) error {
 			if section.(Config).Empty() {
 				return errNoMapping

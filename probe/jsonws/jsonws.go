@@ -153,12 +153,13 @@ func New(cfg Config, o Options) (*Driver, error) {
 	return d, nil
 }
 
-// Check compiles cfg and returns its problems, by key within the section.
-func Check(cfg Config) []*config.ValidationError {
-	if cfg.Empty() {
+// Validate compiles the mapping and returns its problems, naming each key
+// within the section.
+func (c Config) Validate() []*config.ValidationError {
+	if c.Empty() {
 		return nil
 	}
-	_, errs := compile(cfg)
+	_, errs := compile(c)
 	return errs
 }
 

@@ -41,7 +41,7 @@ func TestShippedMappingsCompile(t *testing.T) {
 		}
 		n++
 		sec := config.Section[Config](cfg, "jsonws", DefaultConfig())
-		if errs := Check(sec); len(errs) > 0 {
+		if errs := sec.Validate(); len(errs) > 0 {
 			t.Errorf("%s: %v", f, errs)
 		}
 	}

@@ -4,6 +4,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"strings"
+
+	"github.com/imcanary/imcanary/config"
 )
 
 // Config is the xmpp section of the configuration, target.xmpp. Each probe
@@ -35,4 +39,16 @@ func Password(secret []byte, user string) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(user))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Validate returns what is wrong with the section, naming each key.
+func (c Config) Validate() []*config.ValidationError {
+	var out []*config.ValidationError
+	if c.Domain == "" || strings.ContainsAny(c.Domain, "@/ ") {
+		out = append(out, &config.ValidationError{Key: "domain", Value: c.Domain, Err: errors.New("must be a domain name")})
+	}
+	if strings.ContainsAny(c.MUCService, "@/ ") {
+		out = append(out, &config.ValidationError{Key: "muc_service", Value: c.MUCService, Err: errors.New("must be a domain name")})
+	}
+	return out
 }

@@ -67,7 +67,7 @@ func TestConnectErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			url, _ := fakeServer(t, tt.server)
-			drv, err := xmpp.New(xmpp.Options{URL: url, Domain: "localhost", Password: func(u string) string { return "pw-" + u }, DialTimeout: time.Second})
+			drv, err := xmpp.New(xmpp.Config{Domain: "localhost"}, xmpp.Options{URL: url, Password: func(u string) string { return "pw-" + u }, DialTimeout: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func TestConnectErrors(t *testing.T) {
 		{"not a websocket endpoint", "ws" + strings.TrimPrefix(notFound.URL, "http"), "HTTP 404"},
 		{"no xmpp subprotocol", "ws" + strings.TrimPrefix(noProto.URL, "http"), `subprotocol ""`},
 	} {
-		drv, err := xmpp.New(xmpp.Options{URL: tt.url, Domain: "localhost", Password: func(string) string { return "x" }, DialTimeout: time.Second})
+		drv, err := xmpp.New(xmpp.Config{Domain: "localhost"}, xmpp.Options{URL: tt.url, Password: func(string) string { return "x" }, DialTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,17 +109,20 @@ func TestConnectErrors(t *testing.T) {
 
 func TestNewAndNames(t *testing.T) {
 	pw := func(string) string { return "" }
-	for _, o := range []xmpp.Options{
-		{Domain: "localhost", Password: pw},
-		{URL: "ws://x", Password: pw},
-		{URL: "ws://x", Domain: "localhost"},
-		{URL: "ws://x", Domain: "local host", Password: pw},
+	for _, tt := range []struct {
+		c xmpp.Config
+		o xmpp.Options
+	}{
+		{xmpp.Config{Domain: "localhost"}, xmpp.Options{Password: pw}},
+		{xmpp.Config{}, xmpp.Options{URL: "ws://x", Password: pw}},
+		{xmpp.Config{Domain: "localhost"}, xmpp.Options{URL: "ws://x"}},
+		{xmpp.Config{Domain: "local host"}, xmpp.Options{URL: "ws://x", Password: pw}},
 	} {
-		if _, err := xmpp.New(o); err == nil {
-			t.Errorf("New(%+v) = nil error, want one", o)
+		if _, err := xmpp.New(tt.c, tt.o); err == nil {
+			t.Errorf("New(%+v, %+v) = nil error, want one", tt.c, tt.o)
 		}
 	}
-	drv, err := xmpp.New(xmpp.Options{URL: "ws://127.0.0.1:1/", Domain: "localhost", Password: pw})
+	drv, err := xmpp.New(xmpp.Config{Domain: "localhost"}, xmpp.Options{URL: "ws://127.0.0.1:1/", Password: pw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +191,7 @@ func TestProvisionRegisters(t *testing.T) {
 		}
 		p.drain()
 	})
-	drv, err := xmpp.New(xmpp.Options{URL: url, Domain: "localhost", Password: func(u string) string { return "pw-" + u }, Register: true, DialTimeout: 2 * time.Second})
+	drv, err := xmpp.New(xmpp.Config{Domain: "localhost", Register: true}, xmpp.Options{URL: url, Password: func(u string) string { return "pw-" + u }, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,11 +59,9 @@ func prosodyDriver(t *testing.T, password string) *xmpp.Driver {
 
 func prosodyDriverAt(t *testing.T, url, password string) *xmpp.Driver {
 	t.Helper()
-	drv, err := xmpp.New(xmpp.Options{
+	drv, err := xmpp.New(xmpp.Config{Domain: "localhost", Register: true}, xmpp.Options{
 		URL:      url,
-		Domain:   "localhost",
 		Password: func(u string) string { return password + u },
-		Register: true,
 		// Logins queue behind each other on Prosody's single thread
 		// while hundreds ramp in.
 		DialTimeout: 20 * time.Second,
@@ -636,9 +634,10 @@ func TestProsodySlowReader(t *testing.T) {
 // and the resumed stream's acks count on from where the old one stopped.
 func TestProsodyResume(t *testing.T) {
 	prosodyURL(t)
-	drv, err := xmpp.New(xmpp.Options{
-		URL: prosodyURL(t), Domain: "localhost", Password: func(u string) string { return "imc-" + u },
-		Register: true, Resume: true, Heartbeat: 5 * time.Second,
+	drv, err := xmpp.New(xmpp.Config{Domain: "localhost", Register: true, Resume: true}, xmpp.Options{
+		URL:       prosodyURL(t),
+		Password:  func(u string) string { return "imc-" + u },
+		Heartbeat: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -140,7 +140,7 @@ const (
 // ctx is enforced by the caller closing the connection.
 func (s *session) login(rooms []string, prev smState) error {
 	d := s.d
-	if err := s.write(openStream(d.opts.Domain), false); err != nil {
+	if err := s.write(openStream(d.cfg.Domain), false); err != nil {
 		return err
 	}
 	var (
@@ -222,7 +222,7 @@ func (s *session) login(rooms []string, prev smState) error {
 					}
 				}
 				state = loginFeatures2
-				return s.write(openStream(d.opts.Domain), false)
+				return s.write(openStream(d.cfg.Domain), false)
 			case kindFailure:
 				return probe.Unauthorized(fmt.Errorf("authentication failed: %s", st.errorText()))
 			}
@@ -274,7 +274,7 @@ func (s *session) login(rooms []string, prev smState) error {
 			// are covered by it.
 			err := s.conn.WriteWith(func(write func([]byte) error) error {
 				s.counting = true
-				return write(enableStanza(d.opts.Resume))
+				return write(enableStanza(d.cfg.Resume))
 			})
 			if err != nil {
 				return err
@@ -386,9 +386,9 @@ func (s *session) Send(m *probe.Message) error {
 	direct := m.Group == ""
 	var b []byte
 	if direct {
-		b = appendMessage((*bp)[:0], "chat", m.To, s.d.opts.Domain, m.Ref, m.Body)
+		b = appendMessage((*bp)[:0], "chat", m.To, s.d.cfg.Domain, m.Ref, m.Body)
 	} else {
-		b = appendMessage((*bp)[:0], "groupchat", m.Group, s.d.opts.MUCService, m.Ref, m.Body)
+		b = appendMessage((*bp)[:0], "groupchat", m.Group, s.d.cfg.MUCService, m.Ref, m.Body)
 	}
 	*bp = b
 	if len(b) > maxStanza {

@@ -199,9 +199,12 @@ func fakeServer(t *testing.T, script func(p *peer)) (string, chan *peer) {
 
 func newDriver(t *testing.T, url string, groups ...probe.Group) *xmpp.Driver {
 	t.Helper()
-	drv, err := xmpp.New(xmpp.Options{
-		URL: url, Domain: "localhost", Password: func(u string) string { return "pw-" + u },
-		Heartbeat: time.Second, DialTimeout: 3 * time.Second, WriteTimeout: time.Second,
+	drv, err := xmpp.New(xmpp.Config{Domain: "localhost"}, xmpp.Options{
+		URL:          url,
+		Password:     func(u string) string { return "pw-" + u },
+		Heartbeat:    time.Second,
+		DialTimeout:  3 * time.Second,
+		WriteTimeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -49,16 +49,8 @@ type Options struct {
 	// Header is sent with every WebSocket upgrade: imcanary's User-Agent
 	// and the configured target.headers. It is not modified.
 	Header http.Header
-	// Domain is the XMPP domain of the users (the host of their JIDs).
-	Domain string
-	// MUCService is the domain of the rooms. Default "conference."+Domain.
-	MUCService string
 	// Password returns the password of user. It is never logged.
 	Password func(user string) string
-	// Register creates every user of a plan by in-band registration
-	// (XEP-0077) in Provision. A user that exists already counts as
-	// provisioned: its password is checked at its first login.
-	Register bool
 	// Heartbeat is the session's ping interval; a session that reads
 	// nothing for two of them and a margin is declared dead.
 	Heartbeat time.Duration
@@ -69,17 +61,12 @@ type Options struct {
 	// reading must not block the sender, which serves other users too,
 	// for longer.
 	WriteTimeout time.Duration
-	// Resume resumes a user's previous stream (XEP-0198 resumption) when
-	// it reconnects. Off by default: a server holds a dropped resumable
-	// session for minutes (Prosody: 600 s) and queues its messages
-	// silently, which turns a receiver's outage into late deliveries long
-	// after the fact instead of a prompt reconnect.
-	Resume bool
 }
 
 // Driver connects users to an XMPP server.
 type Driver struct {
 	opts Options
+	cfg  Config
 	// conn is what every session's connection shares.
 	conn  *wsconn.Settings
 	salts saltCache
@@ -122,26 +109,27 @@ const (
 )
 
 // New returns a driver for the server at o.URL.
-func New(o Options) (*Driver, error) {
+func New(c Config, o Options) (*Driver, error) {
 	switch {
 	case o.URL == "":
 		return nil, errors.New("xmpp: no server url")
-	case o.Domain == "":
+	case c.Domain == "":
 		return nil, errors.New("xmpp: no domain")
 	case o.Password == nil:
 		return nil, errors.New("xmpp: no password function")
 	}
-	if err := checkDomain(o.Domain); err != nil {
-		return nil, fmt.Errorf("xmpp: domain %q: %w", o.Domain, err)
+	if err := checkDomain(c.Domain); err != nil {
+		return nil, fmt.Errorf("xmpp: domain %q: %w", c.Domain, err)
 	}
-	if o.MUCService == "" {
-		o.MUCService = "conference." + o.Domain
+	if c.MUCService == "" {
+		c.MUCService = "conference." + c.Domain
 	}
-	if err := checkDomain(o.MUCService); err != nil {
-		return nil, fmt.Errorf("xmpp: muc service %q: %w", o.MUCService, err)
+	if err := checkDomain(c.MUCService); err != nil {
+		return nil, fmt.Errorf("xmpp: muc service %q: %w", c.MUCService, err)
 	}
 	return &Driver{
 		opts: o,
+		cfg:  c,
 		conn: wsconn.NewSettings(wsconn.Settings{
 			URL: o.URL, Header: o.Header, Subprotocol: "xmpp", MaxFrame: maxFrame,
 			// The write buffer holds the largest stanza whole.
@@ -157,7 +145,7 @@ func New(o Options) (*Driver, error) {
 }
 
 // Provision implements probe.Driver: it registers the plan's users when
-// Options.Register is set, and remembers the rooms each user joins at
+// Config.Register is set, and remembers the rooms each user joins at
 // login. Rooms need no provisioning: the first occupant creates one.
 func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 	for _, u := range plan.Users {
@@ -173,13 +161,13 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		if err := checkLocal(g.Name); err != nil {
 			return fmt.Errorf("provision: group %q: %w", g.Name, err)
 		}
-		room := g.Name + "@" + d.opts.MUCService
+		room := g.Name + "@" + d.cfg.MUCService
 		for _, m := range g.Members {
 			roomsOf[m] = append(roomsOf[m], room)
 		}
 	}
 	d.roomsOf.Replace(plan.Users, roomsOf)
-	if !d.opts.Register {
+	if !d.cfg.Register {
 		return nil
 	}
 	for start := 0; start < len(plan.Users); start += registerBatch {
@@ -203,7 +191,7 @@ func (d *Driver) register(ctx context.Context, users []string) error {
 	defer stop()
 	defer conn.Abort()
 	s := &session{d: d, conn: conn}
-	if err := s.write(openStream(d.opts.Domain), false); err != nil {
+	if err := s.write(openStream(d.cfg.Domain), false); err != nil {
 		return err
 	}
 	var (
@@ -289,7 +277,7 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 	delete(d.resumable, key)
 	d.mu.Unlock()
 
-	s := &session{d: d, user: user, bare: user + "@" + d.opts.Domain, resource: resourceOf(dev.Index),
+	s := &session{d: d, user: user, bare: user + "@" + d.cfg.Domain, resource: resourceOf(dev.Index),
 		nick: nickOf(user, dev.Index), index: dev.Index, key: key}
 	_, err := wsconn.Open(ctx, d.conn, dev.Link, user, func(c *wsconn.Conn) error {
 		s.conn = c
@@ -348,7 +336,7 @@ func nickOf(user string, i int) string {
 func (d *Driver) forget(key string, st smState, keep bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if keep && d.opts.Resume && st.id != "" {
+	if keep && d.cfg.Resume && st.id != "" {
 		d.resumable[key] = st
 		return
 	}
