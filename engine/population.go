@@ -173,7 +173,7 @@ func NewPopulation(o Options) (*Population, error) {
 }
 
 // layout names the users and their devices, pairs the users for direct
-// chats and groups them.
+// chats and groups them, and tells the ledger who is owed each stream.
 func (p *Population) layout() {
 	o := p.opts
 	mirror := false
@@ -181,6 +181,22 @@ func (p *Population) layout() {
 		mirror = m.MirrorsOwn()
 	}
 	p.mirror = mirror
+	p.layoutUsers()
+	p.layoutDirect()
+	p.layoutGroups()
+	if o.CrossPeer != "" {
+		// No recipients here: the peer's own process receives it, on
+		// however many devices it has; each process has the same.
+		peer := o.CrossPeer
+		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: o.Devices}
+	}
+	p.layoutOwed()
+}
+
+// layoutUsers makes the users and their devices, each device with its
+// inbox (and catch-up position, with catch-up on).
+func (p *Population) layoutUsers() {
+	o, mirror := p.opts, p.mirror
 	p.users = make([]*user, o.Users)
 	for i := range p.users {
 		name := fmt.Sprintf("%s-u%d", o.Prefix, o.Offset+i)
@@ -215,7 +231,11 @@ func (p *Population) layout() {
 		}
 		p.users[i] = u
 	}
-	n := o.Users
+}
+
+// layoutDirect pairs each user with a neighbour for direct chats.
+func (p *Population) layoutDirect() {
+	n := p.opts.Users
 	for i, u := range p.users {
 		peer := i ^ 1
 		if peer >= n {
@@ -226,6 +246,12 @@ func (p *Population) layout() {
 			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: metrics.Direct, recipients: []int{peer}}
 		}
 	}
+}
+
+// layoutGroups makes the groups (groupLayout) and each member's send
+// stream in each.
+func (p *Population) layoutGroups() {
+	o := p.opts
 	for _, members := range p.groupLayout() {
 		grp := probe.Group{Name: fmt.Sprintf("%s-g%d", o.Prefix, o.GroupOffset+len(p.groups))}
 		for _, m := range members {
@@ -246,12 +272,14 @@ func (p *Population) layout() {
 		}
 		p.groups = append(p.groups, grp)
 	}
-	if o.CrossPeer != "" {
-		// No recipients here: the peer's own process receives it, on
-		// however many devices it has; each process has the same.
-		peer := o.CrossPeer
-		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: o.Devices}
-	}
+}
+
+// layoutOwed registers every send stream with the ledger (its fan-out
+// tracker and ack record) and links it to each device owed its messages:
+// every device of each recipient, and with mirroring the sender's own
+// other devices.
+func (p *Population) layoutOwed() {
+	o, mirror := p.opts, p.mirror
 	p.ledger.fanouts = make(map[string]*fanout)
 	p.ledger.fates = make(map[string]*fate)
 	gates := map[prometheus.Observer]*exemplarGate{}

@@ -320,9 +320,8 @@ type offlineQueue struct {
 	frames [][]byte
 }
 
-// New validates opts, fills in defaults and returns a server that is ready
-// to serve through Handler or Serve.
-func New(opts Options) (*Server, error) {
+// validate returns every option out of range, each naming its field.
+func (opts Options) validate() error {
 	var errs []error
 	if err := opts.Faults.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("target: Options.%w", err))
@@ -360,9 +359,11 @@ func New(opts Options) (*Server, error) {
 			errs = append(errs, fmt.Errorf("target: Options.Stall[%d] is empty: want a user name", i))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns opts with each zero option at its default.
+func (opts Options) withDefaults() Options {
 	if opts.SendQueue == 0 {
 		opts.SendQueue = DefaultSendQueue
 	}
@@ -396,6 +397,16 @@ func New(opts Options) (*Server, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
+	return opts
+}
+
+// New validates opts, fills in defaults and returns a server that is ready
+// to serve through Handler or Serve.
+func New(opts Options) (*Server, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
 	opts.Secret = bytes.Clone(opts.Secret)
 	s := &Server{
 		opts:       opts,
