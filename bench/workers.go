@@ -280,40 +280,86 @@ func read(ctx context.Context, p *prober) (reading, error) {
 // During the window it scrapes every poll interval for sessions online
 // and the saturation detector; a cause active at any scrape counts.
 func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st *Step) error {
-	r0 := make([]reading, len(ps))
-	for i, p := range ps {
-		var err error
-		if r0[i], err = read(ctx, p); err != nil {
-			return err
-		}
+	r0, err := readAll(ctx, ps)
+	if err != nil {
+		return err
 	}
 	m0, self0, t0 := readMachineCPU(), procCPU(os.Getpid()), childrenCPU(targets)
 	start := time.Now()
-	minOnline := math.MaxInt
-	causes := map[string]bool{}
-	var prevDeliv float64
-	prevAt := start
+	w := &watch{b: b, minOnline: math.MaxInt, causes: map[string]bool{}, prevAt: start}
 	for i := range r0 {
-		prevDeliv += r0[i].scr.sum(mDeliveries)
+		w.prevDeliv += r0[i].scr.sum(mDeliveries)
 	}
-	observe := func(scr []scrape) {
-		online, deliv := 0, 0.0
-		for _, s := range scr {
-			online += int(s.sum(mOnline))
-			deliv += s.sum(mDeliveries)
-			if s.sum(mSaturated) == 1 {
-				for _, c := range s.causes() {
-					causes[c] = true
-				}
+	if err := b.watchWindow(ctx, ps, start, w); err != nil {
+		return err
+	}
+	r1, err := readAll(ctx, ps)
+	if err != nil {
+		return err
+	}
+	m1, self1, t1 := readMachineCPU(), procCPU(os.Getpid()), childrenCPU(targets)
+	elapsed := time.Since(start).Seconds()
+	scr := make([]scrape, len(ps))
+	for i := range r1 {
+		scr[i] = r1[i].scr
+	}
+	w.observe(scr)
+
+	b.fill(st, ps, targets, r0, r1)
+	st.Online = w.minOnline
+	st.MachineCores = m1.cores(m0)
+	st.TargetCores = finite((t1 - t0) / elapsed)
+	st.OtherCores = max(0, st.MachineCores-st.CPUCores-st.TargetCores-finite((self1-self0)/elapsed))
+	st.Load1 = load1()
+	b.judge(st, w.causes)
+	return nil
+}
+
+// readAll reads every prober, or fails with the first that cannot be read.
+func readAll(ctx context.Context, ps []*prober) ([]reading, error) {
+	rs := make([]reading, len(ps))
+	for i, p := range ps {
+		var err error
+		if rs[i], err = read(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// watch is what a window's scrapes have seen so far: the fewest sessions
+// online, every saturation cause, and the deliveries at the last scrape,
+// for the progress line's rate.
+type watch struct {
+	b         *bench
+	minOnline int
+	causes    map[string]bool
+	prevDeliv float64
+	prevAt    time.Time
+}
+
+func (w *watch) observe(scr []scrape) {
+	online, deliv := 0, 0.0
+	for _, s := range scr {
+		online += int(s.sum(mOnline))
+		deliv += s.sum(mDeliveries)
+		if s.sum(mSaturated) == 1 {
+			for _, c := range s.causes() {
+				w.causes[c] = true
 			}
 		}
-		minOnline = min(minOnline, online)
-		now := time.Now()
-		b.cur.Online = online
-		b.cur.DeliveriesPerSecond = (deliv - prevDeliv) / now.Sub(prevAt).Seconds()
-		prevDeliv, prevAt = deliv, now
-		b.progress(b.cur)
 	}
+	w.minOnline = min(w.minOnline, online)
+	now := time.Now()
+	w.b.cur.Online = online
+	w.b.cur.DeliveriesPerSecond = (deliv - w.prevDeliv) / now.Sub(w.prevAt).Seconds()
+	w.prevDeliv, w.prevAt = deliv, now
+	w.b.progress(w.b.cur)
+}
+
+// watchWindow scrapes every prober each poll interval until the window
+// since start is over, telling w.
+func (b *bench) watchWindow(ctx context.Context, ps []*prober, start time.Time, w *watch) error {
 	for time.Since(start) < b.t.window-b.t.poll/2 {
 		if err := sleep(ctx, min(b.t.poll, b.t.window-time.Since(start))); err != nil {
 			return err
@@ -332,26 +378,18 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 			}
 			scr[i] = s
 		}
-		observe(scr)
+		w.observe(scr)
 	}
 	if d := b.t.window - time.Since(start); d > 0 {
-		if err := sleep(ctx, d); err != nil {
-			return err
-		}
+		return sleep(ctx, d)
 	}
-	r1 := make([]reading, len(ps))
-	scr := make([]scrape, len(ps))
-	for i, p := range ps {
-		var err error
-		if r1[i], err = read(ctx, p); err != nil {
-			return err
-		}
-		scr[i] = r1[i].scr
-	}
-	m1, self1, t1 := readMachineCPU(), procCPU(os.Getpid()), childrenCPU(targets)
-	elapsed := time.Since(start).Seconds()
-	observe(scr)
+	return nil
+}
 
+// fill sets st's figures of the probers themselves from their readings
+// at the start (r0) and the end (r1) of the window: deliveries, losses,
+// CPU, memory per session, GC, and the send and receive lags.
+func (b *bench) fill(st *Step, ps []*prober, targets []*child, r0, r1 []reading) {
 	var deliv, lost, reconnects, cpu, wall, rss, heap, gcs, gcCPU float64
 	gcExported := true
 	var recv, send hist
@@ -375,7 +413,6 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 	}
 	n := float64(len(ps))
 	wall /= n // each prober's window; they overlap
-	st.Online = minOnline
 	st.DeliveriesPerSecond = finite(deliv / wall)
 	st.DeliveriesPerCoreSecond = finite(deliv / cpu)
 	st.Lost, st.Reconnects = lost, reconnects
@@ -402,15 +439,9 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 		}
 		st.TargetBytesPerSession = finite((trss/float64(len(targets)) - float64(b.baseTargetRSS)) / per)
 	}
-	st.MachineCores = m1.cores(m0)
-	st.TargetCores = finite((t1 - t0) / elapsed)
-	st.OtherCores = max(0, st.MachineCores-st.CPUCores-st.TargetCores-finite((self1-self0)/elapsed))
-	st.Load1 = load1()
 	st.ReceiveLagP99Seconds = finite(recv.quantile(0.99))
 	st.ReceiveLagOver2ms = finite(recv.over(noiseLimitSec))
 	st.SendLagP99Seconds = finite(send.quantile(0.99))
-	b.judge(st, causes)
-	return nil
 }
 
 // judge sets a step's saturation from the causes seen in its window.
