@@ -419,78 +419,97 @@ func (st *stanza) topAttrs(attrs []xml.Attr) {
 // child notes a child element at depth (2 or more) under an element whose
 // capture is parent, and returns the child's own capture.
 func (st *stanza) child(depth int, parent capture, t xml.StartElement) capture {
-	n := t.Name
 	if depth == 2 {
-		switch st.kind {
-		case kindMessage, kindPresence, kindIQ:
-			switch {
-			case n.Space == nsClient && n.Local == "error":
-				return capError
-			case st.kind == kindMessage && n.Space == nsClient && n.Local == "body":
-				st.hasBody = true
-				return capBody
-			case st.kind == kindMessage && n.Space == nsDelay && n.Local == "delay":
-				st.delayed = true
-				if bare, _ := splitJID(st.from); bare != "" && strings.EqualFold(attr(t.Attr, "from"), bare) {
-					st.history = true
-				}
-			case st.kind == kindPresence && n.Space == nsMUCUser && n.Local == "x":
-				return capMUCUser
-			case st.kind == kindIQ && n.Space == nsBind && n.Local == "bind":
-				return capBind
-			case st.kind == kindIQ && n.Space == nsPing && n.Local == "ping":
-				st.ping = true
-			case st.kind == kindIQ && n.Space == nsMAM && n.Local == "fin":
-				st.fin, st.finComplete = true, attr(t.Attr, "complete") == "true"
-				return capFin
-			case st.kind == kindMessage && n.Space == nsStanzaID && n.Local == "stanza-id":
-				st.addSID(t.Attr)
-			case st.kind == kindMessage && st.wrap == wrapNone && n.Space == nsMAM && n.Local == "result":
-				st.wrap, st.mamQuery, st.mamID = wrapResult, attr(t.Attr, "queryid"), attr(t.Attr, "id")
-				return capWrap
-			case st.kind == kindMessage && st.wrap == wrapNone && n.Space == nsCarbons && (n.Local == "sent" || n.Local == "received"):
-				st.wrap = wrapSent
-				if n.Local == "received" {
-					st.wrap = wrapReceived
-				}
-				return capWrap
+		return st.topChild(t)
+	}
+	return st.nestedChild(parent, t)
+}
+
+// topChild notes a child of the stanza or stream element itself.
+func (st *stanza) topChild(t xml.StartElement) capture {
+	n := t.Name
+	switch st.kind {
+	case kindMessage, kindPresence, kindIQ:
+		return st.stanzaChild(t)
+	case kindFeatures:
+		switch {
+		case n.Space == nsSASL && n.Local == "mechanisms":
+			return capMechanisms
+		case n.Space == nsBind && n.Local == "bind":
+			st.featBind = true
+		case n.Space == nsSM && n.Local == "sm":
+			st.featSM = true
+		case n.Space == nsRegisterFeature && n.Local == "register":
+			st.featRegister = true
+		}
+	case kindStreamError:
+		if n.Space == nsStreamErrors {
+			if n.Local == "text" {
+				return capStreamErrText
 			}
-		case kindFeatures:
-			switch {
-			case n.Space == nsSASL && n.Local == "mechanisms":
-				return capMechanisms
-			case n.Space == nsBind && n.Local == "bind":
-				st.featBind = true
-			case n.Space == nsSM && n.Local == "sm":
-				st.featSM = true
-			case n.Space == nsRegisterFeature && n.Local == "register":
-				st.featRegister = true
-			}
-		case kindStreamError:
-			if n.Space == nsStreamErrors {
-				if n.Local == "text" {
-					return capStreamErrText
-				}
-				if st.cond == "" {
-					st.cond = n.Local
-				}
-			}
-		case kindFailure:
-			if n.Space == nsSASL {
-				if n.Local == "text" {
-					return capStreamErrText
-				}
-				if st.cond == "" {
-					st.cond = n.Local
-				}
-			}
-		case kindFailed:
-			if n.Space == nsStanzaErrors && st.cond == "" {
+			if st.cond == "" {
 				st.cond = n.Local
 			}
 		}
-		return capNone
+	case kindFailure:
+		if n.Space == nsSASL {
+			if n.Local == "text" {
+				return capStreamErrText
+			}
+			if st.cond == "" {
+				st.cond = n.Local
+			}
+		}
+	case kindFailed:
+		if n.Space == nsStanzaErrors && st.cond == "" {
+			st.cond = n.Local
+		}
 	}
+	return capNone
+}
+
+// stanzaChild notes a child of a message, presence or iq.
+func (st *stanza) stanzaChild(t xml.StartElement) capture {
+	n := t.Name
+	switch {
+	case n.Space == nsClient && n.Local == "error":
+		return capError
+	case st.kind == kindMessage && n.Space == nsClient && n.Local == "body":
+		st.hasBody = true
+		return capBody
+	case st.kind == kindMessage && n.Space == nsDelay && n.Local == "delay":
+		st.delayed = true
+		if bare, _ := splitJID(st.from); bare != "" && strings.EqualFold(attr(t.Attr, "from"), bare) {
+			st.history = true
+		}
+	case st.kind == kindPresence && n.Space == nsMUCUser && n.Local == "x":
+		return capMUCUser
+	case st.kind == kindIQ && n.Space == nsBind && n.Local == "bind":
+		return capBind
+	case st.kind == kindIQ && n.Space == nsPing && n.Local == "ping":
+		st.ping = true
+	case st.kind == kindIQ && n.Space == nsMAM && n.Local == "fin":
+		st.fin, st.finComplete = true, attr(t.Attr, "complete") == "true"
+		return capFin
+	case st.kind == kindMessage && n.Space == nsStanzaID && n.Local == "stanza-id":
+		st.addSID(t.Attr)
+	case st.kind == kindMessage && st.wrap == wrapNone && n.Space == nsMAM && n.Local == "result":
+		st.wrap, st.mamQuery, st.mamID = wrapResult, attr(t.Attr, "queryid"), attr(t.Attr, "id")
+		return capWrap
+	case st.kind == kindMessage && st.wrap == wrapNone && n.Space == nsCarbons && (n.Local == "sent" || n.Local == "received"):
+		st.wrap = wrapSent
+		if n.Local == "received" {
+			st.wrap = wrapReceived
+		}
+		return capWrap
+	}
+	return capNone
+}
+
+// nestedChild notes an element deeper than a stanza's child, under one
+// whose capture is parent.
+func (st *stanza) nestedChild(parent capture, t xml.StartElement) capture {
+	n := t.Name
 	switch parent {
 	case capError:
 		if n.Space == nsStanzaErrors {
