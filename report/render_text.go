@@ -32,7 +32,23 @@ func WriteText(w io.Writer, r *Soak) error {
 	}
 	bw := bufio.NewWriter(w)
 	tw := &renderTextWriter{w: bw}
+	for _, section := range []func(*Soak){
+		tw.soakHead, tw.soakCounts, tw.soakDeliveries, tw.soakLatency, tw.soakExtras,
+		tw.soakSaturation, tw.soakErrors, tw.soakComparisons, tw.soakNotes,
+	} {
+		section(r)
+	}
+	if tw.err != nil {
+		return fmt.Errorf("report: write text: %w", tw.err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("report: write text: %w", err)
+	}
+	return nil
+}
 
+// soakHead writes the verdict line, the phases and the failed thresholds.
+func (tw *renderTextWriter) soakHead(r *Soak) {
 	length := renderRunLength(r)
 	if length == "" {
 		length = "unknown"
@@ -55,6 +71,10 @@ func WriteText(w io.Writer, r *Soak) error {
 	}
 	tw.printf("\n")
 
+}
+
+// soakCounts writes the users, messages, rejections and disconnects.
+func (tw *renderTextWriter) soakCounts(r *Soak) {
 	u, m := r.Users, r.Messages
 	tw.table(renderLeft, [][]string{
 		{"users", fmt.Sprintf("%s configured, %s logged in, %s failed logins, min online %s, %s groups",
@@ -68,6 +88,10 @@ func WriteText(w io.Writer, r *Soak) error {
 	})
 	tw.printf("\n")
 
+}
+
+// soakDeliveries writes the deliveries by kind.
+func (tw *renderTextWriter) soakDeliveries(r *Soak) {
 	rows := [][]string{renderDeliveryHeader(r, "deliveries")}
 	for _, k := range renderKeyOrder(r.Deliveries, renderDeliveryKinds...) {
 		rows = append(rows, renderDeliveryRow(r, k, r.Deliveries[k]))
@@ -79,7 +103,11 @@ func WriteText(w io.Writer, r *Soak) error {
 	}
 	tw.printf("\n")
 
-	rows = [][]string{{"latency", "count", "p50", "p95", "p99", "max"}}
+}
+
+// soakLatency writes the latency percentiles by kind.
+func (tw *renderTextWriter) soakLatency(r *Soak) {
+	rows := [][]string{{"latency", "count", "p50", "p95", "p99", "max"}}
 	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
 		p := r.Latency[k]
 		if p.Count == 0 {
@@ -95,6 +123,12 @@ func WriteText(w io.Writer, r *Soak) error {
 		tw.table(renderNumbers, rows)
 	}
 
+}
+
+// soakExtras writes what only some runs have: the connect path, the
+// thresholds, a slow-reader drill and a reconnect storm.
+func (tw *renderTextWriter) soakExtras(r *Soak) {
+	var rows [][]string
 	if c := r.ConnectPath; c != nil {
 		tw.printf("\n")
 		tw.table(renderNumbers, renderConnectTable(c))
@@ -132,9 +166,13 @@ func WriteText(w io.Writer, r *Soak) error {
 		tw.table(renderLeft, rows)
 	}
 
+}
+
+// soakSaturation writes when imcanary was saturated, if it was.
+func (tw *renderTextWriter) soakSaturation(r *Soak) {
 	if s := r.Saturation; s != nil {
 		tw.printf("\nimcanary saturated  %s\n", renderSaturationSummary(s))
-		rows = rows[:0]
+		var rows [][]string
 		for i, p := range renderSaturationPeriods(r) {
 			if i == renderTextPeriods {
 				break
@@ -147,9 +185,13 @@ func WriteText(w io.Writer, r *Soak) error {
 		}
 	}
 
+}
+
+// soakErrors writes the most frequent errors.
+func (tw *renderTextWriter) soakErrors(r *Soak) {
 	if len(r.Errors) > 0 {
 		tw.printf("\ntop errors\n")
-		rows = rows[:0]
+		var rows [][]string
 		for i, e := range r.Errors {
 			if i == renderTextErrors {
 				break
@@ -162,6 +204,10 @@ func WriteText(w io.Writer, r *Soak) error {
 		}
 	}
 
+}
+
+// soakComparisons writes what changed against each compared run.
+func (tw *renderTextWriter) soakComparisons(r *Soak) {
 	for _, c := range r.Comparisons {
 		tw.printf("\n%s\n", renderComparisonTitle(c))
 		if s := renderComparisonSettings(c); s != "" {
@@ -169,7 +215,7 @@ func WriteText(w io.Writer, r *Soak) error {
 		}
 		// Only what changed, to keep the summary on a screen; the JSON
 		// and HTML reports list every measure.
-		rows = [][]string{renderDeltaHeader}
+		rows := [][]string{renderDeltaHeader}
 		same := 0
 		for _, d := range c.Deltas {
 			if d.Change == 0 {
@@ -198,19 +244,16 @@ func WriteText(w io.Writer, r *Soak) error {
 		}
 	}
 
+}
+
+// soakNotes writes the notes.
+func (tw *renderTextWriter) soakNotes(r *Soak) {
 	if len(r.Notes) > 0 {
 		tw.printf("\nnotes\n")
 		for _, n := range r.Notes {
 			tw.printf("  - %s\n", strings.Join(strings.Fields(n), " "))
 		}
 	}
-	if tw.err != nil {
-		return fmt.Errorf("report: write text: %w", tw.err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("report: write text: %w", err)
-	}
-	return nil
 }
 
 // WriteRoundText writes a canary round as a few lines: the result with the
