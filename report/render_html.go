@@ -120,6 +120,16 @@ func renderNewPage(r *Soak) renderPageData {
 	p.SamplesText = renderCount(int64(p.Samples))
 	p.Comparisons = renderComparisons(r)
 	p.CompareChart = renderCompareChart(r)
+	p.verdict(r)
+	p.extras(r)
+	p.settings(r)
+	p.cards(r)
+	p.tables(r)
+	return p
+}
+
+// verdict sets the verdict's class and headline.
+func (p *renderPageData) verdict(r *Soak) {
 	switch r.Result {
 	case metrics.ResultPass:
 		p.VerdictClass = "pass"
@@ -145,6 +155,11 @@ func renderNewPage(r *Soak) renderPageData {
 				n, len(r.Thresholds), list)
 		}
 	}
+}
+
+// extras sets what only some runs have (a drill, a storm, saturation) and
+// what the charts share (shading, abbreviated phases).
+func (p *renderPageData) extras(r *Soak) {
 	if d := r.Drill; d != nil {
 		p.Drill = &renderDrillData{Reaction: renderOr(d.Reaction, "-"), Rows: renderDrillRows(r)}
 	}
@@ -165,6 +180,10 @@ func renderNewPage(r *Soak) renderPageData {
 		}
 	}
 
+}
+
+// settings lists the profile's settings.
+func (p *renderPageData) settings(r *Soak) {
 	pr := r.Profile
 	p.Settings = []renderKV{
 		{"users", renderCount(int64(pr.Users))},
@@ -188,6 +207,10 @@ func renderNewPage(r *Soak) renderPageData {
 		p.Settings = append(p.Settings, renderKV{"slow readers", renderPercent(d.Fraction)})
 	}
 
+}
+
+// cards makes the summary cards: users, messages, deliveries, disconnects.
+func (p *renderPageData) cards(r *Soak) {
 	u, m := r.Users, r.Messages
 	all := r.Deliveries["all"]
 	var disconnects int64
@@ -217,6 +240,12 @@ func renderNewPage(r *Soak) renderPageData {
 			Rows: renderKVs(r.Disconnects)},
 	}
 
+}
+
+// tables fills the tables: thresholds, deliveries, latency, connect path,
+// rejections, disconnects and errors.
+func (p *renderPageData) tables(r *Soak) {
+	m := r.Messages
 	for _, t := range r.Thresholds {
 		row := renderThresholdRow{Name: t.Name, Limit: renderThresholdValue(t.Limit), Actual: renderThresholdValue(t.Actual),
 			Result: "PASS", Pass: t.Pass}
@@ -246,7 +275,6 @@ func renderNewPage(r *Soak) renderPageData {
 	for _, e := range r.Errors {
 		p.Errors = append(p.Errors, renderKV{Key: renderCount(e.Count), Value: e.Error})
 	}
-	return p
 }
 
 // renderKVs lists a count map sorted by key.
