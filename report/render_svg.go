@@ -191,7 +191,8 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 	left, top := float64(renderPlotLeft), float64(renderPlotTop)
 	right := float64(renderChartW - renderPlotRight)
 	bottom := float64(renderChartH - renderPlotBottom)
-	c := renderChart{
+	l := &renderChartLayout{spec: spec, tl: tl, left: left, top: top, right: right, bottom: bottom}
+	l.c = renderChart{
 		ID: spec.ID, Title: spec.Title, Desc: spec.Desc,
 		W: renderChartW, H: renderChartH,
 		Left: renderCoord(left), Top: renderCoord(top),
@@ -201,56 +202,90 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 		YLabelX: renderCoord(16), YLabelY: renderCoord((top + bottom) / 2),
 	}
 
-	xScale := func(x float64) float64 {
+	l.xScale = func(x float64) float64 {
 		return left + (x-tl.Min)/(tl.Max-tl.Min)*(right-left)
 	}
-	for _, t := range renderTimeTicks(tl.Min, tl.Max) {
-		c.XTicks = append(c.XTicks, renderTick{Pos: renderCoord(xScale(t)), Label: renderTickSpan(t)})
+	l.xAxis()
+	if l.spec.AutoLog && !l.spec.Log && renderSpread(l.spec.Series, len(l.tl.X)) >= renderAutoLogSpread {
+		l.spec.Log = true
+		l.c.YLabel += " (log)"
 	}
-	for _, b := range tl.Bands {
-		x1 := renderClamp(xScale(b.From), left, right)
-		x2 := renderClamp(xScale(b.To), left, right)
+
+	yTicks, hasData := l.yDomain()
+	l.format = l.spec.YFormat
+	if l.format == nil {
+		l.format = renderSI
+	}
+	for _, v := range yTicks {
+		l.c.YTicks = append(l.c.YTicks, renderTick{Pos: renderCoord(l.yScale(v)), Label: l.format(v)})
+	}
+	l.phases(l.refs())
+	if !hasData {
+		l.empty()
+	}
+	l.series()
+	l.legend()
+	return l.c
+}
+
+// renderChartLayout is one chart being laid out: its plot's bounds, its
+// scales and what it has so far.
+type renderChartLayout struct {
+	spec                     renderChartSpec
+	tl                       renderTimeline
+	left, top, right, bottom float64
+	xScale, yScale           func(float64) float64
+	format                   func(float64) string
+	c                        renderChart
+}
+
+// xAxis sets the time ticks and the shaded bands.
+func (l *renderChartLayout) xAxis() {
+	for _, t := range renderTimeTicks(l.tl.Min, l.tl.Max) {
+		l.c.XTicks = append(l.c.XTicks, renderTick{Pos: renderCoord(l.xScale(t)), Label: renderTickSpan(t)})
+	}
+	for _, b := range l.tl.Bands {
+		x1 := renderClamp(l.xScale(b.From), l.left, l.right)
+		x2 := renderClamp(l.xScale(b.To), l.left, l.right)
 		if x2-x1 < 1 {
-			if x1 >= right || x2 <= left || b.To < b.From {
+			if x1 >= l.right || x2 <= l.left || b.To < b.From {
 				continue
 			}
 			// A span narrower than a unit still shows.
-			x2 = min(x1+1, right)
+			x2 = min(x1+1, l.right)
 			x1 = x2 - 1
 		}
-		if len(c.Bands) < renderMaxSegments {
-			c.Bands = append(c.Bands, renderBand{X: renderCoord(x1), W: renderCoord(x2 - x1), Title: b.Title})
+		if len(l.c.Bands) < renderMaxSegments {
+			l.c.Bands = append(l.c.Bands, renderBand{X: renderCoord(x1), W: renderCoord(x2 - x1), Title: b.Title})
 		}
 	}
-	if spec.AutoLog && !spec.Log && renderSpread(spec.Series, len(tl.X)) >= renderAutoLogSpread {
-		spec.Log = true
-		c.YLabel += " (log)"
-	}
+}
 
+// yDomain sets the y scale over every value and reference line, and
+// returns its ticks and whether any value is plotted.
+func (l *renderChartLayout) yDomain() (yTicks []float64, hasData bool) {
 	// The y domain covers every value and reference line.
 	lo, hi := math.Inf(1), math.Inf(-1)
 	seen := false
 	consider := func(v float64) {
-		if math.IsNaN(v) || math.IsInf(v, 0) || (spec.Log && v <= 0) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || (l.spec.Log && v <= 0) {
 			return
 		}
 		lo, hi, seen = min(lo, v), max(hi, v), true
 	}
-	for _, s := range spec.Series {
+	for _, s := range l.spec.Series {
 		for i, v := range s.Values {
-			if i < len(tl.X) {
+			if i < len(l.tl.X) {
 				consider(v)
 			}
 		}
 	}
-	hasData := seen
-	for _, ref := range spec.Refs {
+	hasData = seen
+	for _, ref := range l.spec.Refs {
 		consider(ref.Value)
 	}
 
-	var yTicks []float64
-	var yScale func(float64) float64
-	if spec.Log {
+	if l.spec.Log {
 		var dlo, dhi float64 // decades
 		if seen {
 			dlo, dhi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
@@ -261,8 +296,8 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 			dhi = dlo + 1
 		}
 		yTicks = renderLogTicks(dlo, dhi)
-		yScale = func(v float64) float64 {
-			return bottom - (math.Log10(v)-dlo)/(dhi-dlo)*(bottom-top)
+		l.yScale = func(v float64) float64 {
+			return l.bottom - (math.Log10(v)-dlo)/(dhi-dlo)*(l.bottom-l.top)
 		}
 	} else {
 		if !seen {
@@ -273,7 +308,7 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 			hi = lo + 1
 		}
 		var step float64
-		yTicks, step = renderLinearTicks(lo, hi, spec.Integer)
+		yTicks, step = renderLinearTicks(lo, hi, l.spec.Integer)
 		if n := len(yTicks); n > 0 && step > 0 {
 			hi = max(hi, yTicks[n-1])
 			lo = min(lo, yTicks[0])
@@ -281,107 +316,118 @@ func renderBuildChart(spec renderChartSpec, tl renderTimeline) renderChart {
 		if !(hi > lo) || math.IsInf(hi-lo, 0) {
 			hi, lo = 1, 0
 		}
-		yScale = func(v float64) float64 {
-			return bottom - (v-lo)/(hi-lo)*(bottom-top)
+		l.yScale = func(v float64) float64 {
+			return l.bottom - (v-lo)/(hi-lo)*(l.bottom-l.top)
 		}
 	}
-	format := spec.YFormat
-	if format == nil {
-		format = renderSI
-	}
-	for _, v := range yTicks {
-		c.YTicks = append(c.YTicks, renderTick{Pos: renderCoord(yScale(v)), Label: format(v)})
-	}
+	return yTicks, hasData
+}
+
+// refs draws the reference lines and returns their labels' boxes.
+func (l *renderChartLayout) refs() []renderBox {
 	var refBoxes []renderBox
-	for _, ref := range spec.Refs {
-		if math.IsNaN(ref.Value) || math.IsInf(ref.Value, 0) || (spec.Log && ref.Value <= 0) {
+	for _, ref := range l.spec.Refs {
+		if math.IsNaN(ref.Value) || math.IsInf(ref.Value, 0) || (l.spec.Log && ref.Value <= 0) {
 			continue
 		}
-		y := renderClamp(yScale(ref.Value), top, bottom)
-		c.Refs = append(c.Refs, renderRef{
-			Y: renderCoord(y), LabelX: renderCoord(right - 4), LabelY: renderCoord(y - 4),
+		y := renderClamp(l.yScale(ref.Value), l.top, l.bottom)
+		l.c.Refs = append(l.c.Refs, renderRef{
+			Y: renderCoord(y), LabelX: renderCoord(l.right - 4), LabelY: renderCoord(y - 4),
 			Label: ref.Label, Color: ref.Color,
 		})
-		// The reference's label, right-aligned above its line, is
+		// The reference's label, l.right-aligned above its line, is
 		// space the phase labels keep clear of.
-		refBoxes = append(refBoxes, renderBox{X0: right - 4 - renderPhaseWidth(ref.Label), X1: right - 4,
+		refBoxes = append(refBoxes, renderBox{X0: l.right - 4 - renderPhaseWidth(ref.Label), X1: l.right - 4,
 			Y0: y - 4 - renderPhaseAscent, Y1: y - 4 + renderPhaseDescent})
 	}
 
-	// Phase marks and their labels, laid out around the references'.
-	marks := make([]float64, len(tl.PhaseX))
-	for i, x := range tl.PhaseX {
-		marks[i] = xScale(x)
+	return refBoxes
+}
+
+// phases marks the phases and lays their labels out around the
+// references' (refBoxes).
+func (l *renderChartLayout) phases(refBoxes []renderBox) {
+	marks := make([]float64, len(l.tl.PhaseX))
+	for i, x := range l.tl.PhaseX {
+		marks[i] = l.xScale(x)
 	}
-	for i, l := range renderPhaseLabels(tl.PhaseNames, marks, left, right, top, refBoxes) {
+	for i, lab := range renderPhaseLabels(l.tl.PhaseNames, marks, l.left, l.right, l.top, refBoxes) {
 		anchor := "start"
-		if l.Left {
+		if lab.Left {
 			anchor = "end"
 		}
-		c.Phases = append(c.Phases, renderMark{
-			X: renderCoord(marks[i]), LabelX: renderCoord(l.X), LabelY: renderCoord(renderPhaseBaseline(top, l.Row)),
-			Label: l.Text, Anchor: anchor, Title: tl.PhaseTitles[i],
+		l.c.Phases = append(l.c.Phases, renderMark{
+			X: renderCoord(marks[i]), LabelX: renderCoord(lab.X), LabelY: renderCoord(renderPhaseBaseline(l.top, lab.Row)),
+			Label: lab.Text, Anchor: anchor, Title: l.tl.PhaseTitles[i],
 		})
-		if l.Short {
-			c.Abbreviated = append(c.Abbreviated, renderPhaseAbbrev(tl.PhaseNames[i])+" "+tl.PhaseNames[i])
+		if lab.Short {
+			l.c.Abbreviated = append(l.c.Abbreviated, renderPhaseAbbrev(l.tl.PhaseNames[i])+" "+l.tl.PhaseNames[i])
 		}
 	}
+}
 
-	if !hasData {
-		c.Empty = "no samples"
-		if len(tl.X) > 0 {
-			c.Empty = "no data"
-		}
-		c.EmptyX, c.EmptyY = renderCoord((left+right)/2), renderCoord((top+bottom)/2)
+// empty says why nothing is plotted.
+func (l *renderChartLayout) empty() {
+	l.c.Empty = "no samples"
+	if len(l.tl.X) > 0 {
+		l.c.Empty = "no data"
 	}
+	l.c.EmptyX, l.c.EmptyY = renderCoord((l.left+l.right)/2), renderCoord((l.top+l.bottom)/2)
+}
 
-	for _, s := range spec.Series {
+// series draws each series as lines between its defined values, a dot
+// for a value alone.
+func (l *renderChartLayout) series() {
+	for _, s := range l.spec.Series {
 		var seg []string
 		var segX, segY float64
 		flush := func() {
 			switch {
 			case len(seg) == 1:
-				c.Dots = append(c.Dots, renderDot{X: renderCoord(segX), Y: renderCoord(segY), Color: s.Color})
-			case len(seg) > 1 && len(c.Lines) < renderMaxSegments:
-				c.Lines = append(c.Lines, renderLine{Name: s.Name, Color: s.Color, Dash: s.Dash, Points: strings.Join(seg, " ")})
+				l.c.Dots = append(l.c.Dots, renderDot{X: renderCoord(segX), Y: renderCoord(segY), Color: s.Color})
+			case len(seg) > 1 && len(l.c.Lines) < renderMaxSegments:
+				l.c.Lines = append(l.c.Lines, renderLine{Name: s.Name, Color: s.Color, Dash: s.Dash, Points: strings.Join(seg, " ")})
 			}
 			seg = seg[:0]
 		}
 		for i, v := range s.Values {
-			if i >= len(tl.X) {
+			if i >= len(l.tl.X) {
 				break
 			}
-			if math.IsNaN(v) || math.IsInf(v, 0) || (spec.Log && v <= 0) {
+			if math.IsNaN(v) || math.IsInf(v, 0) || (l.spec.Log && v <= 0) {
 				flush()
 				continue
 			}
-			segX = renderClamp(xScale(tl.X[i]), left, right)
-			segY = renderClamp(yScale(v), top, bottom)
+			segX = renderClamp(l.xScale(l.tl.X[i]), l.left, l.right)
+			segY = renderClamp(l.yScale(v), l.top, l.bottom)
 			seg = append(seg, renderCoord(segX)+","+renderCoord(segY))
 		}
 		flush()
 	}
 
-	// The legend runs along the top, above the plot.
-	x := left
-	for _, s := range spec.Series {
+}
+
+// legend runs along the top, above the plot.
+func (l *renderChartLayout) legend() {
+	// The legend runs along the l.top, above the plot.
+	x := l.left
+	for _, s := range l.spec.Series {
 		name := s.Name
-		if spec.Final {
-			if v, ok := renderLast(s.Values, len(tl.X)); ok {
-				name += " " + format(v)
+		if l.spec.Final {
+			if v, ok := renderLast(s.Values, len(l.tl.X)); ok {
+				name += " " + l.format(v)
 				if v == math.Trunc(v) && math.Abs(v) < 1e15 {
 					name = s.Name + " " + renderCount(int64(v))
 				}
 			}
 		}
-		c.Legend = append(c.Legend, renderLegendItem{
+		l.c.Legend = append(l.c.Legend, renderLegendItem{
 			X1: renderCoord(x), X2: renderCoord(x + 18), Y: renderCoord(16),
 			TextX: renderCoord(x + 23), TextY: renderCoord(20),
 			Name: name, Color: s.Color, Dash: s.Dash,
 		})
 		x += 23 + float64(len([]rune(name)))*renderCharWidth + 16
 	}
-	return c
 }
 
 // Phase labels: 11px semibold text, of which renderPhaseCharW is a
