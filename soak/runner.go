@@ -142,47 +142,13 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	set := o.Metrics.For(o.Target, metrics.SourceSoak)
 	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
 	obs := newObserver(o.Health)
-	sr := p.SlowReaders
-	pop, err := engine.NewPopulation(engine.Options{
-		Connection:   o.Connection,
-		Set:          set,
-		Logger:       o.Logger.With("profile", p.Name),
-		Prefix:       o.Prefix + "-" + p.Name,
-		Users:        p.Users,
-		Ramp:         p.Ramp,
-		GroupSize:    p.GroupSize,
-		Groups:       p.GroupLayout(),
-		Behaviours:   p.Behaviours,
-		Devices:      p.Devices,
-		Rate:         p.Rate,
-		Deadline:     p.Deadline,
-		LostAfter:    p.LostAfter,
-		MessageSize:  o.MessageSize,
-		Observer:     obs,
-		StartPaused:  true,
-		LateFraction: p.LateLogins,
-		LateAfter:    p.LateAfter,
-		SlowReaders:  engine.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
-	})
+	pop, err := r.newPopulation(p, set, obs)
 	if err != nil {
 		return nil, err
 	}
 	// The observer learns who reads slowly before any session runs.
 	obs.setUsers(pop)
-	// late counts every late user, for the ramp; slow readers are judged
-	// apart, so the online ratio counts normal users and their late ones.
-	var late, slow, lateNormal int
-	for i := range pop.Users() {
-		switch {
-		case pop.Slow(i):
-			slow++
-		case pop.Late(i):
-			lateNormal++
-		}
-		if pop.Late(i) {
-			late++
-		}
-	}
+	late, slow, lateNormal := cohorts(pop)
 	running.Set(1)
 	r.running.Store(p.Name)
 	defer func() { running.Set(0); r.running.Store("") }()
@@ -250,39 +216,12 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	if !aborted {
 		phase(report.PhaseSend)
 		sendStart = rep.Phases[len(rep.Phases)-1].Start
-		pop.SetSending(true)
-		if p.Storm.Fraction > 0 {
-			aborted = !probe.Sleep(ctx, p.Storm.After)
-			if !aborted {
-				st = r.drop(p, pop, obs, s)
-				// Exits when every dropped session is back or stopStorm
-				// is called.
-				wg.Go(func() { st.sample(stormCtx) })
-				aborted = !probe.Sleep(ctx, p.Duration-p.Storm.After)
-			}
-		} else {
-			aborted = !probe.Sleep(ctx, p.Duration)
-		}
-		// A sample inside the send phase, however short it was: the
-		// online ratio is judged on send-phase samples.
-		s.sample(time.Now())
-		pop.SetSending(false)
+		st, aborted = r.send(ctx, p, pop, obs, s, &wg, stormCtx)
 		sendEnd = time.Now()
 	}
 	if !aborted {
 		phase(report.PhaseDrain)
-		drainEnd := time.Now().Add(p.Drain)
-		for time.Now().Before(drainEnd) {
-			pop.Sweep(time.Now())
-			if d := snapshot(set).sub(before); pop.Inflight() == 0 && d.all().Expected <= d.all().Delivered+d.all().Lost {
-				break
-			}
-			if !probe.Sleep(ctx, 50*time.Millisecond) {
-				aborted = true
-				break
-			}
-		}
-		pop.Sweep(time.Now())
+		aborted = drain(ctx, p, pop, set, before)
 	}
 	stopSampler()
 	stopStorm()
@@ -298,10 +237,106 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	r.fill(rep, p, snapshot(set).sub(before), obs, s, st, slow, aborted, sendEnd.Sub(sendStart))
 	rep.ConnectPath = connectPath(connectBefore, readConnect(set), rep.Latency["login"])
 
+	result := r.record(p, rep)
+	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
+	return rep, nil
+}
+
+// newPopulation makes the population of profile p, paused until its send
+// phase.
+func (r *Runner) newPopulation(p config.Profile, set *metrics.Set, obs *observer) (*engine.Population, error) {
+	o := r.o
+	sr := p.SlowReaders
+	return engine.NewPopulation(engine.Options{
+		Connection:   o.Connection,
+		Set:          set,
+		Logger:       o.Logger.With("profile", p.Name),
+		Prefix:       o.Prefix + "-" + p.Name,
+		Users:        p.Users,
+		Ramp:         p.Ramp,
+		GroupSize:    p.GroupSize,
+		Groups:       p.GroupLayout(),
+		Behaviours:   p.Behaviours,
+		Devices:      p.Devices,
+		Rate:         p.Rate,
+		Deadline:     p.Deadline,
+		LostAfter:    p.LostAfter,
+		MessageSize:  o.MessageSize,
+		Observer:     obs,
+		StartPaused:  true,
+		LateFraction: p.LateLogins,
+		LateAfter:    p.LateAfter,
+		SlowReaders:  engine.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
+	})
+}
+
+// cohorts counts a population's late users (for the ramp), its slow
+// readers (judged apart), and the late users among the others (the online
+// ratio counts normal users and their late ones).
+func cohorts(pop *engine.Population) (late, slow, lateNormal int) {
+	for i := range pop.Users() {
+		switch {
+		case pop.Slow(i):
+			slow++
+		case pop.Late(i):
+			lateNormal++
+		}
+		if pop.Late(i) {
+			late++
+		}
+	}
+	return late, slow, lateNormal
+}
+
+// send runs the send phase: the profile's duration of traffic, with its
+// storm drill if it has one (st, whose sampler wg owns until stormCtx
+// ends). aborted is whether ctx ended first.
+func (r *Runner) send(ctx context.Context, p config.Profile, pop *engine.Population, obs *observer, s *sampler, wg *sync.WaitGroup, stormCtx context.Context) (st *storm, aborted bool) {
+	pop.SetSending(true)
+	if p.Storm.Fraction > 0 {
+		aborted = !probe.Sleep(ctx, p.Storm.After)
+		if !aborted {
+			st = r.drop(p, pop, obs, s)
+			// Exits when every dropped session is back or stopStorm
+			// is called.
+			wg.Go(func() { st.sample(stormCtx) })
+			aborted = !probe.Sleep(ctx, p.Duration-p.Storm.After)
+		}
+	} else {
+		aborted = !probe.Sleep(ctx, p.Duration)
+	}
+	// A sample inside the send phase, however short it was: the
+	// online ratio is judged on send-phase samples.
+	s.sample(time.Now())
+	pop.SetSending(false)
+	return st, aborted
+}
+
+// drain waits, sweeping, until every owed delivery is delivered or lost,
+// or for the profile's drain, and reports whether ctx ended first.
+func drain(ctx context.Context, p config.Profile, pop *engine.Population, set *metrics.Set, before counts) (aborted bool) {
+	drainEnd := time.Now().Add(p.Drain)
+	for time.Now().Before(drainEnd) {
+		pop.Sweep(time.Now())
+		if d := snapshot(set).sub(before); pop.Inflight() == 0 && d.all().Expected <= d.all().Delivered+d.all().Lost {
+			break
+		}
+		if !probe.Sleep(ctx, 50*time.Millisecond) {
+			aborted = true
+			break
+		}
+	}
+	pop.Sweep(time.Now())
+	return aborted
+}
+
+// record exports the run's result and returns it. An inconclusive run
+// says nothing about the server either way, so the last success stands
+// as it was.
+func (r *Runner) record(p config.Profile, rep *report.Soak) string {
+	o := r.o
 	result := rep.Result
 	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()
-	// An inconclusive run says nothing about the server either way, so
-	// the last success stands as it was.
 	if result != metrics.ResultInconclusive {
 		success := 0.0
 		if result == metrics.ResultPass {
@@ -309,8 +344,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		}
 		o.Metrics.SoakLastSuccess.WithLabelValues(o.Target, p.Name).Set(success)
 	}
-	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
-	return rep, nil
+	return result
 }
 
 // fill computes the report's counts, percentiles and verdict. d counts the
