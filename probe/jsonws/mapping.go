@@ -162,6 +162,23 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 	collectCaptures([]any{map[string]any(cfg.Groups.Create)}, c.attrs.group)
 	m.userAttrs, m.groupAttrs = c.attrs.user, c.attrs.group
 
+	c.compileSteps(cfg, m)
+	c.compileSend(cfg, m)
+	c.compileDelivery(cfg, m)
+	c.compileCatchUp(cfg, m)
+	c.compileKeepalive(cfg, m)
+	c.compileDisconnects(cfg, m)
+	for i, raw := range cfg.Ignore {
+		m.ignore = append(m.ignore, c.rule(fmt.Sprintf("ignore[%d]", i), raw, true))
+	}
+	m.password = m.usesPassword()
+	m.dec.root.index()
+	return m, c.errs
+}
+
+// compileSteps compiles the user names, the token and the steps: login,
+// subscriptions and groups.
+func (c *compiler) compileSteps(cfg Config, m *mapping) {
 	m.names = c.names(cfg.UserName)
 	m.token = c.token(cfg.Token)
 	m.login = c.steps("login", cfg.Login, siteLogin)
@@ -177,7 +194,10 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 	if len(cfg.Groups.Join) > 0 {
 		m.join = c.step("groups.join", cfg.Groups.Join, siteGroupSub)
 	}
+}
 
+// compileSend compiles the send templates and the ack's rule.
+func (c *compiler) compileSend(cfg Config, m *mapping) {
 	if cfg.Send.Direct == "" && cfg.Send.Group == "" {
 		c.fail("send", nil, "needs a direct or a group template")
 	}
@@ -204,7 +224,10 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 	m.ack.serverID = c.path("send.ack.server_id", a.ServerID, false)
 	m.ack.seq = c.path("send.ack.seq", a.Seq, false)
 	m.ack.cv = c.path("send.ack.conv", a.Conv, false)
+}
 
+// compileDelivery compiles the delivery's rule and paths.
+func (c *compiler) compileDelivery(cfg Config, m *mapping) {
 	d := cfg.Delivery
 	m.delivery.match = c.rule("delivery.match", d.Match, true)
 	m.delivery.body = c.path("delivery.body", d.Body, true)
@@ -218,7 +241,11 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 	if len(d.Group) > 0 {
 		m.delivery.group = c.rule("delivery.group", d.Group, false)
 	}
+}
 
+// compileCatchUp compiles catch-up: the fetch, its end, the conversations'
+// names and the newest-seq request.
+func (c *compiler) compileCatchUp(cfg Config, m *mapping) {
 	cu := cfg.CatchUp
 	if cu.Fetch != "" {
 		m.fetch = c.template("catch_up.fetch", cu.Fetch, siteFetch)
@@ -277,7 +304,11 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 		c.fail("catch_up.limit", cu.Limit, "must be between 1 and 10000")
 	}
 	m.limit = cu.Limit
+}
 
+// compileKeepalive compiles the ping, its pong and the answers to the
+// server's pings.
+func (c *compiler) compileKeepalive(cfg Config, m *mapping) {
 	switch ping := cfg.Keepalive.Ping; ping {
 	case "websocket", "":
 		m.pingWS = true
@@ -305,7 +336,10 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 		an.send = c.template(key+".send", s, siteLogin)
 		m.answers = append(m.answers, an)
 	}
+}
 
+// compileDisconnects compiles the close codes and the error frames.
+func (c *compiler) compileDisconnects(cfg Config, m *mapping) {
 	m.closeCodes = map[int]string{}
 	for code, reason := range cfg.Disconnects.CloseCodes {
 		key := "disconnects.close_codes." + code
@@ -337,12 +371,6 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 		}
 		m.errFrames = append(m.errFrames, ef)
 	}
-	for i, raw := range cfg.Ignore {
-		m.ignore = append(m.ignore, c.rule(fmt.Sprintf("ignore[%d]", i), raw, true))
-	}
-	m.password = m.usesPassword()
-	m.dec.root.index()
-	return m, c.errs
 }
 
 // reasons are the disconnect reasons a mapping may name.
