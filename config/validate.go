@@ -156,34 +156,56 @@ func (ld *Loader) Validate(c Config) error {
 }
 
 func (ld *Loader) problems(c Config) []*ValidationError {
-	var out []*ValidationError
-	fail := func(key string, value any, format string, args ...any) {
-		out = append(out, &ValidationError{Key: key, Value: value, Err: fmt.Errorf(format, args...)})
-	}
+	s := &problemSink{}
+	httpProblems(s, c)
+	ld.targetProblems(s, c.Target)
+	headerProblems(s, c.Target)
+	populationProblems(s, c)
+	shardProblems(s, c)
+	saturationProblems(s, c.Saturation)
+	storeProblems(s, c)
+	canaryProblems(s, c.Canary)
+	soakProblems(s, c.Soak)
+	return s.out
+}
 
+// problemSink collects a configuration's problems, in the order found.
+type problemSink struct{ out []*ValidationError }
+
+func (s *problemSink) fail(key string, value any, format string, args ...any) {
+	s.out = append(s.out, &ValidationError{Key: key, Value: value, Err: fmt.Errorf(format, args...)})
+}
+
+func (s *problemSink) add(ps ...*ValidationError) { s.out = append(s.out, ps...) }
+
+// httpProblems checks http.listen.
+func httpProblems(s *problemSink, c Config) {
 	if c.HTTP.Listen == "" {
-		fail("http.listen", c.HTTP.Listen, "must not be empty")
+		s.fail("http.listen", c.HTTP.Listen, "must not be empty")
 	} else if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 		// *net.AddrError repeats the address; keep only its reason.
 		if ae, ok := errors.AsType[*net.AddrError](err); ok {
 			err = errors.New(ae.Err)
 		}
-		fail("http.listen", c.HTTP.Listen, "must be host:port: %w", err)
+		s.fail("http.listen", c.HTTP.Listen, "must be host:port: %w", err)
 	} else if port == "" {
-		fail("http.listen", c.HTTP.Listen, "must be host:port: missing port")
+		s.fail("http.listen", c.HTTP.Listen, "must be host:port: missing port")
 	}
+}
 
-	t := c.Target
+// targetProblems checks the target's name, protocol and URL, and every
+// protocol's section.
+func (ld *Loader) targetProblems(s *problemSink, t Target) {
 	switch {
 	case t.Name == "":
-		fail("target.name", t.Name, "must not be empty")
+		s.fail("target.name", t.Name, "must not be empty")
 	case !utf8.ValidString(t.Name):
-		fail("target.name", t.Name, "must be valid UTF-8")
+		s.fail("target.name", t.Name, "must be valid UTF-8")
 	case utf8.RuneCountInString(t.Name) > maxNameLen:
-		fail("target.name", t.Name, "must be at most %d characters", maxNameLen)
+		s.fail("target.name", t.Name, "must be at most %d characters", maxNameLen)
 	}
 	if proto, ok := ld.protocol(t.Protocol); !ok {
-		fail("target.protocol", t.Protocol, "must be one of %s", quoteList(ld.Protocols()))
+		s.fail("target.protocol", t.Protocol, "must be one of %s", quoteList(ld.Protocols()))
 	} else if t.URL == "" && !proto.InProcess {
 		var in []string
 		for _, p := range ld.protocols {
@@ -191,7 +213,7 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 				in = append(in, p.Name)
 			}
 		}
-		fail("target.url", t.URL, "must be set for protocol %s: only %s can run in-process", t.Protocol, strings.Join(in, " and "))
+		s.fail("target.url", t.URL, "must be set for protocol %s: only %s can run in-process", t.Protocol, strings.Join(in, " and "))
 	}
 	// Every protocol's section, the one in use or not: a file that
 	// holds a bad value is wrong whichever protocol it picks today.
@@ -205,11 +227,11 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 		}
 		for _, p := range proto.Validate(sec) {
 			p.Key = "target." + proto.Name + "." + p.Key
-			out = append(out, p)
+			s.add(p)
 		}
 		if proto.Name == t.Protocol && proto.Required != nil {
 			if err := proto.Required(sec); err != nil {
-				out = append(out, &ValidationError{Key: "target." + proto.Name, Err: err})
+				s.add(&ValidationError{Key: "target." + proto.Name, Err: err})
 			}
 		}
 	}
@@ -224,25 +246,28 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 			if ue, ok := errors.AsType[*url.Error](err); ok {
 				err = ue.Err
 			}
-			fail("target.url", t.URL, "must be %s: %w", what, err)
+			s.fail("target.url", t.URL, "must be %s: %w", what, err)
 		} else if !slices.Contains(schemes, u.Scheme) {
-			fail("target.url", t.URL, "must be %s", what)
+			s.fail("target.url", t.URL, "must be %s", what)
 		} else if u.Host == "" {
-			fail("target.url", t.URL, "must have a host")
+			s.fail("target.url", t.URL, "must have a host")
 		}
 	}
+}
 
+// headerProblems checks target.headers.
+func headerProblems(s *problemSink, t Target) {
 	seen := make(map[string]bool)
 	for i, h := range t.Headers {
 		at := fmt.Sprintf("target.headers[%d]", i)
 		canon := http.CanonicalHeaderKey(h.Name)
 		switch {
 		case !headerNameRE.MatchString(h.Name):
-			fail(at+".name", h.Name, "must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)")
+			s.fail(at+".name", h.Name, "must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)")
 		case slices.Contains(reservedHeaders, canon):
-			fail(at+".name", h.Name, "is set by the WebSocket handshake itself and cannot be replaced")
+			s.fail(at+".name", h.Name, "is set by the WebSocket handshake itself and cannot be replaced")
 		case seen[canon]:
-			fail(at+".name", h.Name, "is given twice: put both values in one entry, comma-separated")
+			s.fail(at+".name", h.Name, "is given twice: put both values in one entry, comma-separated")
 		}
 		seen[canon] = true
 		// A value is never shown: it may be a credential put inline by
@@ -253,103 +278,112 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 		}
 		switch {
 		case (h.Value == "") == (h.ValueFile == ""):
-			fail(at+".value", shown, "exactly one of %s.value and %s.value_file must be set", at, at)
+			s.fail(at+".value", shown, "exactly one of %s.value and %s.value_file must be set", at, at)
 		case !validHeaderValue(h.Value):
-			fail(at+".value", shown, "must not hold a line break or a control character")
+			s.fail(at+".value", shown, "must not hold a line break or a control character")
 		}
 	}
+}
 
+// populationProblems checks the population (and target.catch_up, which
+// its checks have always come among).
+func populationProblems(s *problemSink, c Config) {
 	p := c.Population
 	if p.Users < 1 {
-		fail("population.users", p.Users, "must be at least 1")
+		s.fail("population.users", p.Users, "must be at least 1")
 	} else if p.Users > maxUsers {
-		fail("population.users", p.Users, "must be at most %d", maxUsers)
+		s.fail("population.users", p.Users, "must be at most %d", maxUsers)
 	}
 	if p.Ramp < 0 {
-		fail("population.ramp", p.Ramp, "must not be negative")
+		s.fail("population.ramp", p.Ramp, "must not be negative")
 	}
 	if p.GroupSize < 2 {
-		fail("population.group_size", p.GroupSize, "must be at least 2")
+		s.fail("population.group_size", p.GroupSize, "must be at least 2")
 	}
 	for _, e := range layoutProblems("population.", p.Groups, p.Devices, p.Behaviours) {
-		fail(e.Key, e.Value, "%w", e.Err)
+		s.fail(e.Key, e.Value, "%w", e.Err)
 	}
 	switch c.Target.CatchUp {
 	case CatchUpOn, CatchUpOff:
 	default:
-		fail("target.catch_up", c.Target.CatchUp, "must be on or off")
+		s.fail("target.catch_up", c.Target.CatchUp, "must be on or off")
 	}
 	switch {
 	case math.IsNaN(p.Rate):
-		fail("population.rate", p.Rate, "must be a number")
+		s.fail("population.rate", p.Rate, "must be a number")
 	case p.Rate < 0:
-		fail("population.rate", p.Rate, "must not be negative")
+		s.fail("population.rate", p.Rate, "must not be negative")
 	case p.Rate > maxRate:
-		fail("population.rate", p.Rate, "must be at most %d", maxRate)
+		s.fail("population.rate", p.Rate, "must be at most %d", maxRate)
 	}
 	if p.Heartbeat < minHeartbeat {
-		fail("population.heartbeat", p.Heartbeat, "must be at least %v", minHeartbeat)
+		s.fail("population.heartbeat", p.Heartbeat, "must be at least %v", minHeartbeat)
 	}
 	if p.Deadline <= 0 {
-		fail("population.deadline", p.Deadline, "must be positive")
+		s.fail("population.deadline", p.Deadline, "must be positive")
 	}
 	// Twice the deadline, because a message the server never acked is
 	// known to be void only a deadline after it was sent, and receivers
 	// must hear that before they write its gap off as lost.
 	if p.Deadline > 0 && p.LostAfter < 2*p.Deadline {
-		fail("population.lost_after", p.LostAfter, "must be at least twice population.deadline (%v)", 2*p.Deadline)
+		s.fail("population.lost_after", p.LostAfter, "must be at least twice population.deadline (%v)", 2*p.Deadline)
 	}
 	if !prefixRE.MatchString(p.Prefix) {
-		fail("population.prefix", p.Prefix, "must match %s", prefixRE)
+		s.fail("population.prefix", p.Prefix, "must match %s", prefixRE)
 	}
 	if p.MessageSize < 0 {
-		fail("population.message_size", p.MessageSize, "must not be negative")
+		s.fail("population.message_size", p.MessageSize, "must not be negative")
 	} else if p.MessageSize > maxMessageSize {
-		fail("population.message_size", p.MessageSize, "must be at most %d", maxMessageSize)
+		s.fail("population.message_size", p.MessageSize, "must be at most %d", maxMessageSize)
 	}
 	b := p.Backoff
 	if b.Initial <= 0 {
-		fail("population.backoff.initial", b.Initial, "must be positive")
+		s.fail("population.backoff.initial", b.Initial, "must be positive")
 	}
 	if b.Max < b.Initial {
-		fail("population.backoff.max", b.Max, "must be at least population.backoff.initial (%v)", b.Initial)
+		s.fail("population.backoff.max", b.Max, "must be at least population.backoff.initial (%v)", b.Initial)
 	}
 	switch {
 	case math.IsNaN(p.MaxConnectRate):
-		fail("population.max_connect_rate", p.MaxConnectRate, "must be a number")
+		s.fail("population.max_connect_rate", p.MaxConnectRate, "must be a number")
 	case p.MaxConnectRate <= 0:
 		// No "unlimited": a population that can reconnect everyone at
 		// once is exactly what this key exists to prevent.
-		fail("population.max_connect_rate", p.MaxConnectRate, "must be positive")
+		s.fail("population.max_connect_rate", p.MaxConnectRate, "must be positive")
 	case p.MaxConnectRate > maxConnectRate:
-		fail("population.max_connect_rate", p.MaxConnectRate, "must be at most %d", maxConnectRate)
+		s.fail("population.max_connect_rate", p.MaxConnectRate, "must be at most %d", maxConnectRate)
 	}
 	if _, err := ParseSourceAddrs(p.SourceAddrs); err != nil {
-		fail("population.source_addrs", p.SourceAddrs, "%w", err)
+		s.fail("population.source_addrs", p.SourceAddrs, "%w", err)
 	}
 	switch {
 	case p.LagThreshold < 0:
-		fail("population.lag_threshold", p.LagThreshold, "must not be negative")
+		s.fail("population.lag_threshold", p.LagThreshold, "must not be negative")
 	case p.SessionLifetime < 0 || (p.SessionLifetime > 0 && p.SessionLifetime < time.Second):
-		fail("population.session_lifetime", p.SessionLifetime, "must be 0 (no churn) or at least 1s")
+		s.fail("population.session_lifetime", p.SessionLifetime, "must be 0 (no churn) or at least 1s")
 	case p.Deadline > 0 && p.LagThreshold >= p.Deadline:
 		// A stall must be flagged before its messages are late.
-		fail("population.lag_threshold", p.LagThreshold, "must be less than population.deadline (%v)", p.Deadline)
+		s.fail("population.lag_threshold", p.LagThreshold, "must be less than population.deadline (%v)", p.Deadline)
 	}
-	checkSlowReaders("population.slow_readers", p.SlowReaders, fail)
+	checkSlowReaders("population.slow_readers", p.SlowReaders, s.fail)
+}
 
+// shardProblems checks shard's form.
+func shardProblems(s *problemSink, c Config) {
 	// The host name matters only to "auto/N", which is resolved at start;
 	// here only its form is checked.
 	if _, err := ParseShard(strings.Replace(c.Shard, "auto/", "0/", 1), ""); err != nil {
-		fail("shard", c.Shard, "%w", err)
+		s.fail("shard", c.Shard, "%w", err)
 	}
+}
 
-	sa := c.Saturation
+// saturationProblems checks the saturation detector's limits.
+func saturationProblems(s *problemSink, sa Saturation) {
 	if sa.Interval < minSaturationInterval {
-		fail("saturation.interval", sa.Interval, "must be at least %v", minSaturationInterval)
+		s.fail("saturation.interval", sa.Interval, "must be at least %v", minSaturationInterval)
 	}
 	if sa.Interval > 0 && (sa.Window < sa.Interval || sa.Window%sa.Interval != 0 || sa.Window/sa.Interval > maxSaturationSteps) {
-		fail("saturation.window", sa.Window, "must be 1 to %d times saturation.interval (%v)", maxSaturationSteps, sa.Interval)
+		s.fail("saturation.window", sa.Window, "must be 1 to %d times saturation.interval (%v)", maxSaturationSteps, sa.Interval)
 	}
 	for _, d := range []struct {
 		key string
@@ -361,7 +395,7 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 		{"saturation.max_gc_pause", sa.MaxGCPause},
 	} {
 		if d.v <= 0 {
-			fail(d.key, d.v, "must be positive")
+			s.fail(d.key, d.v, "must be positive")
 		}
 	}
 	for _, r := range []struct {
@@ -373,74 +407,82 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 		{"saturation.max_ports", sa.MaxPorts},
 	} {
 		if !(r.v > 0 && r.v <= 1) {
-			fail(r.key, r.v, "must be above 0 and at most 1")
+			s.fail(r.key, r.v, "must be above 0 and at most 1")
 		}
 	}
+}
 
+// storeProblems checks the SLO objective, data_dir and the run history's
+// bounds.
+func storeProblems(s *problemSink, c Config) {
 	if !(c.SLO.Objective > 0 && c.SLO.Objective < 1) {
-		fail("slo.objective", c.SLO.Objective, "must be above 0 and below 1, such as 0.999")
+		s.fail("slo.objective", c.SLO.Objective, "must be above 0 and below 1, such as 0.999")
 	}
 
 	if c.DataDir == "" {
-		fail("data_dir", c.DataDir, "must not be empty")
+		s.fail("data_dir", c.DataDir, "must not be empty")
 	}
 
 	h := c.History
 	if h.MaxRuns < 1 {
-		fail("history.max_runs", h.MaxRuns, "must be at least 1")
+		s.fail("history.max_runs", h.MaxRuns, "must be at least 1")
 	}
 	if h.MaxAge <= 0 {
-		fail("history.max_age", h.MaxAge, "must be positive")
+		s.fail("history.max_age", h.MaxAge, "must be positive")
 	}
 	if h.MaxCanaryRounds < 1 {
-		fail("history.max_canary_rounds", h.MaxCanaryRounds, "must be at least 1")
+		s.fail("history.max_canary_rounds", h.MaxCanaryRounds, "must be at least 1")
 	}
+}
 
-	cn := c.Canary
+// canaryProblems checks the canary.
+func canaryProblems(s *problemSink, cn Canary) {
 	if cn.Schedule != "" {
 		if err := checkSchedule(cn.Schedule); err != nil {
-			fail("canary.schedule", cn.Schedule, "must be a cron schedule or empty: %w", err)
+			s.fail("canary.schedule", cn.Schedule, "must be a cron schedule or empty: %w", err)
 		}
 	}
 	if cn.Deadline <= 0 {
-		fail("canary.deadline", cn.Deadline, "must be positive")
+		s.fail("canary.deadline", cn.Deadline, "must be positive")
 	}
 	if cn.Users < 2 {
-		fail("canary.users", cn.Users, "must be at least 2")
+		s.fail("canary.users", cn.Users, "must be at least 2")
 	} else if cn.Users > maxCanaryUsers {
-		fail("canary.users", cn.Users, "must be at most %d", maxCanaryUsers)
+		s.fail("canary.users", cn.Users, "must be at most %d", maxCanaryUsers)
 	}
 	if cn.Messages < 1 {
-		fail("canary.messages", cn.Messages, "must be at least 1")
+		s.fail("canary.messages", cn.Messages, "must be at least 1")
 	} else if cn.Messages > maxCanaryMessages {
-		fail("canary.messages", cn.Messages, "must be at most %d", maxCanaryMessages)
+		s.fail("canary.messages", cn.Messages, "must be at most %d", maxCanaryMessages)
 	}
 	if cn.Jitter < 0 {
-		fail("canary.jitter", cn.Jitter, "must not be negative")
+		s.fail("canary.jitter", cn.Jitter, "must not be negative")
 	}
 	if cn.RetryAfter < 0 {
-		fail("canary.retry_after", cn.RetryAfter, "must be positive, or 0 for no retry")
+		s.fail("canary.retry_after", cn.RetryAfter, "must be positive, or 0 for no retry")
 	} else if cn.RetryAfter > 0 && cn.Schedule != "" {
 		if iv := minScheduleInterval(cn.Schedule); iv > 0 && cn.RetryAfter >= iv {
-			fail("canary.retry_after", cn.RetryAfter, "must be shorter than canary.schedule's interval (%v for %q): a retry any later is the scheduled round", iv, cn.Schedule)
+			s.fail("canary.retry_after", cn.RetryAfter, "must be shorter than canary.schedule's interval (%v for %q): a retry any later is the scheduled round", iv, cn.Schedule)
 		}
 	}
 	if cn.MaxClockUncertainty <= 0 {
-		fail("canary.max_clock_uncertainty", cn.MaxClockUncertainty, "must be positive")
+		s.fail("canary.max_clock_uncertainty", cn.MaxClockUncertainty, "must be positive")
 	}
+}
 
+// soakProblems checks the soak profiles, and that their names are unique.
+func soakProblems(s *problemSink, sk Soak) {
 	first := make(map[string]int) // profile name → index of its first use
-	for i, p := range c.Soak.Profiles {
+	for i, p := range sk.Profiles {
 		at := fmt.Sprintf("soak.profiles[%d]", i)
 		// A name that is also invalid gets only that error, from problems.
 		if j, dup := first[p.Name]; dup && profileNameRE.MatchString(p.Name) {
-			fail(at+".name", p.Name, "must be unique: soak.profiles[%d] has the same name", j)
+			s.fail(at+".name", p.Name, "must be unique: soak.profiles[%d] has the same name", j)
 		} else if !dup {
 			first[p.Name] = i
 		}
-		out = append(out, p.problems(at)...)
+		s.add(p.problems(at)...)
 	}
-	return out
 }
 
 // problems checks one soak profile whose keys start with at
