@@ -583,9 +583,11 @@ func (r *run) kind(k metrics.Kind) probetest.Totals {
 	}
 }
 
-func (r *run) sendErrors() map[string]float64 {
+// nonzero returns the counters of cs that have counted something, by
+// their label.
+func nonzero(cs map[string]prometheus.Counter) map[string]float64 {
 	out := map[string]float64{}
-	for reason, c := range r.set.SendErrors {
+	for reason, c := range cs {
 		if v := metrics.Value(c); v > 0 {
 			out[reason] = v
 		}
@@ -596,7 +598,7 @@ func (r *run) sendErrors() map[string]float64 {
 func population(t *testing.T, s Server) {
 	r := start(t, s, Faults{}, s.CatchUp)
 	c := r.soak(s, 150, 30*time.Second)
-	t.Logf("%v; send errors %v", c, r.sendErrors())
+	t.Logf("%v; send errors %v", c, nonzero(r.set.SendErrors))
 	for _, k := range []metrics.Kind{metrics.Direct, metrics.Group} {
 		kc := r.kind(k)
 		if kc.Expected < 20 {
@@ -606,7 +608,7 @@ func population(t *testing.T, s Server) {
 			t.Errorf("%s: %v: want every expected delivery delivered once, in order, on time", metrics.Kinds[k], kc)
 		}
 	}
-	if e := r.sendErrors(); len(e) != 0 {
+	if e := nonzero(r.set.SendErrors); len(e) != 0 {
 		t.Errorf("send errors %v, want none", e)
 	}
 }
@@ -653,23 +655,13 @@ func slowReader(t *testing.T, s Server) {
 	// again in every session leaves its last messages in flight (a gap
 	// at a stream's tail shows only once something later arrives).
 	slow := probetest.Cohort(r.set, metrics.SlowReader)
-	t.Logf("normal %v; slow readers %v; disconnects %v", normal, slow, r.disconnects())
+	t.Logf("normal %v; slow readers %v; disconnects %v", normal, slow, nonzero(r.set.Disconnects))
 	if normal.Expected == 0 || normal.Lost+normal.Dup != 0 {
 		t.Errorf("normal users %v: a slow reader must cost the others nothing", normal)
 	}
 	if slow.Expected == 0 {
 		t.Errorf("slow readers %v: nothing owed to them, want their deliveries counted in their own cohort", slow)
 	}
-}
-
-func (r *run) disconnects() map[string]float64 {
-	out := map[string]float64{}
-	for reason, c := range r.set.Disconnects {
-		if v := metrics.Value(c); v > 0 {
-			out[reason] = v
-		}
-	}
-	return out
 }
 
 func catchUp(t *testing.T, s Server) {
