@@ -10,8 +10,8 @@ import (
 	"github.com/imcanary/imcanary/engine"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/conformance"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
-	"github.com/imcanary/imcanary/probe/reference"
 )
 
 // inboxHandler is a session's handler that records deliveries in a
@@ -48,33 +48,25 @@ func appendFrame(dst []byte, body *[]byte, seq uint64, intended int64) []byte {
 }
 
 // BenchmarkFrameToLedger measures a delivery from its frame's bytes to the
-// ledger's counters, through the native reference adapter and through the
-// shipped mapping of the same protocol, in one run: compare the two. Each
-// round builds its frame (the decoders unescape in place), which costs
-// what build measures alone: subtract it from both before comparing.
-func BenchmarkFrameToLedger(b *testing.B) {
-	for _, name := range []string{"build", "native", "mapped"} {
-		b.Run(name, func(b *testing.B) {
-			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
-			start := time.Now().UnixNano()
-			in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
-			h := inboxHandler{in}
-			frame := func([]byte, int64) error { return nil }
-			switch name {
-			case "mapped":
-				frame = frameSession(b, h).Frame
-			case "native":
-				frame = reference.NewDecoder(h).Frame
-			}
-			var buf, body []byte
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				buf = appendFrame(buf[:0], &body, uint64(i+1), start+int64(i))
-				if err := frame(buf, start+int64(i)+1e6); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+// ledger's counters through the shipped mapping of the reference protocol
+// ("mapped"), beside the native reference adapter reading the same frames
+// (conformance.BenchmarkFrames): compare the two.
+func BenchmarkFrameToLedger(b *testing.B) { conformance.BenchmarkFrames(b, benchFrames()) }
+
+// TestBenchFrames: the benchmark's frames are ones the mapping delivers.
+func TestBenchFrames(t *testing.T) { conformance.CheckFrames(t, benchFrames()) }
+
+// benchFrames is the reference protocol's delivery frame read through the
+// mapping.
+func benchFrames() conformance.Frames {
+	return conformance.Frames{
+		Name: "mapped",
+		Build: func(dst, body []byte, _ uint64) []byte {
+			dst = append(dst, `{"type":"msg","from":"imcanary-u17","group":"imcanary-g3","conv":"g:imcanary-g3","msg_id":"123456","seq":77,"body":`...)
+			dst = jsonscan.AppendString(dst, body)
+			return append(dst, '}')
+		},
+		Decoder: func(tb testing.TB, h probe.Handler) func([]byte, int64) error { return frameSession(tb, h).Frame },
 	}
 }
 

@@ -6,22 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/imcanary/imcanary/engine"
-	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
+	"github.com/imcanary/imcanary/probe/internal/conformance"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 	"github.com/imcanary/imcanary/probe/internal/longpoll"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
-	"github.com/imcanary/imcanary/probe/reference"
 )
-
-// appendBody appends the probe body of a group message of seq at intended.
-func appendBody(dst []byte, seq uint64, intended int64) []byte {
-	h := probe.Header{Run: []byte("run1"), Sender: []byte("imc-b"), Stream: []byte("g.g1"), Seq: seq, Intended: intended}
-	return probe.AppendBody(dst, &h, 0)
-}
 
 // appendSync appends a /sync answer that carries one group message, with
 // the fields Dendrite v0.13.8 sends (testdata/fuzz/FuzzAnswer/sync-full)
@@ -39,52 +29,28 @@ func appendSync(dst, body []byte, i int) []byte {
 	return append(dst, `"},"unread_notifications":{"highlight_count":0,"notification_count":0}}}},"to_device":{"events":[]}}`...)
 }
 
-// appendReference appends the reference protocol's frame of the same
-// delivery.
-func appendReference(dst, body []byte) []byte {
-	dst = append(dst, `{"type":"msg","from":"imc-b","group":"g1","conv":"g:g1","msg_id":"123456","seq":77,"body":`...)
-	dst = jsonscan.AppendString(dst, body)
-	return append(dst, '}')
-}
-
 // BenchmarkFrameToLedger measures a group delivery from the bytes of a
 // /sync answer to the ledger's counters through this adapter
-// (encoding/json into the answer's structs, room lookup, sender) and the
-// same delivery through the native reference adapter, in one run:
-// compare them. "build" is the frame construction both include.
-func BenchmarkFrameToLedger(b *testing.B) {
-	for _, name := range []string{"build", "reference", "matrix"} {
-		b.Run(name, func(b *testing.B) {
-			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
-			start := time.Now().UnixNano()
-			in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
-			h := probetest.InboxHandler{In: in}
-			s := newTestSession(b)
+// (encoding/json into the answer's structs, room lookup, sender), beside
+// the native reference adapter (conformance.BenchmarkFrames).
+func BenchmarkFrameToLedger(b *testing.B) { conformance.BenchmarkFrames(b, benchFrames()) }
+
+// TestBenchFrames: the benchmark's frames are ones the adapter delivers.
+func TestBenchFrames(t *testing.T) { conformance.CheckFrames(t, benchFrames()) }
+
+// benchFrames is a /sync answer carrying one group message, and the
+// session's answer reader.
+func benchFrames() conformance.Frames {
+	return conformance.Frames{
+		Name: "matrix", Sender: "imc-b", Group: "g1",
+		Build: func(dst, body []byte, seq uint64) []byte { return appendSync(dst, body, int(seq)) },
+		Decoder: func(tb testing.TB, h probe.Handler) func([]byte, int64) error {
+			s := newTestSession(tb)
 			s.answers.Serve(h)
-			ref := reference.NewDecoder(h)
-			var buf, body []byte
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				body = appendBody(body[:0], uint64(i+1), start+int64(i))
-				switch name {
-				case "build":
-					buf = appendSync(buf[:0], body, i)
-				case "reference":
-					buf = appendReference(buf[:0], body)
-					if err := ref.Frame(buf, start+int64(i)+1e6); err != nil {
-						b.Fatal(err)
-					}
-				case "matrix":
-					buf = appendSync(buf[:0], body, i)
-					if err := s.Answer(&longpoll.Response{Status: 200, Body: buf, At: start + int64(i) + 1e6}); err != nil {
-						b.Fatal(err)
-					}
-				}
+			return func(frame []byte, at int64) error {
+				return s.Answer(&longpoll.Response{Status: 200, Body: frame, At: at})
 			}
-			if name != "build" && metrics.Value(set.Kind[metrics.Group].Cohort[metrics.Normal].Delivered) < float64(b.N) {
-				b.Fatal("deliveries not counted")
-			}
-		})
+		},
 	}
 }
 

@@ -6,21 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/imcanary/imcanary/engine"
-	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/internal/jsonscan"
+	"github.com/imcanary/imcanary/probe/internal/conformance"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
-	"github.com/imcanary/imcanary/probe/reference"
 )
-
-// appendBody appends the probe body of a group message of seq at intended.
-func appendBody(dst []byte, seq uint64, intended int64) []byte {
-	h := probe.Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3"), Seq: seq, Intended: intended}
-	return probe.AppendBody(dst, &h, 0)
-}
 
 // appendPublish appends the QoS 1 PUBLISH of body on the group's topic, as
 // a broker sends it: MQTT 5's with an empty property list.
@@ -51,57 +40,38 @@ func appendPublish(dst, body []byte, id uint16, v5 bool) []byte {
 	return append(dst, body...)
 }
 
-// appendReference appends the reference protocol's frame of the same
-// delivery.
-func appendReference(dst, body []byte) []byte {
-	dst = append(dst, `{"type":"msg","from":"imcanary-u17","group":"imcanary-g3","conv":"g:imcanary-g3","msg_id":"123456","seq":77,"body":`...)
-	dst = jsonscan.AppendString(dst, body)
-	return append(dst, '}')
-}
-
 // BenchmarkFrameToLedger measures a group delivery from its frame's bytes
 // to the ledger's counters through this adapter (packet split, the Paho
-// packets decoder, topic, PUBACK queued) and through the native reference
-// adapter, in one run: compare them. "build" is the frame construction
-// they include.
+// packets decoder, topic, PUBACK queued), at MQTT 3.1.1 and 5, beside the
+// native reference adapter (conformance.BenchmarkFrames).
 func BenchmarkFrameToLedger(b *testing.B) {
-	for _, name := range []string{"build", "reference", "mqtt", "mqtt5"} {
-		b.Run(name, func(b *testing.B) {
-			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
-			start := time.Now().UnixNano()
-			in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
-			h := probetest.InboxHandler{In: in}
-			s := newTestSession(b)
-			if name == "mqtt5" {
-				s = newTestSession(b, "5")
+	conformance.BenchmarkFrames(b, benchFrames("mqtt", false), benchFrames("mqtt5", true))
+}
+
+// TestBenchFrames: the benchmark's frames are ones the adapter delivers.
+func TestBenchFrames(t *testing.T) {
+	conformance.CheckFrames(t, benchFrames("mqtt", false), benchFrames("mqtt5", true))
+}
+
+// benchFrames is a group delivery's PUBLISH, at MQTT 5 or 3.1.1, and the
+// session's packet reader.
+func benchFrames(name string, v5 bool) conformance.Frames {
+	return conformance.Frames{
+		Name:  name,
+		Build: func(dst, body []byte, seq uint64) []byte { return appendPublish(dst, body, uint16(seq), v5) },
+		Decoder: func(tb testing.TB, h probe.Handler) func([]byte, int64) error {
+			s := newTestSession(tb)
+			if v5 {
+				s = newTestSession(tb, "5")
 			}
 			rd := &reader{s: s, h: h}
-			ref := reference.NewDecoder(h)
-			var buf, body []byte
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				body = appendBody(body[:0], uint64(i+1), start+int64(i))
-				switch name {
-				case "build":
-					buf = appendPublish(buf[:0], body, uint16(i), false)
-				case "reference":
-					buf = appendReference(buf[:0], body)
-					if err := ref.Frame(buf, start+int64(i)+1e6); err != nil {
-						b.Fatal(err)
-					}
-				case "mqtt", "mqtt5":
-					buf = appendPublish(buf[:0], body, uint16(i), name == "mqtt5")
-					rd.at = start + int64(i) + 1e6
-					if err := s.packets(buf, rd.handle); err != nil {
-						b.Fatal(err)
-					}
-					s.acks = s.acks[:0]
-				}
+			return func(frame []byte, at int64) error {
+				rd.at = at
+				err := s.packets(frame, rd.handle)
+				s.acks = s.acks[:0]
+				return err
 			}
-			if name != "build" && metrics.Value(set.Kind[metrics.Group].Cohort[metrics.Normal].Delivered) < float64(b.N) {
-				b.Fatal("deliveries not counted")
-			}
-		})
+		},
 	}
 }
 

@@ -3,19 +3,13 @@ package openim
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/openimsdk/protocol/constant"
 	"github.com/openimsdk/protocol/sdkws"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/imcanary/imcanary/engine"
-	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
-	"github.com/imcanary/imcanary/probe/internal/jsonscan"
-	"github.com/imcanary/imcanary/probe/internal/probetest"
-	"github.com/imcanary/imcanary/probe/reference"
+	"github.com/imcanary/imcanary/probe/internal/conformance"
 )
 
 // appendPush appends the gateway's push (2001) of body as group message
@@ -34,45 +28,24 @@ func appendPush(dst, body []byte, seq int64) []byte {
 
 // BenchmarkFrameToLedger measures a group delivery from the gateway's
 // push frame to the ledger's counters through this adapter (encoding/json
-// for the envelope, base64, protobuf, the text content's JSON) and through
-// the native reference adapter, in one run: compare them. "build" is the
-// frame construction both include, and is large here: the push is built
-// with the same libraries it is read with.
-func BenchmarkFrameToLedger(b *testing.B) {
-	for _, name := range []string{"build", "reference", "openim"} {
-		b.Run(name, func(b *testing.B) {
-			set := metrics.New(prometheus.NewPedanticRegistry()).For("bench", metrics.SourceBackground)
-			start := time.Now().UnixNano()
-			in := engine.NewLedger(set, "run1", time.Unix(0, start), 10*time.Second, 30*time.Second).NewInbox()
-			h := probetest.InboxHandler{In: in}
-			s, _ := fuzzSession(b)
+// for the envelope, base64, protobuf, the text content's JSON), beside the
+// native reference adapter (conformance.BenchmarkFrames). Its "build" is
+// large: the push is built with the same libraries it is read with.
+func BenchmarkFrameToLedger(b *testing.B) { conformance.BenchmarkFrames(b, benchFrames()) }
+
+// TestBenchFrames: the benchmark's frames are ones the adapter delivers.
+func TestBenchFrames(t *testing.T) { conformance.CheckFrames(t, benchFrames()) }
+
+// benchFrames is the gateway's push (2001) of a group message, and the
+// session's frame reader.
+func benchFrames() conformance.Frames {
+	return conformance.Frames{
+		Name:  "openim",
+		Build: func(dst, body []byte, seq uint64) []byte { return appendPush(dst, body, int64(seq)) },
+		Decoder: func(tb testing.TB, h probe.Handler) func([]byte, int64) error {
+			s, _ := fuzzSession(tb)
 			s.h = h
-			ref := reference.NewDecoder(h)
-			var buf, body []byte
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				hd := probe.Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3"), Seq: uint64(i + 1), Intended: start + int64(i)}
-				body = probe.AppendBody(body[:0], &hd, 0)
-				switch name {
-				case "build":
-					buf = appendPush(buf[:0], body, int64(i+1))
-				case "reference":
-					buf = append(buf[:0], `{"type":"msg","from":"imcanary-u17","group":"imcanary-g3","conv":"g:imcanary-g3","msg_id":"123456","seq":77,"body":`...)
-					buf = jsonscan.AppendString(buf, body)
-					buf = append(buf, '}')
-					if err := ref.Frame(buf, start+int64(i)+1e6); err != nil {
-						b.Fatal(err)
-					}
-				case "openim":
-					buf = appendPush(buf[:0], body, int64(i+1))
-					if err := s.Frame(buf, start+int64(i)+1e6); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			if name != "build" && metrics.Value(set.Kind[metrics.Group].Cohort[metrics.Normal].Delivered) < float64(b.N) {
-				b.Fatal("deliveries not counted")
-			}
-		})
+			return s.Frame
+		},
 	}
 }

@@ -594,7 +594,11 @@ func parseRef(b []byte) (uint64, bool) {
 type Decoder struct{ s session }
 
 // NewDecoder returns a Decoder that reports to h.
-func NewDecoder(h probe.Handler) *Decoder { return &Decoder{s: session{h: h}} }
+func NewDecoder(h probe.Handler) *Decoder {
+	// Frame takes its scratch from the driver's pool.
+	d := &Driver{scratch: sync.Pool{New: func() any { return new(scratch) }}}
+	return &Decoder{s: session{h: h, d: d}}
+}
 
 // Frame handles one frame as a session's read loop does.
 func (d *Decoder) Frame(b []byte, at int64) error { return d.s.Frame(b, at) }
