@@ -207,3 +207,43 @@ func TestMemLatencyIsTheDelay(t *testing.T) {
 		}
 	})
 }
+
+// TestMemStallIsLagging: the server stops delivering to one user without
+// closing its session, as Tinode does to a slow session. The session stays
+// online and nothing is lost yet, so only the lag can show it: it is
+// flagged lagging within one deadline, the only one, and clears once
+// deliveries come again.
+func TestMemStallIsLagging(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newMemServer()
+		r := runMem(t, srv)
+		time.Sleep(time.Second)
+		if n := metrics.Value(r.set.SessionsLagging); n != 0 {
+			t.Fatalf("before the stall: sessions lagging = %v, want 0", n)
+		}
+		const stalled = "m-u7"
+		srv.setFaults(func(d memDelivery) memFault { return memFault{drop: d.to == stalled} })
+		began := time.Now()
+		for metrics.Value(r.set.SessionsLagging) == 0 && time.Since(began) <= memDeadline {
+			time.Sleep(10 * time.Millisecond)
+		}
+		took := time.Since(began)
+		if n := metrics.Value(r.set.SessionsLagging); n != 1 {
+			t.Fatalf("sessions lagging = %v %v after the stall, want exactly the stalled one within the deadline (%v)", n, took, memDeadline)
+		}
+		if lost := r.totals().lost; lost != 0 {
+			t.Errorf("lost = %v when the stall was flagged, want 0: lag must come first", lost)
+		}
+		for _, reason := range metrics.DisconnectReasons {
+			if n := metrics.Value(r.set.Disconnects[reason]); n != 0 {
+				t.Errorf("%s disconnects = %v, want 0: the stall closes nothing", reason, n)
+			}
+		}
+		srv.setFaults(nil)
+		time.Sleep(2 * memDeadline)
+		if n := metrics.Value(r.set.SessionsLagging); n != 0 {
+			t.Errorf("sessions lagging = %v two deadlines after the stall ended, want 0", n)
+		}
+		t.Logf("stall flagged after %v (deadline %v)", took, memDeadline)
+	})
+}
