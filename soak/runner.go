@@ -154,15 +154,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	defer func() { running.Set(0); r.running.Store("") }()
 
 	start := time.Now()
-	rep := &report.Soak{
-		ID: report.NewRunID(start), Kind: "soak", Target: o.Target, Start: start,
-		Profile: profileOf(p),
-		Users:   report.Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
-		CatchUp: config.CatchUpOff,
-	}
-	if o.Connection.CatchUp {
-		rep.CatchUp = config.CatchUpOn
-	}
+	rep := r.newReport(p, pop, start)
 	before := snapshot(set)
 	connectBefore := readConnect(set)
 	log := o.Logger.With("profile", p.Name, "run", rep.ID)
@@ -201,14 +193,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		rep.Phases = append(rep.Phases, report.Phase{Name: name, Start: now})
 	}
 	phase(report.PhaseRamp)
-	// The ramp ends when every user due has logged in, or a grace period
-	// after the configured ramp (longer if the connect rate limit needs
-	// it): the verdict will say who never did.
-	rampCtx, endRamp := context.WithDeadline(ctx, start.Add(pop.Ramp()+30*time.Second))
-	// Online counts sessions: each user due holds one per device.
-	pop.WaitOnline(rampCtx, (p.Users-late)*pop.Devices())
-	endRamp()
-	aborted = ctx.Err() != nil
+	aborted = waitRamp(ctx, p, pop, start, late)
 	// sendStart and sendEnd bound the send phase as it ran, which an
 	// abort cuts short: the report's rates are over this span, never the
 	// profile's duration.
@@ -227,6 +212,46 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	stopStorm()
 	stopPop()
 	wg.Wait()
+	finishReport(rep, pop, s)
+	r.fill(rep, p, snapshot(set).sub(before), obs, s, st, slow, aborted, sendEnd.Sub(sendStart))
+	rep.ConnectPath = connectPath(connectBefore, readConnect(set), rep.Latency["login"])
+
+	result := r.record(p, rep)
+	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
+	return rep, nil
+}
+
+// newReport is the report of a run of p begun at start, before any of
+// its figures.
+func (r *Runner) newReport(p config.Profile, pop *engine.Population, start time.Time) *report.Soak {
+	rep := &report.Soak{
+		ID: report.NewRunID(start), Kind: "soak", Target: r.o.Target, Start: start,
+		Profile: profileOf(p),
+		Users:   report.Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
+		CatchUp: config.CatchUpOff,
+	}
+	if r.o.Connection.CatchUp {
+		rep.CatchUp = config.CatchUpOn
+	}
+	return rep
+}
+
+// waitRamp waits out the ramp phase of a run begun at start, whose late
+// users are not due, and reports whether ctx ended.
+func waitRamp(ctx context.Context, p config.Profile, pop *engine.Population, start time.Time, late int) (aborted bool) {
+	// The ramp ends when every user due has logged in, or a grace period
+	// after the configured ramp (longer if the connect rate limit needs
+	// it): the verdict will say who never did.
+	rampCtx, endRamp := context.WithDeadline(ctx, start.Add(pop.Ramp()+30*time.Second))
+	// Online counts sessions: each user due holds one per device.
+	pop.WaitOnline(rampCtx, (p.Users-late)*pop.Devices())
+	endRamp()
+	return ctx.Err() != nil
+}
+
+// finishReport puts in rep the run's end and what its sampler and
+// population saw, once every goroutine of the run has stopped.
+func finishReport(rep *report.Soak, pop *engine.Population, s *sampler) {
 	rep.End = time.Now()
 	rep.Samples = s.samples
 	rep.Users.LoggedIn = pop.LoggedIn()
@@ -234,12 +259,6 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	if s.minOnline < 0 {
 		rep.Users.MinOnlineRatio = 0
 	}
-	r.fill(rep, p, snapshot(set).sub(before), obs, s, st, slow, aborted, sendEnd.Sub(sendStart))
-	rep.ConnectPath = connectPath(connectBefore, readConnect(set), rep.Latency["login"])
-
-	result := r.record(p, rep)
-	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
-	return rep, nil
 }
 
 // newPopulation makes the population of profile p, paused until its send
