@@ -68,7 +68,7 @@ func (r *memRun) settle() memTotals {
 }
 
 type memTotals struct {
-	expected, delivered, recovered, lost, late, dup, reordered float64
+	expected, delivered, recovered, lost, late, dup, reordered, unowed float64
 }
 
 func (r *memRun) totals() memTotals {
@@ -82,6 +82,7 @@ func (r *memRun) totals() memTotals {
 		c.late += metrics.Value(rs.Late)
 		c.dup += metrics.Value(rs.Duplicate)
 		c.reordered += metrics.Value(rs.Reordered)
+		c.unowed += metrics.Value(rs.Unowed)
 	}
 	return c
 }

@@ -24,6 +24,10 @@ type memServer struct {
 	groups map[string][]string
 	seqs   map[string]uint64
 	online map[string][]*memSession
+	// stored holds messages to users with no session, delivered at their
+	// next login, as an IM server keeps what a user who is away is sent:
+	// the engine owes every member of a group each of its messages.
+	stored map[string][]memEvent
 	// faults, if set, says what happens to one delivery.
 	faults func(d memDelivery) memFault
 	// made counts what the faults did.
@@ -31,6 +35,11 @@ type memServer struct {
 	// overflow counts events a full session queue refused: a test whose
 	// traffic is sized right sees none.
 	overflow atomic.Int64
+	// down refuses connects, as a server that is not listening does.
+	down bool
+	// discarded counts deliveries a killed server never made: queued for
+	// a session it ended, or due to one after it ended.
+	discarded atomic.Int64
 }
 
 // memDelivery is one delivery the server is about to make.
@@ -53,7 +62,7 @@ type memCounts struct {
 }
 
 func newMemServer() *memServer {
-	return &memServer{groups: map[string][]string{}, seqs: map[string]uint64{}, online: map[string][]*memSession{}}
+	return &memServer{groups: map[string][]string{}, seqs: map[string]uint64{}, online: map[string][]*memSession{}, stored: map[string][]memEvent{}}
 }
 
 func (s *memServer) counts() memCounts {
@@ -78,13 +87,59 @@ func (s *memServer) Provision(_ context.Context, plan probe.Plan) error {
 	return nil
 }
 
+var errMemDown = errors.New("memserver: connection refused")
+
 // Connect implements probe.Driver.
 func (s *memServer) Connect(_ context.Context, user string, _ probe.Device) (probe.Session, error) {
-	ss := &memSession{srv: s, user: user, in: make(chan memEvent, 4096), done: make(chan struct{})}
+	ss := &memSession{srv: s, user: user, in: make(chan memEvent, 4096), done: make(chan struct{}), gone: make(chan struct{})}
 	s.mu.Lock()
+	if s.down {
+		s.mu.Unlock()
+		return nil, errMemDown
+	}
 	s.online[user] = append(s.online[user], ss)
+	for _, ev := range s.stored[user] {
+		ss.put(ev)
+	}
+	delete(s.stored, user)
 	s.mu.Unlock()
+	// The login's answer takes a while to come back, as over a network:
+	// the client learns it is online after the server routes to it, so
+	// that a message it is owed (sent after it learnt) always reaches it.
+	// Without this the bubble's clock, which does not move, would make
+	// the two the same instant, in either order.
+	time.Sleep(time.Millisecond)
 	return ss, nil
+}
+
+// kill ends every session, as a server that dies does, and refuses
+// connects until revive: what it had queued for a session, or had yet to
+// deliver, is discarded and counted.
+func (s *memServer) kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = true
+	for u, list := range s.online {
+		for _, ss := range list {
+			ss.dead.Store(true)
+			for len(ss.in) > 0 {
+				if ev := <-ss.in; !ev.ack {
+					s.discarded.Add(1)
+				}
+			}
+			s.discarded.Add(int64(len(ss.held)))
+			ss.held = nil
+			close(ss.gone)
+		}
+		delete(s.online, u)
+	}
+}
+
+// revive takes connects again.
+func (s *memServer) revive() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = false
 }
 
 // memEvent is what a session reads: an ack of its own send, or a delivery.
@@ -103,6 +158,9 @@ type memSession struct {
 	in   chan memEvent
 	done chan struct{}
 	once sync.Once
+	// gone is closed, and dead set, when the server kills the session.
+	gone chan struct{}
+	dead atomic.Bool
 	// held is a delivery the reorder fault holds, per conversation and
 	// sender.
 	held map[string]memEvent
@@ -117,7 +175,16 @@ func (ss *memSession) Serve(h probe.Handler) error {
 		select {
 		case <-ss.done:
 			return &probe.Disconnect{Reason: metrics.ReasonShutdown}
+		case <-ss.gone:
+			return &probe.Disconnect{Reason: metrics.ReasonServerClose}
 		case ev := <-ss.in:
+			if ss.dead.Load() {
+				// Taken as the server died: it never reached us.
+				if !ev.ack {
+					ss.srv.discarded.Add(1)
+				}
+				continue
+			}
 			if ev.ack {
 				h.OnAck(ev.ref, probe.Ack{Seq: ev.seq})
 				continue
@@ -156,6 +223,9 @@ func (s *memServer) leave(ss *memSession) {
 func (s *memServer) route(from *memSession, m *probe.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if from.dead.Load() {
+		return &probe.Disconnect{Reason: metrics.ReasonServerClose}
+	}
 	conv, to := "d:"+m.To, []string{m.To}
 	if m.Group != "" {
 		conv, to = "g:"+m.Group, s.groups[m.Group]
@@ -175,6 +245,10 @@ func (s *memServer) route(from *memSession, m *probe.Message) error {
 	}
 	for _, u := range to {
 		if u == from.user {
+			continue
+		}
+		if len(s.online[u]) == 0 {
+			s.stored[u] = append(s.stored[u], memEvent{from: from.user, group: m.Group != "", body: body, seq: seq})
 			continue
 		}
 		for _, ss := range s.online[u] {
@@ -198,7 +272,11 @@ func (s *memServer) deliver(ss *memSession, ev memEvent, d memDelivery) {
 		return
 	case f.delay > 0:
 		s.made.delayed++
-		time.AfterFunc(f.delay, func() { ss.put(ev) })
+		time.AfterFunc(f.delay, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			ss.put(ev)
+		})
 		return
 	case f.hold && ss.held[key].body == nil:
 		s.made.held++
@@ -220,8 +298,15 @@ func (s *memServer) deliver(ss *memSession, ev memEvent, d memDelivery) {
 }
 
 // put queues ev for the session's reader, or reports that its queue is
-// full: the tests size their traffic far under it.
+// full: the tests size their traffic far under it. A session the server
+// killed gets nothing: the delivery is counted discarded. s.mu is held.
 func (ss *memSession) put(ev memEvent) bool {
+	if ss.dead.Load() {
+		if !ev.ack {
+			ss.srv.discarded.Add(1)
+		}
+		return true
+	}
 	select {
 	case ss.in <- ev:
 		return true
