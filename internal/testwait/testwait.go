@@ -22,3 +22,42 @@ func For(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 	}
 }
+
+// Sweeper is a population under test, as Traffic and Settle drive it.
+type Sweeper interface {
+	SetSending(bool)
+	Sweep(now time.Time)
+}
+
+// sweepEvery is how often Traffic and Settle sweep: the population's own
+// sweeper runs at its heartbeat, which tests make long.
+const sweepEvery = 50 * time.Millisecond
+
+// Traffic lets p send for d of wall-clock time, sweeping as its sweeper
+// does: the tests over loopback that use it measure a real server's
+// traffic, which no fake clock can hurry.
+func Traffic(p Sweeper, d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(min(sweepEvery, time.Until(end))) {
+		p.Sweep(time.Now())
+	}
+}
+
+// Settle stops p sending and sweeps until accounted reports every owed
+// message delivered or lost, then lets linger pass (for duplicates and
+// stragglers; 0 for none) and sweeps once more. It gives up after limit,
+// and reports whether accounted held.
+func Settle(p Sweeper, linger, limit time.Duration, accounted func() bool) bool {
+	p.SetSending(false)
+	for end := time.Now().Add(limit); ; time.Sleep(sweepEvery) {
+		p.Sweep(time.Now())
+		if accounted() {
+			break
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	Traffic(p, linger)
+	p.Sweep(time.Now())
+	return true
+}

@@ -44,3 +44,26 @@ func TestForTimesOut(t *testing.T) {
 		t.Errorf("For on a condition never true: failed %q after %d polls; want %q", f.failed, calls, want)
 	}
 }
+
+type sweeps struct {
+	sending bool
+	n       int
+}
+
+func (s *sweeps) SetSending(on bool)  { s.sending = on }
+func (s *sweeps) Sweep(now time.Time) { s.n++ }
+
+// Settle stops sending, sweeps until the condition holds, and reports
+// whether it did before the limit.
+func TestSettle(t *testing.T) {
+	s := &sweeps{sending: true}
+	if !Settle(s, 0, time.Second, func() bool { return s.n >= 3 }) {
+		t.Fatal("Settle = false with a condition that holds after three sweeps")
+	}
+	if s.sending || s.n < 3 {
+		t.Errorf("after Settle: sending %v, %d sweeps; want stopped, at least 3", s.sending, s.n)
+	}
+	if Settle(s, 0, 20*time.Millisecond, func() bool { return false }) {
+		t.Error("Settle = true with a condition that never holds")
+	}
+}

@@ -181,18 +181,10 @@ func newFixture(t *testing.T, name string, pc popConfig) *fixture {
 // for (delivered or lost), then one more lost_after for stragglers and
 // duplicates.
 func (fx *fixture) drain(lostAfter time.Duration) {
-	fx.pop.SetSending(false)
-	end := time.Now().Add(2*lostAfter + 5*time.Second)
-	for time.Now().Before(end) {
-		time.Sleep(50 * time.Millisecond)
-		fx.pop.Sweep(time.Now())
+	testwait.Settle(fx.pop, lostAfter, 2*lostAfter+5*time.Second, func() bool {
 		c := fx.counts()
-		if c.expected > 0 && c.delivered+c.recovered+c.lost >= c.expected && fx.pop.Inflight() == 0 {
-			time.Sleep(lostAfter)
-			fx.pop.Sweep(time.Now())
-			return
-		}
-	}
+		return c.expected > 0 && c.delivered+c.recovered+c.lost >= c.expected && fx.pop.Inflight() == 0
+	})
 }
 
 type totals struct {

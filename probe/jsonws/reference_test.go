@@ -13,6 +13,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/engine"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
@@ -165,17 +166,11 @@ func (fx *fixture) cohort(co metrics.Cohort) totals {
 // soak sends for d, then stops sending and waits until every acked message
 // is accounted for, or twice lost_after.
 func (fx *fixture) soak(d, lostAfter time.Duration) totals {
-	time.Sleep(d)
-	fx.pop.SetSending(false)
-	for end := time.Now().Add(2*lostAfter + time.Second); time.Now().Before(end); {
-		time.Sleep(50 * time.Millisecond)
-		fx.pop.Sweep(time.Now())
-		if c := fx.counts(); c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected {
-			time.Sleep(lostAfter)
-			fx.pop.Sweep(time.Now())
-			break
-		}
-	}
+	testwait.Traffic(fx.pop, d)
+	testwait.Settle(fx.pop, lostAfter, 2*lostAfter+time.Second, func() bool {
+		c := fx.counts()
+		return c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected
+	})
 	return fx.counts()
 }
 

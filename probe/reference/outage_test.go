@@ -61,15 +61,13 @@ func openFiles(t *testing.T) int {
 // listenAgain binds addr, which a target just left.
 func listenAgain(t *testing.T, addr string) net.Listener {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ln, err := net.Listen("tcp", addr)
-		if err == nil {
-			return ln
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listen %s: %v", addr, err)
-		}
-	}
+	var ln net.Listener
+	var err error
+	testwait.For(t, 5*time.Second, "to listen on "+addr+" again", func() bool {
+		ln, err = net.Listen("tcp", addr)
+		return err == nil
+	})
+	return ln
 }
 
 // TestTargetOutages runs a population through every way a target goes
@@ -87,7 +85,7 @@ func TestTargetOutages(t *testing.T) {
 		wrap: func(d probe.Driver) probe.Driver { att.Driver = d; return att }}
 	fx := newFixture(t, refserver.Faults{}, pc)
 	addr := fx.addr
-	time.Sleep(time.Second)
+	fx.soakStep(time.Second)
 	// What the process holds in steady state, to compare after recovery:
 	// an outage must leak no goroutine and no connection.
 	goroutines0, files0 := runtime.NumGoroutine(), openFiles(t)
@@ -99,7 +97,8 @@ func TestTargetOutages(t *testing.T) {
 	if v := metrics.Value(fx.set.Online); v != 0 {
 		t.Errorf("sessions_online = %v during the outage, want 0", v)
 	}
-	time.Sleep(time.Second)
+	refused := metrics.Value(fx.set.ConnectFail)
+	testwait.For(t, 5*time.Second, "reconnects to be refused", func() bool { return metrics.Value(fx.set.ConnectFail) > refused })
 
 	// Blackhole: TCP accepted, nothing answered; every login times out.
 	ok0, fail0 := metrics.Value(fx.set.ConnectOK), metrics.Value(fx.set.ConnectFail)
@@ -118,7 +117,12 @@ func TestTargetOutages(t *testing.T) {
 			hmu.Unlock()
 		}
 	})
-	time.Sleep(2500 * time.Millisecond)
+	// Logins time out at the driver's dial timeout, a second.
+	testwait.For(t, 10*time.Second, "a login to time out in the blackhole", func() bool {
+		hmu.Lock()
+		defer hmu.Unlock()
+		return len(held) > 0 && metrics.Value(fx.set.ConnectFail) > fail0
+	})
 	hole.Close()
 	hwg.Wait()
 	hmu.Lock()
@@ -146,17 +150,15 @@ func TestTargetOutages(t *testing.T) {
 		t.Errorf("Connect against a refusing server = %v, want an error naming HTTP 503", err)
 	}
 	fail0 = metrics.Value(fx.set.ConnectFail)
-	time.Sleep(2 * time.Second)
-	if fail := metrics.Value(fx.set.ConnectFail) - fail0; fail == 0 {
-		t.Error("no failed connects counted while the upgrade was refused")
-	}
+	testwait.For(t, 5*time.Second, "failed connects while the upgrade is refused", func() bool { return metrics.Value(fx.set.ConnectFail) > fail0 })
 	_ = refuse.Close()
 	swg.Wait()
 
-	// Three quick restarts, each target living half a second.
+	// Three quick restarts, each target living until a session is in.
 	for range 3 {
+		ok0 := metrics.Value(fx.set.ConnectOK)
 		srv, _, stop, wg := startTarget(t, addr, refserver.Options{})
-		time.Sleep(500 * time.Millisecond)
+		testwait.For(t, 5*time.Second, "a session to log in to a restarted target", func() bool { return metrics.Value(fx.set.ConnectOK) > ok0 })
 		srv.Close()
 		stop()
 		wg.Wait()
@@ -177,8 +179,7 @@ func TestTargetOutages(t *testing.T) {
 	}
 
 	// Settled: every acknowledged message is accounted for once.
-	time.Sleep(2 * time.Second)
-	fx.soak(0, pc.lostAfter)
+	fx.soak(2*time.Second, pc.lostAfter)
 	c1 := fx.counts()
 	t.Logf("after the outages: %+v", c1)
 	// A message the target took just as it dropped the sender, or whose
@@ -206,8 +207,7 @@ func TestTargetOutages(t *testing.T) {
 
 	// Steady state: a clean stretch after recovery loses nothing more.
 	fx.pop.SetSending(true)
-	time.Sleep(2 * time.Second)
-	fx.soak(0, pc.lostAfter)
+	fx.soak(2*time.Second, pc.lostAfter)
 	c2 := fx.counts()
 	if c2.lost != c1.lost || c2.delivered <= c1.delivered || !accounted(c2) {
 		t.Errorf("after recovery: %+v, before %+v; want new deliveries, all of them, and no new loss", c2, c1)

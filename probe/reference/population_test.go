@@ -200,29 +200,17 @@ func newFixture(t *testing.T, f refserver.Faults, pc popConfig) *fixture {
 }
 
 // soakStep sends for d, sweeping as the sweeper does.
-func (fx *fixture) soakStep(d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		fx.pop.Sweep(time.Now())
-	}
-}
+func (fx *fixture) soakStep(d time.Duration) { testwait.Traffic(fx.pop, d) }
 
 // soak sends for d, then pauses sending and waits until every acked message
-// is accounted for (delivered or lost) or until lostAfter has passed twice.
+// is accounted for (delivered or lost), then one lost_after more for
+// duplicates and stragglers; or until lostAfter has passed twice.
 func (fx *fixture) soak(d, lostAfter time.Duration) {
-	time.Sleep(d)
-	fx.pop.SetSending(false)
-	end := time.Now().Add(2*lostAfter + time.Second)
-	for time.Now().Before(end) {
-		time.Sleep(50 * time.Millisecond)
-		fx.pop.Sweep(time.Now())
+	testwait.Traffic(fx.pop, d)
+	testwait.Settle(fx.pop, lostAfter, 2*lostAfter+time.Second, func() bool {
 		c := fx.counts()
-		if c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected {
-			// Wait one more lost_after for duplicates and stragglers.
-			time.Sleep(lostAfter)
-			fx.pop.Sweep(time.Now())
-			return
-		}
-	}
+		return c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected
+	})
 }
 
 type totals struct {
@@ -304,67 +292,6 @@ func histCount(o prometheus.Observer) (uint64, float64) {
 
 // within reports whether got is within tol (a fraction) of want.
 func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
-
-// TestTargetRestart kills the target under the population and brings it
-// back on the same address: sessions reconnect with backoff, and only what
-// the dead target had accepted but not delivered is lost.
-func TestTargetRestart(t *testing.T) {
-	pc := base
-	pc.rate = 10
-	fx := newFixture(t, refserver.Faults{}, pc)
-	time.Sleep(time.Second)
-	before := fx.counts()
-	stats := fx.srv.Stats()
-
-	fx.srv.Close()
-	fx.stopT()
-	testwait.For(t, 5*time.Second, "sessions to notice the outage", func() bool { return fx.pop.Online() == 0 })
-	time.Sleep(500 * time.Millisecond) // an outage: sends are skipped, not queued
-	_, _, stop2, wg2 := startTarget(t, fx.addr, refserver.Options{})
-	defer func() { stop2(); wg2.Wait() }()
-	testwait.For(t, 10*time.Second, "sessions to come back", func() bool { return fx.pop.Online() == pc.users })
-
-	disc := metrics.Value(fx.set.Disconnects[metrics.ReasonServerClose]) + metrics.Value(fx.set.Disconnects[metrics.ReasonError])
-	if disc < float64(pc.users) {
-		t.Errorf("disconnects = %v, want at least one per user (%d)", disc, pc.users)
-	}
-	if ok := metrics.Value(fx.set.ConnectOK); ok < float64(2*pc.users) {
-		t.Errorf("successful connects = %v, want at least %d", ok, 2*pc.users)
-	}
-	if off := metrics.Value(fx.set.SendErrors[metrics.SendOffline]); off == 0 {
-		t.Error("no sends counted as offline during the outage")
-	}
-
-	time.Sleep(2 * time.Second)
-	fx.soak(0, pc.lostAfter)
-	c := fx.counts()
-	t.Logf("before %+v, after %+v, first target %+v", before, c, stats)
-	// What can be lost is what the first target had acked and not yet
-	// written when it died: a handful of messages, never the outage.
-	if c.lost > 30 {
-		t.Errorf("lost = %v across a restart, want only the few in flight", c.lost)
-	}
-	// A message the dead target accepted, and delivered, but whose ack
-	// it never wrote was written off by its sender, not expected: at
-	// most one per send the session's end cut off.
-	cut := metrics.Value(fx.set.SendErrors[metrics.SendDisconnected]) + metrics.Value(fx.set.SendErrors[metrics.SendAckTimeout])
-	if over := c.delivered + c.lost - c.expected; over < 0 || over > cut {
-		t.Errorf("delivered %v + lost %v - expected %v = %v, want 0 to the %v sends cut off: every acked message must be accounted once",
-			c.delivered, c.lost, c.expected, over, cut)
-	}
-	if c.delivered <= before.delivered {
-		t.Errorf("no deliveries after the restart")
-	}
-	if c.dup != 0 {
-		t.Errorf("duplicates = %v after a restart, want 0", c.dup)
-	}
-	// Losses are final once the gap is past lost_after: more time adds none.
-	time.Sleep(pc.lostAfter)
-	fx.pop.Sweep(time.Now())
-	if again := fx.counts(); again.lost != c.lost {
-		t.Errorf("lost grew from %v to %v with nothing sent", c.lost, again.lost)
-	}
-}
 
 // TestProvisionManyGroups provisions more groups than the target's send
 // queue holds replies: a provisioner that wrote them all before reading

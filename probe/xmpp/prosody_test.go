@@ -243,18 +243,14 @@ func (p *population) stop() {
 // for (delivered or lost), then one lost_after more for stragglers and
 // duplicates.
 func (p *population) settle(lostAfter time.Duration) {
-	p.pop.SetSending(false)
-	end := time.Now().Add(2*lostAfter + 2*time.Second)
-	for time.Now().Before(end) {
-		time.Sleep(50 * time.Millisecond)
-		p.pop.Sweep(time.Now())
+	ok := testwait.Settle(p.pop, lostAfter, 2*lostAfter+2*time.Second, func() bool {
 		c := p.counts(-1)
-		if c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected && p.pop.Inflight() == 0 {
-			break
-		}
+		return c.expected > 0 && c.delivered+c.recovered+c.lost == c.expected && p.pop.Inflight() == 0
+	})
+	if !ok {
+		// Lingered either way: what is still owed is judged below.
+		testwait.Traffic(p.pop, lostAfter)
 	}
-	time.Sleep(lostAfter)
-	p.pop.Sweep(time.Now())
 }
 
 type totals struct {
