@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/engine"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
@@ -147,11 +148,7 @@ func TestRound(t *testing.T) {
 func TestRoundSessionDown(t *testing.T) {
 	fx := newFixture(t, refserver.Faults{}, time.Second)
 	fx.srv.Close()
-	for end := time.Now().Add(5 * time.Second); fx.c.Online() == 4; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("sessions never noticed the target was gone")
-		}
-	}
+	testwait.For(t, 5*time.Second, "the sessions to notice the target was gone", func() bool { return fx.c.Online() < 4 })
 	r := fx.c.Round(context.Background())
 	for k, rs := range reasons(r) {
 		if !slices.Contains(rs, metrics.CanarySessionDown) {

@@ -273,7 +273,7 @@ func TestDevicesAndMix(t *testing.T) {
 	if got := m[`imcanary_sessions_wanted{source="background"}`]; got != 20 {
 		t.Errorf("imcanary_sessions_wanted = %v, want 20", got)
 	}
-	time.Sleep(2 * time.Second)
+	testwait.For(t, 10*time.Second, "deliveries", func() bool { return scrape(t, base)["imcanary_deliveries_total"] > 100 })
 	stop()
 	lost := gathered(t, reg, "imcanary_deliveries_lost_total", "source", "background")
 	delivered := gathered(t, reg, "imcanary_deliveries_total", "source", "background")

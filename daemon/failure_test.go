@@ -120,9 +120,12 @@ func TestFailuresSayWhy(t *testing.T) {
 			base, stop := runDaemon(t, d)
 			key := `imcanary_session_connect_failures_total{reason="` + tt.reason + `"}`
 			testwait.For(t, 10*time.Second, key+" > 2", func() bool { return scrape(t, base)[key] > 2 })
-			// Let the attempts go on a while: the log must still hold
-			// one line, not one per attempt.
-			time.Sleep(time.Second)
+			// The target is judged unreachable once its failures have
+			// lasted a while; the attempts go on after that, and the log
+			// must still hold one line, not one per attempt.
+			testwait.For(t, 10*time.Second, "the target judged unreachable", func() bool { return len(grepLines(logs.String(), "target unreachable")) > 0 })
+			n := scrape(t, base)[key]
+			testwait.For(t, 10*time.Second, "more attempts", func() bool { return scrape(t, base)[key] > n+3 })
 			m := scrape(t, base)
 			if m["imcanary_target_reachable"] != 0 {
 				t.Errorf("imcanary_target_reachable = %v, want 0", m["imcanary_target_reachable"])
@@ -192,7 +195,15 @@ func TestTargetKilledMidRun(t *testing.T) {
 	if c, _ := get(t, base+"/readyz"); c != 200 {
 		t.Errorf("/readyz while the target is down = %d, want 200: readiness is about imcanary itself", c)
 	}
-	time.Sleep(2 * time.Second)
+	// Several reconnects refused after the line, each of which must not
+	// log again.
+	testwait.For(t, 10*time.Second, "the target unreachable in the log", func() bool {
+		return len(grepLines(logs.String(), "target unreachable")) > 0
+	})
+	refused := scrape(t, base)["imcanary_session_connect_failures_total"]
+	testwait.For(t, 10*time.Second, "more refused reconnects", func() bool {
+		return scrape(t, base)["imcanary_session_connect_failures_total"] > refused+3
+	})
 
 	ln2, err := net.Listen("tcp", addr)
 	if err != nil {

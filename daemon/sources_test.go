@@ -40,11 +40,11 @@ func TestRunSourceAddrs(t *testing.T) {
 	port, _ := strconv.Atoi(u.Port())
 	// The canary's 4 users are spread like the population's 20.
 	want := map[string]int{"127.0.0.2": 12, "127.0.0.3": 12}
-	got := sessionSources(t, port)
-	for end := time.Now().Add(10 * time.Second); !maps.Equal(got, want) && time.Now().Before(end); {
-		time.Sleep(20 * time.Millisecond)
+	var got map[string]int
+	testwait.Every(t, 10*time.Second, 20*time.Millisecond, "the sessions from their sources", func() bool {
 		got = sessionSources(t, port)
-	}
+		return maps.Equal(got, want)
+	})
 	if !maps.Equal(got, want) {
 		t.Errorf("sessions to the target by source address = %v, want %v", got, want)
 	}

@@ -156,14 +156,15 @@ func stalledStats(st Stats) Stats {
 func checkStalledStats(t *testing.T, s *Server, what string, want Stats) {
 	t.Helper()
 	var got Stats
-	for end := time.Now().Add(time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if got = stalledStats(s.Stats()); got == want || time.Now().After(end) {
-			break
+	defer func() {
+		if t.Failed() {
+			t.Logf("Stats() %s = %+v, want %+v", what, got, want)
 		}
-	}
-	if got != want {
-		t.Errorf("Stats() %s = %+v, want %+v", what, got, want)
-	}
+	}()
+	testwait.Every(t, time.Second, 2*time.Millisecond, "the stall counted "+what, func() bool {
+		got = stalledStats(s.Stats())
+		return got == want
+	})
 }
 
 // wsPing sends a WebSocket ping from c and reads up to the server's

@@ -78,12 +78,18 @@ func TestStarvedProberIsInconclusive(t *testing.T) {
 			var lostAtSat atomic.Value
 			// Exits when ctx ends.
 			wg.Go(func() {
-				for ctx.Err() == nil {
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-tick.C:
+					}
 					if mon.Saturated() && satAt.Load() == 0 {
 						lostAtSat.Store(lost())
 						satAt.Store(time.Now().UnixNano())
 					}
-					time.Sleep(5 * time.Millisecond)
 				}
 			})
 			start := time.Now()

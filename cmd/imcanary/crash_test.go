@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -69,14 +70,6 @@ soak:
 		}
 		return json.Unmarshal(b, v)
 	}
-	waitUntil := func(d time.Duration, what string, cond func() bool) {
-		t.Helper()
-		for end := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("timed out after %v waiting for %s", d, what)
-			}
-		}
-	}
 
 	type runList struct {
 		Runs []struct {
@@ -97,7 +90,7 @@ soak:
 	runSoakAndSignal := func(sig syscall.Signal) time.Duration {
 		write("@every 1s")
 		cmd, base := start()
-		waitUntil(30*time.Second, "the soak run to start", func() bool {
+		testwait.For(t, 30*time.Second, "the soak run to start", func() bool {
 			var st struct {
 				Soak struct {
 					Running string `json:"running"`
@@ -124,7 +117,7 @@ soak:
 	write("")
 	restarted, base := start()
 	var got runList
-	waitUntil(30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
+	testwait.For(t, 30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
 	if len(got.Runs) != 1 || got.Runs[0].Result != "aborted" || !strings.Contains(notes(base, got.Runs[0].ID), "stopped before its end") {
 		t.Fatalf("runs after SIGTERM = %+v, want the run, aborted and saved by the daemon itself", got.Runs)
 	}
@@ -140,7 +133,7 @@ soak:
 	runSoakAndSignal(syscall.SIGKILL)
 	write("")
 	_, base = start()
-	waitUntil(30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
+	testwait.For(t, 30*time.Second, "the API after the restart", func() bool { return getJSON(base+"/api/v1/runs", &got) == nil })
 	if len(got.Runs) != 2 {
 		t.Fatalf("runs after SIGKILL = %+v, want 2", got.Runs)
 	}
@@ -199,11 +192,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 	waitHUP := func(what string, cond func() bool) {
 		t.Helper()
-		for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
+		testwait.For(t, 20*time.Second, what, cond)
 	}
 	waitHUP("4 sessions online", func() bool { return metric("imcanary_sessions_online") == 4 })
 	// The data_dir differs between calls of conf: keep the first.

@@ -29,6 +29,7 @@ import (
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/daemon"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/protocols"
 )
 
@@ -812,18 +813,16 @@ func TestDockerfileBuild(t *testing.T) {
 
 		check := append(slices.Clone(hc[1:]), "--url", "http://"+addr+"/healthz")
 		var last string
-		healthy := false
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			code, o := runBin(t, check...)
-			if code == exitOK {
-				healthy = true
-				break
+		defer func() {
+			if t.Failed() {
+				t.Logf("the health check last said %s; daemon output:\n%s", last, logs.String())
 			}
+		}()
+		testwait.Every(t, 15*time.Second, 100*time.Millisecond, fmt.Sprintf("imcanary %q to pass", check), func() bool {
+			code, o := runBin(t, check...)
 			last = fmt.Sprintf("exit %d: %s", code, o)
-		}
-		if !healthy {
-			t.Fatalf("imcanary %q never passed (last %s); daemon output:\n%s", check, last, logs.String())
-		}
+			return code == exitOK
+		})
 		// The build's version, as every exporter exports it.
 		fams, err := scrape(addr)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -71,25 +72,21 @@ func startPushgateway(t *testing.T) string {
 		wg.Wait()
 	})
 	url := "http://" + addr
-	// Ready when /-/ready answers 200; the loop ends with the gateway or
-	// the test, not after a guessed time.
-	for {
+	// Ready when /-/ready answers 200.
+	testwait.Every(t, time.Minute, 20*time.Millisecond, "the pushgateway to be ready", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("prometheus-pushgateway exited before it was ready:\n%s", logs.String())
-		case <-t.Context().Done():
-			t.Fatal("test ended before the pushgateway was ready")
 		default:
 		}
 		resp, err := http.Get(url + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return url
 }
 
 // gatewayMetrics scrapes the gateway's /metrics.

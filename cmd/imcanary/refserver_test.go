@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -120,13 +121,12 @@ func TestRefserverDeviceAndHistoryFlags(t *testing.T) {
 		}
 	}()
 	var url string
-	for deadline := time.Now().Add(10 * time.Second); url == ""; time.Sleep(5 * time.Millisecond) {
+	testwait.For(t, 10*time.Second, "the URL on imcanary refserver's stdout", func() bool {
 		if line, ok := strings.CutPrefix(stdout.String(), "imcanary refserver: "); ok && strings.HasSuffix(line, "\n") {
 			url = strings.TrimSpace(line)
-		} else if time.Now().After(deadline) {
-			t.Fatalf("no URL from imcanary refserver: stdout %q, stderr %q", stdout.String(), stderr.String())
 		}
-	}
+		return url != ""
+	})
 
 	dial := func(user string) (*websocket.Conn, map[string]any) {
 		t.Helper()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/refserver"
 )
 
@@ -66,24 +67,24 @@ func TestTwoShards(t *testing.T) {
 	// message between its ack and its delivery; the sums must agree at a
 	// quiet moment, and both shards must have run several rounds.
 	var last string
-	ok := false
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && !ok; time.Sleep(300 * time.Millisecond) {
+	defer func() {
+		if t.Failed() {
+			t.Logf("what the shards last disagreed on: %s", last)
+		}
+	}()
+	testwait.Every(t, 30*time.Second, 300*time.Millisecond, "the shards to agree", func() bool {
 		var s [2]map[string]*dto.MetricFamily
 		var err error
 		for i := range 2 {
 			if s[i], err = scrape(addrs[i]); err != nil {
-				break
+				last = err.Error()
+				return false
 			}
 		}
-		if err != nil {
-			last = err.Error()
-			continue
-		}
+		var ok bool
 		ok, last = checkShards(t, s, users)
-	}
-	if !ok {
-		t.Fatalf("shards never agreed: %s", last)
-	}
+		return ok
+	})
 }
 
 // checkShards reports whether two shards' scrapes show what TestTwoShards

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/imcanary/imcanary/internal/testwait"
 )
 
 // e2eScale divides the rules' time for the end-to-end test: a minute of
@@ -374,18 +376,14 @@ func start(t *testing.T, dir, name, bin string, args ...string) *process {
 // as p exits.
 func waitFor(t *testing.T, p *process, d time.Duration, what string, ready func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ready() {
+	testwait.Every(t, d, 100*time.Millisecond, what, func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("waiting for %s: %s exited:\n%s", what, p.name, tail(p.log, 30))
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not within %v", what, d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ready()
+	})
 }
 
 func httpOK(u string) bool {

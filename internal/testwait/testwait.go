@@ -16,7 +16,14 @@ const poll = 5 * time.Millisecond
 // within d: "timed out after D waiting for WHAT".
 func For(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(poll) {
+	Every(tb, d, poll, what, cond)
+}
+
+// Every is For, checking every interval: for a cond that costs a scrape
+// or a request.
+func Every(tb testing.TB, d, interval time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(interval) {
 		if time.Now().After(end) {
 			tb.Fatalf("timed out after %v waiting for %s", d, what)
 		}

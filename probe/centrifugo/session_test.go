@@ -708,13 +708,15 @@ func TestProvisionChannels(t *testing.T) {
 // time out. The session must end (so the user reconnects) rather than stay
 // online, reading, with a connection that can never send again.
 func TestWriteTimeoutEndsSession(t *testing.T) {
+	release := make(chan struct{})
 	url := startFake(t, func(fc *fakeConn) {
 		fc.acceptConnect(connectOK)
 		fc.subscribes(2, positioned("EP", 0))
-		// Never read again; hold the connection until the client gives
-		// up on it.
-		time.Sleep(5 * time.Second)
+		// Never read again; hold the connection until the test is over
+		// (cleanups run last first: before the server's close).
+		<-release
 	})
+	t.Cleanup(func() { close(release) })
 	d := newTestDriver(t, url, func(o *Options) { o.WriteTimeout = 200 * time.Millisecond })
 	s, err := d.Connect(context.Background(), "u1", probe.Device{})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	v3 "github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/mqtt"
 )
@@ -197,11 +198,7 @@ func TestSubscribeIDInUse(t *testing.T) {
 	}
 	// Its PUBACK follows the delivery; the broker reads it on its own
 	// time.
-	for end := time.Now().Add(10 * time.Second); b.pending(client) > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("the replayed publish was never acknowledged")
-		}
-	}
+	testwait.For(t, 10*time.Second, "the replayed publish to be acknowledged", func() bool { return b.pending(client) == 0 })
 	_ = s.Close()
 	<-served
 

@@ -16,6 +16,7 @@ import (
 	"github.com/imcanary/imcanary/canary"
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/engine"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/probetest"
@@ -290,12 +291,12 @@ func TestGatewayCatchUp(t *testing.T) {
 			pc := base
 			pc.catchUp = catchUp
 			fx := start(t, gw, pc)
-			time.Sleep(time.Second)
+			testwait.Traffic(fx.pop, time.Second)
 			killed := 0
 			for i := range 4 {
 				killed += fx.kill.Kill(fx.user(3+i*13), 1500*time.Millisecond)
 			}
-			time.Sleep(4 * time.Second)
+			testwait.Traffic(fx.pop, 4*time.Second)
 			c := probetest.Settle(fx.pop, fx.set, pc.lostAfter, metrics.Normal)
 			t.Logf("catch-up %v: %v; %d sessions dropped; driver %+v", catchUp, c, killed, fx.drv.Stats())
 			if killed == 0 {
@@ -322,14 +323,10 @@ func TestGatewayLateLogins(t *testing.T) {
 	fx := start(t, gw, pc)
 	// Sending starts once the users on time are online, as a soak's
 	// send phase does: the late ones are owed what is sent meanwhile.
-	for end := time.Now().Add(30 * time.Second); fx.pop.Online() < pc.users/2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("%d of the %d users on time online after 30 s", fx.pop.Online(), pc.users/2)
-		}
-	}
+	testwait.For(t, 30*time.Second, fmt.Sprintf("the %d users on time to be online", pc.users/2), func() bool { return fx.pop.Online() >= pc.users/2 })
 	fx.pop.SetSending(true)
 	probetest.WaitReady(t, fx.pop, pc.users, 15*time.Second, 60*time.Second)
-	time.Sleep(2 * time.Second)
+	testwait.Traffic(fx.pop, 2*time.Second)
 	c := probetest.Settle(fx.pop, fx.set, pc.lostAfter, metrics.Normal)
 	t.Logf("late logins: %v", c)
 	if c.Recovered == 0 || c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
@@ -435,11 +432,7 @@ func TestOversizeSendRefused(t *testing.T) {
 	if err := s.Send(&probe.Message{Ref: 2, To: "big-b", Body: []byte("imc1 small")}); err != nil {
 		t.Fatalf("Send after the refusal: %v", err)
 	}
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if _, _, ok := h.answered(2); ok {
-			break
-		}
-	}
+	testwait.For(t, 5*time.Second, "the small send answered", func() bool { _, _, ok := h.answered(2); return ok })
 	if _, reason, ok := h.answered(2); !ok || reason != "" {
 		t.Errorf("the small send: answered %v, rejected %q; want acked", ok, reason)
 	}
@@ -522,17 +515,11 @@ func TestProvisionIdempotent(t *testing.T) {
 	}
 	for _, u := range users[:3] {
 		r := recs[u]
-		for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		testwait.For(t, 5*time.Second, u+"'s one delivery of the group message (if none, it is not a member)", func() bool {
 			r.mu.Lock()
-			n := r.deliveries
-			r.mu.Unlock()
-			if n == 1 {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("%s got %d deliveries of the group message, want 1: not a member", u, n)
-			}
-		}
+			defer r.mu.Unlock()
+			return r.deliveries == 1
+		})
 	}
 }
 

@@ -66,7 +66,7 @@ func TestLatencyExemplarsNameSlowMessages(t *testing.T) {
 	pc := base
 	pc.observer = rec
 	fx := newFixture(t, refserver.Faults{}, pc)
-	time.Sleep(time.Second)
+	fx.soakStep(time.Second)
 	for _, e := range latencyExemplars(t, fx.set) {
 		// A loaded machine may make one delivery slow by itself; it
 		// is then named, rightly. None may be fast.

@@ -90,19 +90,9 @@ func startTarget(t *testing.T, addr string, o refserver.Options) (*refserver.Ser
 	if err != nil {
 		t.Fatalf("refserver.New: %v", err)
 	}
-	var ln net.Listener
 	// Rebinding the address of a target that just stopped can take a
 	// moment on a busy machine.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		ln, err = net.Listen("tcp", addr)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("listen %s: %v", addr, err)
-	}
+	ln := listenAgain(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ctx, ln) })

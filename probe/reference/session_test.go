@@ -262,15 +262,14 @@ func TestConnectErrors(t *testing.T) {
 // time out. The session must end (so the user reconnects) rather than stay
 // online, reading, with a connection that can never send again.
 func TestWriteTimeoutEndsSession(t *testing.T) {
+	release := make(chan struct{})
 	url := fakeServer(t, func(c *websocket.Conn) {
 		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"pong"}`))
-		// Never read again; hold the connection open until the client
-		// gives up on it.
-		buf := make([]byte, 1)
-		_ = c.NetConn().SetReadDeadline(time.Now().Add(time.Hour))
-		time.Sleep(10 * time.Second)
-		_, _ = c.NetConn().Read(buf[:0])
+		// Never read again; hold the connection open until the test is
+		// over (cleanups run last first: before the server's close).
+		<-release
 	})
+	t.Cleanup(func() { close(release) })
 	drv, err := reference.New(reference.Options{URL: url, Heartbeat: time.Hour, WriteTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,8 @@ func TestConnectErrors(t *testing.T) {
 		}, "stream error: host-unknown"},
 		{"silence", func(p *peer) {
 			p.expect(`<open`)
-			time.Sleep(1500 * time.Millisecond)
+			// Silent until the client gives up and hangs up.
+			p.drain()
 		}, "deadline exceeded"},
 	}
 	for _, tt := range tests {

@@ -640,10 +640,14 @@ func TestDisconnectReasons(t *testing.T) {
 // time out. The session must end (so the user reconnects) rather than stay
 // online, reading, with a connection that can never send again.
 func TestWriteTimeoutEndsSession(t *testing.T) {
+	// The server holds the connection, never reading, until the test is
+	// over (cleanups run last first: before the server's close).
+	release := make(chan struct{})
 	url, _ := fakeServer(t, func(p *peer) {
 		p.login("alice")
-		time.Sleep(5 * time.Second)
+		<-release
 	})
+	t.Cleanup(func() { close(release) })
 	drv := newDriver(t, url)
 	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
 	if err != nil {

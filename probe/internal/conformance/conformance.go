@@ -638,11 +638,11 @@ func slowReader(t *testing.T, s Server) {
 		})
 		t.Logf("first slow reader disconnected as %s after %v", s.SlowReason, time.Since(began).Round(time.Millisecond))
 	} else {
-		time.Sleep(pause)
+		testwait.Traffic(r.pop, pause)
 	}
 	// Traffic goes on a while: a message the server dropped at the end
 	// of the pause shows as a gap only once a later one arrives.
-	time.Sleep(2 * time.Second)
+	testwait.Traffic(r.pop, 2*time.Second)
 	normal := probetest.Settle(r.pop, r.set, s.scaled(runLostAfter), metrics.Normal)
 	if s.SlowReason == "" {
 		// What the server dropped is lost once lost_after has passed

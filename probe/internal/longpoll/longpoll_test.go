@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -125,9 +126,7 @@ func TestMaxConns(t *testing.T) {
 			done <- err
 		}()
 	}
-	for open.Load() < 3 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, 5*time.Second, "three requests open", func() bool { return open.Load() >= 3 })
 	// Give the other seven the time to open a connection if they could:
 	// none may.
 	time.Sleep(100 * time.Millisecond)
@@ -228,9 +227,7 @@ func TestServe(t *testing.T) {
 		}
 		errc := make(chan error, 1)
 		go func() { errc <- c.Serve(pr) }()
-		for inFlight.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		testwait.For(t, 5*time.Second, "a poll in flight", func() bool { return inFlight.Load() > 0 })
 		_ = c.Close()
 		err := <-errc
 		var d *probe.Disconnect
@@ -252,9 +249,7 @@ func TestServe(t *testing.T) {
 		c := pool.NewConn(context.Background(), probe.Link{})
 		errc := make(chan error, 1)
 		go func() { errc <- c.Serve(pr) }()
-		for inFlight.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		testwait.For(t, 5*time.Second, "a poll in flight", func() bool { return inFlight.Load() > 0 })
 		c.Abort()
 		var d *probe.Disconnect
 		if err := <-errc; !errors.As(err, &d) || d.Reason != metrics.ReasonError {

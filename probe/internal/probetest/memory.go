@@ -2,6 +2,7 @@ package probetest
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/engine"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -45,13 +47,9 @@ func SessionMemory(tb testing.TB, drv probe.Driver, prefix string, n int) (heapP
 	wg.Go(func() { _ = pop.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 	limit := 60*time.Second + time.Duration(n)*200*time.Millisecond
-	for end := time.Now().Add(limit); !pop.Ready(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			tb.Fatalf("only %d of %d sessions online after %s", pop.Online(), n, limit)
-		}
-	}
+	testwait.Every(tb, limit, 20*time.Millisecond, fmt.Sprintf("%d sessions online", n), pop.Ready)
 	// Whatever the logins left behind settles.
-	time.Sleep(time.Second)
+	testwait.Traffic(pop, time.Second)
 	h1, s1 := memNow()
 	return float64(h1-h0) / float64(n), float64(s1-s0) / float64(n)
 }

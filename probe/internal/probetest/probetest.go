@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/imcanary/imcanary/engine"
+	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -54,14 +55,7 @@ func Cohort(set *metrics.Set, co metrics.Cohort) Totals {
 // Settle stops pop sending and waits until every owed message of co is
 // accounted for, or twice lostAfter and a margin, sweeping meanwhile.
 func Settle(pop *engine.Population, set *metrics.Set, lostAfter time.Duration, co metrics.Cohort) Totals {
-	pop.SetSending(false)
-	for end := time.Now().Add(2*lostAfter + 5*time.Second); time.Now().Before(end); {
-		time.Sleep(100 * time.Millisecond)
-		pop.Sweep(time.Now())
-		if Cohort(set, co).Accounted() {
-			break
-		}
-	}
+	testwait.Settle(pop, 0, 2*lostAfter+5*time.Second, func() bool { return Cohort(set, co).Accounted() })
 	return Cohort(set, co)
 }
 
@@ -69,7 +63,7 @@ func Settle(pop *engine.Population, set *metrics.Set, lostAfter time.Duration, c
 // limit, then settles.
 func SoakUntil(pop *engine.Population, set *metrics.Set, n float64, limit, lostAfter time.Duration, co metrics.Cohort) Totals {
 	for end := time.Now().Add(limit); time.Now().Before(end) && Cohort(set, co).Expected < n; {
-		time.Sleep(100 * time.Millisecond)
+		testwait.Traffic(pop, 100*time.Millisecond)
 	}
 	return Settle(pop, set, lostAfter, co)
 }
