@@ -105,14 +105,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	testwait.For(t, 30*time.Second, "a healthy verdict with deliveries", func() bool {
 		return verdict(VerdictHealthy, "all 20 sessions online")() && scrape(t, base)["imcanary_deliveries_total"] > 200
 	})
-	// A few more readings for the charts.
-	time.Sleep(3 * time.Second)
 	look("healthy", VerdictHealthy, "all 20 sessions online; every SLI at or above 99.9%", [3]int{0x1a, 0x7f, 0x37})
 
 	srv.SetFaults(refserver.Faults{Drop: 0.02})
 	// Loss is judged lost_after (4s here) after sending.
 	testwait.For(t, 30*time.Second, "a degraded verdict for completeness", verdict(VerdictDegraded, "completeness"))
-	time.Sleep(2 * time.Second)
 	look("degraded", VerdictDegraded, "completeness", [3]int{0xbc, 0x4c, 0x00})
 
 	stopTarget()
