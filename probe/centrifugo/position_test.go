@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -138,63 +139,65 @@ func TestReconnectCountsMissed(t *testing.T) {
 // TestRecoveredDeliveredInOrder checks publications recovered during the
 // handshake and pushes that came meanwhile reach the handler in order.
 func TestRecoveredDeliveredInOrder(t *testing.T) {
-	// sent[0] is taken before the frame of the first two deliveries is
-	// written, sent[1] before the next frame (a ping), sent[2] before the
-	// last delivery's frame.
-	sent := make(chan int64, 3)
-	url := startFake(t, func(fc *fakeConn) {
-		fc.acceptConnect(connectOK)
-		var cmds []command
-		for range 2 {
-			cmd, err := fc.read()
-			if err != nil {
-				t.Error(err)
-				return
+	synctest.Test(t, func(t *testing.T) {
+		// sent[0] is taken before the frame of the first two deliveries is
+		// written, sent[1] before the next frame (a ping), sent[2] before the
+		// last delivery's frame.
+		sent := make(chan int64, 3)
+		url := startFake(t, func(fc *fakeConn) {
+			fc.acceptConnect(connectOK)
+			var cmds []command
+			for range 2 {
+				cmd, err := fc.read()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cmds = append(cmds, cmd)
 			}
-			cmds = append(cmds, cmd)
+			// The first subscription is confirmed, a publication arrives
+			// on it, and only then is the second confirmed.
+			sent <- time.Now().UnixNano()
+			fc.send(fmt.Sprintf(`{"id":%d,"subscribe":{"epoch":"EP","offset":3,"positioned":true,"publications":[`+
+				`{"data":{"b":"imc1 recovered"},"info":{"user":"u2"},"offset":3}],"recovered":true}}`, cmds[0].ID) + "\n" +
+				`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 between"},"info":{"user":"u3"},"offset":4}}}`)
+			// A pause, so that the next frame cannot share the first's read.
+			time.Sleep(100 * time.Millisecond)
+			sent <- time.Now().UnixNano()
+			fc.send(`{}`)
+			if cmd, _ := fc.read(); cmd.raw != "{}" {
+				t.Errorf("answer to a ping during the handshake = %q, want {}", cmd.raw)
+			}
+			fc.send(fmt.Sprintf(`{"id":%d,"subscribe":{"epoch":"E2","positioned":true}}`, cmds[1].ID))
+			sent <- time.Now().UnixNano()
+			fc.send(`{"push":{"channel":"dm:#u1,u2","pub":{"data":{"b":"imc1 after"},"info":{"user":"u2"},"offset":1}}}`)
+			fc.close(websocket.CloseGoingAway, "")
+			fc.drain()
+		})
+		d := newTestDriver(t, url, nil)
+		s, err := d.Connect(context.Background(), "u1", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		// The first subscription is confirmed, a publication arrives
-		// on it, and only then is the second confirmed.
-		sent <- time.Now().UnixNano()
-		fc.send(fmt.Sprintf(`{"id":%d,"subscribe":{"epoch":"EP","offset":3,"positioned":true,"publications":[`+
-			`{"data":{"b":"imc1 recovered"},"info":{"user":"u2"},"offset":3}],"recovered":true}}`, cmds[0].ID) + "\n" +
-			`{"push":{"channel":"chat:g1","pub":{"data":{"b":"imc1 between"},"info":{"user":"u3"},"offset":4}}}`)
-		// A pause, so that the next frame cannot share the first's read.
-		time.Sleep(100 * time.Millisecond)
-		sent <- time.Now().UnixNano()
-		fc.send(`{}`)
-		if cmd, _ := fc.read(); cmd.raw != "{}" {
-			t.Errorf("answer to a ping during the handshake = %q, want {}", cmd.raw)
+		var rec recorder
+		serve(t, s, &rec)
+		var bodies []string
+		for _, dl := range rec.got() {
+			bodies = append(bodies, dl.body)
 		}
-		fc.send(fmt.Sprintf(`{"id":%d,"subscribe":{"epoch":"E2","positioned":true}}`, cmds[1].ID))
-		sent <- time.Now().UnixNano()
-		fc.send(`{"push":{"channel":"dm:#u1,u2","pub":{"data":{"b":"imc1 after"},"info":{"user":"u2"},"offset":1}}}`)
-		fc.close(websocket.CloseGoingAway, "")
-		fc.drain()
+		if got := strings.Join(bodies, ","); got != "imc1 recovered,imc1 between,imc1 after" {
+			t.Fatalf("delivered %q, want recovered, between, after", got)
+		}
+		// Those kept from the handshake carry the stamp of their own frame,
+		// not of the handshake's last one or of Serve's start.
+		ats, first, ping, last := rec.stamps(t), <-sent, <-sent, <-sent
+		if ats[0] != ats[1] || ats[0] < first || ats[0] >= ping {
+			t.Errorf("handshake deliveries stamped %d and %d, want one stamp of their frame, in [%d, %d)", ats[0], ats[1], first, ping)
+		}
+		if ats[2] < last {
+			t.Errorf("last delivery stamped %d, before the server wrote it at %d", ats[2], last)
+		}
 	})
-	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec recorder
-	serve(t, s, &rec)
-	var bodies []string
-	for _, dl := range rec.got() {
-		bodies = append(bodies, dl.body)
-	}
-	if got := strings.Join(bodies, ","); got != "imc1 recovered,imc1 between,imc1 after" {
-		t.Fatalf("delivered %q, want recovered, between, after", got)
-	}
-	// Those kept from the handshake carry the stamp of their own frame,
-	// not of the handshake's last one or of Serve's start.
-	ats, first, ping, last := rec.stamps(t), <-sent, <-sent, <-sent
-	if ats[0] != ats[1] || ats[0] < first || ats[0] >= ping {
-		t.Errorf("handshake deliveries stamped %d and %d, want one stamp of their frame, in [%d, %d)", ats[0], ats[1], first, ping)
-	}
-	if ats[2] < last {
-		t.Errorf("last delivery stamped %d, before the server wrote it at %d", ats[2], last)
-	}
 }
 
 // TestRecoveredDuringFailedHandshakeRecoveredAgain: publications a
@@ -428,39 +431,41 @@ func TestInsufficientStateResubscribes(t *testing.T) {
 // TestTokenRefresh: a connection whose token expires refreshes it in time
 // with a new valid token.
 func TestTokenRefresh(t *testing.T) {
-	refreshed := make(chan string, 1)
-	url := startFake(t, func(fc *fakeConn) {
-		fc.acceptConnect(`{"client":"c1","expires":true,"ttl":1,"ping":25,"pong":true}`)
-		fc.subscribes(2, positioned("EP", 0))
-		time.Sleep(600 * time.Millisecond)
-		fc.send(`{}`)
-		for range 2 {
-			cmd, err := fc.read()
-			if err != nil {
-				t.Error(err)
-				return
+	synctest.Test(t, func(t *testing.T) {
+		refreshed := make(chan string, 1)
+		url := startFake(t, func(fc *fakeConn) {
+			fc.acceptConnect(`{"client":"c1","expires":true,"ttl":1,"ping":25,"pong":true}`)
+			fc.subscribes(2, positioned("EP", 0))
+			time.Sleep(600 * time.Millisecond)
+			fc.send(`{}`)
+			for range 2 {
+				cmd, err := fc.read()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if cmd.Refresh != nil {
+					refreshed <- cmd.Refresh.Token
+					fc.send(fmt.Sprintf(`{"id":%d,"refresh":{"expires":true,"ttl":3600}}`, cmd.ID))
+				}
 			}
-			if cmd.Refresh != nil {
-				refreshed <- cmd.Refresh.Token
-				fc.send(fmt.Sprintf(`{"id":%d,"refresh":{"expires":true,"ttl":3600}}`, cmd.ID))
-			}
+			fc.close(websocket.CloseGoingAway, "")
+			fc.drain()
+		})
+		d := newTestDriver(t, url, nil)
+		s, err := d.Connect(context.Background(), "u1", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		fc.close(websocket.CloseGoingAway, "")
-		fc.drain()
+		serve(t, s, &recorder{})
+		select {
+		case tok := <-refreshed:
+			var claims jwt.RegisteredClaims
+			if _, err := jwt.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return testSecret, nil }); err != nil || claims.Subject != "u1" {
+				t.Errorf("refresh token: sub %q, %v; want a valid token for u1", claims.Subject, err)
+			}
+		default:
+			t.Error("no refresh command before the token expired")
+		}
 	})
-	d := newTestDriver(t, url, nil)
-	s, err := d.Connect(context.Background(), "u1", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve(t, s, &recorder{})
-	select {
-	case tok := <-refreshed:
-		var claims jwt.RegisteredClaims
-		if _, err := jwt.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return testSecret, nil }); err != nil || claims.Subject != "u1" {
-			t.Errorf("refresh token: sub %q, %v; want a valid token for u1", claims.Subject, err)
-		}
-	default:
-		t.Error("no refresh command before the token expired")
-	}
 }

@@ -12,17 +12,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/memnet"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
 
-// These tests run the driver against a fake Centrifugo: an httptest server
-// with a real WebSocket upgrader that speaks the protocol from a script,
+// These tests run the driver against a fake Centrifugo: an HTTP server on
+// an in-memory network (memnet) with a real WebSocket upgrader that speaks the protocol from a script,
 // with frames shaped like those captured from Centrifugo v6.9.1.
 
 var testSecret = []byte("unit-test-secret")
@@ -166,7 +168,7 @@ func positioned(epoch string, offset uint64) func(command) string {
 func startFake(t *testing.T, script func(fc *fakeConn)) string {
 	t.Helper()
 	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := memnet.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -174,9 +176,22 @@ func startFake(t *testing.T, script func(fc *fakeConn)) string {
 		defer c.Close()
 		script(&fakeConn{t: t, c: c})
 	}))
-	t.Cleanup(srv.Close)
-	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/connection/websocket"
+	url := fmt.Sprintf("ws://fake-%d/connection/websocket", fakeCount.Add(1))
+	fakes.Store(url, srv)
+	t.Cleanup(func() {
+		fakes.Delete(url)
+		srv.Close()
+	})
+	return url
 }
+
+// fakes holds the running fake servers by URL, for newTestDriver to dial
+// in memory in place of TCP: a test that runs in a synctest bubble then
+// has the fake's pacing and the driver's timers on the bubble's clock.
+var (
+	fakes     sync.Map // URL → *memnet.HTTPServer
+	fakeCount atomic.Int64
+)
 
 // startFakeNth is startFake for a script that plays each connection
 // differently: n is the connection's number, from 1.
@@ -211,6 +226,9 @@ func newTestDriver(t *testing.T, url string, mod func(*Options)) *Driver {
 	d, err := New(Config{TokenTTL: time.Hour}, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f, ok := fakes.Load(url); ok {
+		d.conn.Dial = f.(*memnet.HTTPServer).Dial
 	}
 	if err := d.Provision(context.Background(), testPlan); err != nil {
 		t.Fatal(err)
@@ -500,27 +518,29 @@ func TestDisconnectReasons(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			url := startFake(t, func(fc *fakeConn) {
-				fc.acceptConnect(connectOK)
-				fc.subscribes(2, positioned("EP", 0))
-				tt.server(fc)
+			synctest.Test(t, func(t *testing.T) {
+				url := startFake(t, func(fc *fakeConn) {
+					fc.acceptConnect(connectOK)
+					fc.subscribes(2, positioned("EP", 0))
+					tt.server(fc)
+				})
+				d := newTestDriver(t, url, nil)
+				s, err := d.Connect(context.Background(), "u1", probe.Device{})
+				if err != nil {
+					t.Fatalf("Connect: %v", err)
+				}
+				if tt.ourClose {
+					go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
+				}
+				disc := serve(t, s, &recorder{})
+				if disc.Reason != tt.reason || disc.Code != tt.code || !strings.Contains(disc.Error(), tt.text) {
+					t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
+						disc, disc.Reason, disc.Code, tt.reason, tt.code, tt.text)
+				}
+				if tt.code == CloseInsufficientState && d.ServerGaps() != 1 {
+					t.Errorf("ServerGaps() = %d after insufficient state, want 1", d.ServerGaps())
+				}
 			})
-			d := newTestDriver(t, url, nil)
-			s, err := d.Connect(context.Background(), "u1", probe.Device{})
-			if err != nil {
-				t.Fatalf("Connect: %v", err)
-			}
-			if tt.ourClose {
-				go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
-			}
-			disc := serve(t, s, &recorder{})
-			if disc.Reason != tt.reason || disc.Code != tt.code || !strings.Contains(disc.Error(), tt.text) {
-				t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
-					disc, disc.Reason, disc.Code, tt.reason, tt.code, tt.text)
-			}
-			if tt.code == CloseInsufficientState && d.ServerGaps() != 1 {
-				t.Errorf("ServerGaps() = %d after insufficient state, want 1", d.ServerGaps())
-			}
 		})
 	}
 }

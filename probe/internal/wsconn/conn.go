@@ -60,6 +60,11 @@ type Settings struct {
 	// roots); nil verifies against the system's roots (SSL_CERT_FILE).
 	// NewSettings gives it a ClientSessionCache if it has none.
 	TLS *tls.Config
+	// Dial, if set, opens the byte stream in place of a TCP dial over the
+	// link, whose socket options then do not apply: tests point it at an
+	// in-memory network (internal/memnet) so that a client and its fake
+	// server run inside one synctest bubble.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	dialer websocket.Dialer
 }
@@ -183,6 +188,15 @@ type Conn struct {
 func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 	d := s.dialer
 	d.NetDialContext = NetDialer(link)
+	if s.Dial != nil {
+		d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := s.Dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &StampConn{Conn: c}, nil
+		}
+	}
 	var tr *connectTrace
 	if link.Connect != nil {
 		tr = &connectTrace{start: time.Now()}
