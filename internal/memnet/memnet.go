@@ -1,7 +1,8 @@
 // Package memnet is an in-memory network for tests: a Listener whose
 // connections behave as loopback TCP sockets do where a protocol's code
 // can tell (a bounded buffer each way, deadlines, EOF after the peer's
-// close, a broken pipe when writing to a closed peer) and block only on
+// close, a broken pipe when writing to a closed peer, after one write
+// that the reset has not yet caught up with) and block only on
 // channels and timers.
 //
 // That last property is why it exists. Under testing/synctest a goroutine
@@ -161,7 +162,8 @@ type stream struct {
 	mu         sync.Mutex
 	buf        []byte
 	writerDone bool // the writing end closed: the reader sees EOF once drained
-	readerDone bool // the reading end closed: writes fail
+	readerDone bool // the reading end closed: writes are discarded, then fail
+	reset      bool // a write was discarded: the next fails
 
 	// readable and writable carry a wake-up each (capacity 1): a waiter
 	// rechecks the state after one, so a stale wake-up costs a loop.
@@ -198,11 +200,19 @@ func (s *stream) read(b []byte) (n int, eof bool) {
 }
 
 // write buffers what fits of b; broken is true when the reader has gone.
+// The first write after the reader has gone succeeds and is discarded, as
+// on a TCP socket, whose peer answers it with the reset that makes the
+// next write fail: a client that writes as the server hangs up still reads
+// what the server said last, rather than a broken pipe.
 func (s *stream) write(b []byte) (n int, broken bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.readerDone {
-		return 0, true
+		if s.reset {
+			return 0, true
+		}
+		s.reset = true
+		return len(b), false
 	}
 	n = min(len(b), s.limit-len(s.buf))
 	if n > 0 {

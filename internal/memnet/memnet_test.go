@@ -73,7 +73,7 @@ func TestWriteBuffersThenBlocks(t *testing.T) {
 }
 
 // The peer's close is EOF once what it wrote is read; writing to it is a
-// broken pipe; this end's calls after its own close are net.ErrClosed.
+// broken pipe from the second write; this end's calls after its own close are net.ErrClosed.
 func TestCloseEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := memnet.Listen(0)
@@ -85,8 +85,11 @@ func TestCloseEnds(t *testing.T) {
 		if string(got) != "last words" || err != nil {
 			t.Fatalf("read after the peer's close: %q, %v", got, err)
 		}
+		if n, err := s.Write([]byte("xy")); n != 2 || err != nil {
+			t.Errorf("first write to a closed peer: %d, %v; want it taken, as TCP does before the reset", n, err)
+		}
 		if _, err := s.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
-			t.Errorf("write to a closed peer: %v, want EPIPE", err)
+			t.Errorf("second write to a closed peer: %v, want EPIPE", err)
 		}
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 			t.Errorf("read after own close: %v, want net.ErrClosed", err)

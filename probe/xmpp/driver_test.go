@@ -72,6 +72,7 @@ func TestConnectErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			dialFake(t, drv, url)
 			if err := drv.Provision(context.Background(), probe.Plan{Groups: []probe.Group{{Name: "room", Members: []string{"alice"}}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -196,6 +197,7 @@ func TestProvisionRegisters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dialFake(t, drv, url)
 	batch.Store(int64(len(users)))
 	if err := drv.Provision(context.Background(), probe.Plan{Users: users}); err != nil {
 		t.Fatalf("Provision = %v, want nil (a conflict is an existing user)", err)

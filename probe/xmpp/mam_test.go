@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/imcanary/imcanary/internal/testwait"
@@ -47,36 +48,38 @@ func mamFin(from, qid, last string, complete bool) string {
 // message they forward (a <sent/> one as the user's own); a carbon from
 // anyone else is forged and ignored, and groupchat is never carbon-copied.
 func TestCarbons(t *testing.T) {
-	url, _ := fakeServer(t, func(p *peer) {
-		p.login("alice")
-		carbon := func(from, dir, inner string) string {
-			return `<message xmlns='jabber:client' from='` + from + `' to='alice@localhost/imcanary' type='chat'><` + dir + ` xmlns='urn:xmpp:carbons:2'><forwarded xmlns='urn:xmpp:forward:0'>` + inner + `</forwarded></` + dir + `></message>`
+	synctest.Test(t, func(t *testing.T) {
+		url, _ := fakeServer(t, func(p *peer) {
+			p.login("alice")
+			carbon := func(from, dir, inner string) string {
+				return `<message xmlns='jabber:client' from='` + from + `' to='alice@localhost/imcanary' type='chat'><` + dir + ` xmlns='urn:xmpp:carbons:2'><forwarded xmlns='urn:xmpp:forward:0'>` + inner + `</forwarded></` + dir + `></message>`
+			}
+			p.send(
+				carbon("alice@localhost", "sent", `<message xmlns='jabber:client' type='chat' from='alice@localhost/imcanary-1' to='bob@localhost'><body>imc1 sent</body></message>`),
+				carbon("alice@localhost", "received", `<message xmlns='jabber:client' type='chat' from='bob@localhost/imcanary' to='alice@localhost/imcanary-1'><body>imc1 received</body></message>`),
+				carbon("mallory@localhost", "received", `<message xmlns='jabber:client' type='chat' from='bob@localhost/imcanary' to='alice@localhost'><body>imc1 forged</body></message>`),
+				carbon("alice@localhost", "received", `<message xmlns='jabber:client' type='groupchat' from='room@conference.localhost/bob'><body>imc1 group</body></message>`),
+				`<message xmlns='jabber:client' type='chat' from='bob@localhost/imcanary'><body>imc1 direct</body></message>`)
+			p.drain()
+		})
+		drv := newDriver(t, url)
+		s, err := drv.Connect(context.Background(), "alice", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		p.send(
-			carbon("alice@localhost", "sent", `<message xmlns='jabber:client' type='chat' from='alice@localhost/imcanary-1' to='bob@localhost'><body>imc1 sent</body></message>`),
-			carbon("alice@localhost", "received", `<message xmlns='jabber:client' type='chat' from='bob@localhost/imcanary' to='alice@localhost/imcanary-1'><body>imc1 received</body></message>`),
-			carbon("mallory@localhost", "received", `<message xmlns='jabber:client' type='chat' from='bob@localhost/imcanary' to='alice@localhost'><body>imc1 forged</body></message>`),
-			carbon("alice@localhost", "received", `<message xmlns='jabber:client' type='groupchat' from='room@conference.localhost/bob'><body>imc1 group</body></message>`),
-			`<message xmlns='jabber:client' type='chat' from='bob@localhost/imcanary'><body>imc1 direct</body></message>`)
-		p.drain()
+		r := &recorder{}
+		done := serve(s, r)
+		testwait.For(t, 3*time.Second, "the direct message", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
+		time.Sleep(50 * time.Millisecond)
+		_ = s.Close()
+		wait(t, done)
+		if _, _, d := r.snapshot(); !slices.Equal(d, []string{"direct alice imc1 sent", "direct bob imc1 received", "direct bob imc1 direct"}) {
+			t.Errorf("deliveries = %q, want the two carbons and the direct message", d)
+		}
+		if m, ok := probe.Driver(drv).(probe.Mirror); !ok || !m.MirrorsOwn() {
+			t.Error("the driver does not say it mirrors a user's messages to its other devices")
+		}
 	})
-	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &recorder{}
-	done := serve(s, r)
-	testwait.For(t, 3*time.Second, "the direct message", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
-	time.Sleep(50 * time.Millisecond)
-	_ = s.Close()
-	wait(t, done)
-	if _, _, d := r.snapshot(); !slices.Equal(d, []string{"direct alice imc1 sent", "direct bob imc1 received", "direct bob imc1 direct"}) {
-		t.Errorf("deliveries = %q, want the two carbons and the direct message", d)
-	}
-	if m, ok := probe.Driver(drv).(probe.Mirror); !ok || !m.MirrorsOwn() {
-		t.Error("the driver does not say it mirrors a user's messages to its other devices")
-	}
 }
 
 // TestCatchup plays a device's catch-up: at login the user's own archive

@@ -7,15 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/memnet"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -183,7 +185,7 @@ func fakeServer(t *testing.T, script func(p *peer)) (string, chan *peer) {
 	t.Helper()
 	done := make(chan *peer, 16)
 	up := websocket.Upgrader{Subprotocols: []string{"xmpp"}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := memnet.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -193,8 +195,31 @@ func fakeServer(t *testing.T, script func(p *peer)) (string, chan *peer) {
 		script(p)
 		done <- p
 	}))
-	t.Cleanup(srv.Close)
-	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/xmpp-websocket", done
+	url := fmt.Sprintf("ws://fake-%d/xmpp-websocket", fakeCount.Add(1))
+	fakes.Store(url, srv)
+	t.Cleanup(func() {
+		fakes.Delete(url)
+		srv.Close()
+	})
+	return url, done
+}
+
+// fakes holds the running fake servers by URL, for dialFake to reach in
+// memory in place of TCP: a test that runs in a synctest bubble then has
+// the script's pauses and the driver's timers on the bubble's clock.
+var (
+	fakes     sync.Map // URL → *memnet.HTTPServer
+	fakeCount atomic.Int64
+)
+
+// dialFake makes drv dial the fake server at url in memory.
+func dialFake(t *testing.T, drv *xmpp.Driver, url string) {
+	t.Helper()
+	f, ok := fakes.Load(url)
+	if !ok {
+		t.Fatalf("no fake server at %s", url)
+	}
+	xmpp.SetDial(drv, f.(*memnet.HTTPServer).Dial)
 }
 
 func newDriver(t *testing.T, url string, groups ...probe.Group) *xmpp.Driver {
@@ -208,6 +233,9 @@ func newDriver(t *testing.T, url string, groups ...probe.Group) *xmpp.Driver {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := fakes.Load(url); ok {
+		dialFake(t, drv, url)
 	}
 	if err := drv.Provision(context.Background(), probe.Plan{Groups: groups}); err != nil {
 		t.Fatal(err)
@@ -318,42 +346,44 @@ func checkStanzas(t *testing.T, frames []string) {
 // that the client unlocks) and one that exists. Connect must return only
 // once the client is in both rooms.
 func TestLogin(t *testing.T) {
-	const hold = 300 * time.Millisecond
-	url, peers := fakeServer(t, func(p *peer) {
-		p.login("alice")
-		p.expect(`<presence xmlns="jabber:client" to="newroom@conference.localhost/alice"><x xmlns="http://jabber.org/protocol/muc"><history maxstanzas="0"/></x></presence>`)
-		p.expect(`<presence xmlns="jabber:client" to="oldroom@conference.localhost/alice">`)
-		p.send(srvSelf("newroom", "alice", true))
-		iq := p.expect(`to="newroom@conference.localhost"><query xmlns="http://jabber.org/protocol/muc#owner"><x xmlns="jabber:x:data" type="submit"/></query></iq>`)
-		p.send(`<iq type='result' id='` + between(iq, `id="`, `"`) + `' from='newroom@conference.localhost' xmlns='jabber:client'/>`)
-		// The second room answers late, after another occupant.
-		time.Sleep(hold)
-		p.send(`<presence from='oldroom@conference.localhost/bob' xmlns='jabber:client'><x xmlns='http://jabber.org/protocol/muc#user'><item affiliation='none' role='participant'/></x></presence>`,
-			srvSelf("oldroom", "alice", false))
-		p.drain()
+	synctest.Test(t, func(t *testing.T) {
+		const hold = 300 * time.Millisecond
+		url, peers := fakeServer(t, func(p *peer) {
+			p.login("alice")
+			p.expect(`<presence xmlns="jabber:client" to="newroom@conference.localhost/alice"><x xmlns="http://jabber.org/protocol/muc"><history maxstanzas="0"/></x></presence>`)
+			p.expect(`<presence xmlns="jabber:client" to="oldroom@conference.localhost/alice">`)
+			p.send(srvSelf("newroom", "alice", true))
+			iq := p.expect(`to="newroom@conference.localhost"><query xmlns="http://jabber.org/protocol/muc#owner"><x xmlns="jabber:x:data" type="submit"/></query></iq>`)
+			p.send(`<iq type='result' id='` + between(iq, `id="`, `"`) + `' from='newroom@conference.localhost' xmlns='jabber:client'/>`)
+			// The second room answers late, after another occupant.
+			time.Sleep(hold)
+			p.send(`<presence from='oldroom@conference.localhost/bob' xmlns='jabber:client'><x xmlns='http://jabber.org/protocol/muc#user'><item affiliation='none' role='participant'/></x></presence>`,
+				srvSelf("oldroom", "alice", false))
+			p.drain()
+		})
+		drv := newDriver(t, url,
+			probe.Group{Name: "newroom", Members: []string{"alice", "bob"}},
+			probe.Group{Name: "oldroom", Members: []string{"alice", "carol"}})
+		t0 := time.Now()
+		s, err := drv.Connect(context.Background(), "alice", probe.Device{})
+		if err != nil {
+			t.Fatalf("Connect: %v", err)
+		}
+		if took := time.Since(t0); took < hold {
+			t.Errorf("Connect returned after %v, before the second room answered (%v)", took, hold)
+		}
+		done := serve(s, &recorder{})
+		_ = s.Close()
+		if r := probe.ReasonOf(wait(t, done)); r != metrics.ReasonShutdown {
+			t.Errorf("Serve after Close: reason %s, want shutdown", r)
+		}
+		p := <-peers
+		frames := p.frames()
+		checkStanzas(t, frames)
+		if last := frames[len(frames)-1]; last != `<close xmlns="urn:ietf:params:xml:ns:xmpp-framing"/>` {
+			t.Errorf("last frame = %q, want the framing <close/>", last)
+		}
 	})
-	drv := newDriver(t, url,
-		probe.Group{Name: "newroom", Members: []string{"alice", "bob"}},
-		probe.Group{Name: "oldroom", Members: []string{"alice", "carol"}})
-	t0 := time.Now()
-	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
-	if err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	if took := time.Since(t0); took < hold {
-		t.Errorf("Connect returned after %v, before the second room answered (%v)", took, hold)
-	}
-	done := serve(s, &recorder{})
-	_ = s.Close()
-	if r := probe.ReasonOf(wait(t, done)); r != metrics.ReasonShutdown {
-		t.Errorf("Serve after Close: reason %s, want shutdown", r)
-	}
-	p := <-peers
-	frames := p.frames()
-	checkStanzas(t, frames)
-	if last := frames[len(frames)-1]; last != `<close xmlns="urn:ietf:params:xml:ns:xmpp-framing"/>` {
-		t.Errorf("last frame = %q, want the framing <close/>", last)
-	}
 }
 
 // TestStreamManagement checks both directions of XEP-0198 counting: the
@@ -361,87 +391,89 @@ func TestLogin(t *testing.T) {
 // frame, stanzas only), and maps the server's <a h/> back to the refs of
 // its direct messages, in order; group messages are acked by reflection.
 func TestStreamManagement(t *testing.T) {
-	sentAt := make(chan int64, 1)
-	url, peers := fakeServer(t, func(p *peer) {
-		p.login("alice")
-		// Three stanzas and a request in one frame, after the answer to
-		// the carbons request: h must be 4.
-		sentAt <- time.Now().UnixNano()
-		p.send(`<message from='bob@localhost/imcanary' type='chat' id='m1' xmlns='jabber:client'><body>hi</body></message>` +
-			`<presence from='bob@localhost/imcanary' xmlns='jabber:client'/>` +
-			`<iq type='result' id='x' xmlns='jabber:client'/>` + srvR)
-		for a := p.read(); a != `<a xmlns="urn:xmpp:sm:3" h="4"/>`; a = p.read() {
-			// An ack sent unasked, for the carbons answer, may come
-			// first.
-			if a != `<a xmlns="urn:xmpp:sm:3" h="1"/>` {
-				t.Errorf("answer to <r/> = %q, want h=4", a)
-				break
+	synctest.Test(t, func(t *testing.T) {
+		sentAt := make(chan int64, 1)
+		url, peers := fakeServer(t, func(p *peer) {
+			p.login("alice")
+			// Three stanzas and a request in one frame, after the answer to
+			// the carbons request: h must be 4.
+			sentAt <- time.Now().UnixNano()
+			p.send(`<message from='bob@localhost/imcanary' type='chat' id='m1' xmlns='jabber:client'><body>hi</body></message>` +
+				`<presence from='bob@localhost/imcanary' xmlns='jabber:client'/>` +
+				`<iq type='result' id='x' xmlns='jabber:client'/>` + srvR)
+			for a := p.read(); a != `<a xmlns="urn:xmpp:sm:3" h="4"/>`; a = p.read() {
+				// An ack sent unasked, for the carbons answer, may come
+				// first.
+				if a != `<a xmlns="urn:xmpp:sm:3" h="1"/>` {
+					t.Errorf("answer to <r/> = %q, want h=4", a)
+					break
+				}
+			}
+			// The client's stanzas: the carbons request (1), initial
+			// presence (2), then 101 (3), 104 to the room (4), 102 (5),
+			// 103 (6). Each direct message is followed by a request.
+			p.expect(`id="101"`)
+			p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
+			p.expect(`type="groupchat" to="room@conference.localhost" id="104"`)
+			p.expect(`id="102"`)
+			p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
+			p.expect(`id="103"`)
+			p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
+			p.send(`<a xmlns='urn:xmpp:sm:3' h='5'/>`)
+			p.send(`<message from='room@conference.localhost/alice' id='104' type='groupchat' xmlns='jabber:client'><body>g</body></message>`)
+			p.send(`<a xmlns='urn:xmpp:sm:3' h='6'/>`)
+			p.drain()
+		})
+		drv := newDriver(t, url)
+		s, err := drv.Connect(context.Background(), "alice", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{}
+		done := serve(s, r)
+		// Pings run concurrently with sends: both must be safe.
+		stop := make(chan struct{})
+		var pings sync.WaitGroup
+		pings.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					_ = s.Ping()
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+		testwait.For(t, 3*time.Second, "the delivery", func() bool { _, _, d := r.snapshot(); return len(d) == 1 })
+		for _, m := range []*probe.Message{
+			{Ref: 101, To: "bob", Body: []byte("a")},
+			{Ref: 104, Group: "room", Body: []byte("g")},
+			{Ref: 102, To: "bob", Body: []byte("b")},
+			{Ref: 103, To: "carol", Body: []byte("c")},
+		} {
+			if err := s.Send(m); err != nil {
+				t.Fatalf("Send(%d) = %v", m.Ref, err)
 			}
 		}
-		// The client's stanzas: the carbons request (1), initial
-		// presence (2), then 101 (3), 104 to the room (4), 102 (5),
-		// 103 (6). Each direct message is followed by a request.
-		p.expect(`id="101"`)
-		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
-		p.expect(`type="groupchat" to="room@conference.localhost" id="104"`)
-		p.expect(`id="102"`)
-		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
-		p.expect(`id="103"`)
-		p.expect(`<r xmlns="urn:xmpp:sm:3"/>`)
-		p.send(`<a xmlns='urn:xmpp:sm:3' h='5'/>`)
-		p.send(`<message from='room@conference.localhost/alice' id='104' type='groupchat' xmlns='jabber:client'><body>g</body></message>`)
-		p.send(`<a xmlns='urn:xmpp:sm:3' h='6'/>`)
-		p.drain()
-	})
-	drv := newDriver(t, url)
-	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &recorder{}
-	done := serve(s, r)
-	// Pings run concurrently with sends: both must be safe.
-	stop := make(chan struct{})
-	var pings sync.WaitGroup
-	pings.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				_ = s.Ping()
-				time.Sleep(time.Millisecond)
-			}
+		testwait.For(t, 3*time.Second, "four acks", func() bool { a, _, _ := r.snapshot(); return len(a) == 4 })
+		close(stop)
+		pings.Wait()
+		acks, _, deliveries := r.snapshot()
+		if want := []uint64{101, 102, 104, 103}; !slices.Equal(acks, want) {
+			t.Errorf("acks = %v, want %v", acks, want)
 		}
-	})
-	testwait.For(t, 3*time.Second, "the delivery", func() bool { _, _, d := r.snapshot(); return len(d) == 1 })
-	for _, m := range []*probe.Message{
-		{Ref: 101, To: "bob", Body: []byte("a")},
-		{Ref: 104, Group: "room", Body: []byte("g")},
-		{Ref: 102, To: "bob", Body: []byte("b")},
-		{Ref: 103, To: "carol", Body: []byte("c")},
-	} {
-		if err := s.Send(m); err != nil {
-			t.Fatalf("Send(%d) = %v", m.Ref, err)
+		if want := []string{"direct bob hi"}; !slices.Equal(deliveries, want) {
+			t.Errorf("deliveries = %q, want %q", deliveries, want)
 		}
-	}
-	testwait.For(t, 3*time.Second, "four acks", func() bool { a, _, _ := r.snapshot(); return len(a) == 4 })
-	close(stop)
-	pings.Wait()
-	acks, _, deliveries := r.snapshot()
-	if want := []uint64{101, 102, 104, 103}; !slices.Equal(acks, want) {
-		t.Errorf("acks = %v, want %v", acks, want)
-	}
-	if want := []string{"direct bob hi"}; !slices.Equal(deliveries, want) {
-		t.Errorf("deliveries = %q, want %q", deliveries, want)
-	}
-	r.checkAt(t, <-sentAt)
-	_ = s.Close()
-	if r := probe.ReasonOf(wait(t, done)); r != metrics.ReasonShutdown {
-		t.Errorf("reason %s, want shutdown", r)
-	}
-	p := <-peers
-	checkStanzas(t, p.frames())
+		r.checkAt(t, <-sentAt)
+		_ = s.Close()
+		if r := probe.ReasonOf(wait(t, done)); r != metrics.ReasonShutdown {
+			t.Errorf("reason %s, want shutdown", r)
+		}
+		p := <-peers
+		checkStanzas(t, p.frames())
+	})
 }
 
 // TestDeliveries checks which messages are deliveries: others' group and
@@ -449,58 +481,60 @@ func TestStreamManagement(t *testing.T) {
 // reflections (acks), the room's history replay, subjects or bodiless
 // messages; errors are rejections.
 func TestDeliveries(t *testing.T) {
-	sentAt := make(chan int64, 1)
-	url, _ := fakeServer(t, func(p *peer) {
-		p.login("alice", "room")
-		sentAt <- time.Now().UnixNano()
-		p.send(
-			`<message from='room@conference.localhost/bob' id='b1' type='groupchat' xmlns='jabber:client'><body>imc1 group</body></message>`,
-			`<message from='room@conference.localhost/alice' id='7' type='groupchat' xmlns='jabber:client'><body>mine</body></message>`,
-			`<message from='room@conference.localhost/bob' type='groupchat' xmlns='jabber:client'><body>history</body><delay xmlns='urn:xmpp:delay' from='room@conference.localhost' stamp='2025-01-01T00:00:00Z'/></message>`,
-			`<message from='room@conference.localhost' type='groupchat' xmlns='jabber:client'><subject/></message>`+
-				`<message from='carol@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 offline</body><delay xmlns='urn:xmpp:delay' from='localhost' stamp='2025-01-01T00:00:00Z'/></message>`,
-			`<message from='nobody@localhost' id='9' type='error' xmlns='jabber:client'><error type='cancel'><service-unavailable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></message>`,
-			`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><active xmlns='http://jabber.org/protocol/chatstates'/></message>`,
-			`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 &lt;direct&gt;</body></message>`,
-			// Another occupant leaving (Prosody's words for a closed
-			// stream) is no reason to end our session.
-			`<presence type='unavailable' xmlns='jabber:client' from='room@conference.localhost/bob'><status>Kicked: recipient unavailable</status><x xmlns='http://jabber.org/protocol/muc#user'><status code='333'/><item affiliation='none' role='none'/></x></presence>`,
-			srvR)
-		// The carbons answer, the room's self-presence, eight messages
-		// and a presence.
-		for f := p.read(); f != `<a xmlns="urn:xmpp:sm:3" h="11"/>`; f = p.read() {
-			if f == "" {
-				t.Error("no <a h=\"11\"/> for the carbons answer, the self-presence, eight messages and a presence")
-				return
+	synctest.Test(t, func(t *testing.T) {
+		sentAt := make(chan int64, 1)
+		url, _ := fakeServer(t, func(p *peer) {
+			p.login("alice", "room")
+			sentAt <- time.Now().UnixNano()
+			p.send(
+				`<message from='room@conference.localhost/bob' id='b1' type='groupchat' xmlns='jabber:client'><body>imc1 group</body></message>`,
+				`<message from='room@conference.localhost/alice' id='7' type='groupchat' xmlns='jabber:client'><body>mine</body></message>`,
+				`<message from='room@conference.localhost/bob' type='groupchat' xmlns='jabber:client'><body>history</body><delay xmlns='urn:xmpp:delay' from='room@conference.localhost' stamp='2025-01-01T00:00:00Z'/></message>`,
+				`<message from='room@conference.localhost' type='groupchat' xmlns='jabber:client'><subject/></message>`+
+					`<message from='carol@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 offline</body><delay xmlns='urn:xmpp:delay' from='localhost' stamp='2025-01-01T00:00:00Z'/></message>`,
+				`<message from='nobody@localhost' id='9' type='error' xmlns='jabber:client'><error type='cancel'><service-unavailable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></message>`,
+				`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><active xmlns='http://jabber.org/protocol/chatstates'/></message>`,
+				`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 &lt;direct&gt;</body></message>`,
+				// Another occupant leaving (Prosody's words for a closed
+				// stream) is no reason to end our session.
+				`<presence type='unavailable' xmlns='jabber:client' from='room@conference.localhost/bob'><status>Kicked: recipient unavailable</status><x xmlns='http://jabber.org/protocol/muc#user'><status code='333'/><item affiliation='none' role='none'/></x></presence>`,
+				srvR)
+			// The carbons answer, the room's self-presence, eight messages
+			// and a presence.
+			for f := p.read(); f != `<a xmlns="urn:xmpp:sm:3" h="11"/>`; f = p.read() {
+				if f == "" {
+					t.Error("no <a h=\"11\"/> for the carbons answer, the self-presence, eight messages and a presence")
+					return
+				}
 			}
+			p.drain()
+		})
+		drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
+		s, err := drv.Connect(context.Background(), "alice", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		p.drain()
+		r := &recorder{}
+		done := serve(s, r)
+		testwait.For(t, 3*time.Second, "three deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
+		time.Sleep(50 * time.Millisecond)
+		_ = s.Close()
+		if reason := probe.ReasonOf(wait(t, done)); reason != metrics.ReasonShutdown {
+			t.Errorf("Serve() ended with reason %s, want shutdown by our Close", reason)
+		}
+		acks, rejects, deliveries := r.snapshot()
+		if want := []string{"group bob imc1 group", "direct carol imc1 offline", "direct bob imc1 <direct>"}; !slices.Equal(deliveries, want) {
+			t.Errorf("deliveries = %q, want %q", deliveries, want)
+		}
+		if want := []uint64{7}; !slices.Equal(acks, want) {
+			t.Errorf("acks = %v, want %v", acks, want)
+		}
+		if want := []string{"9 service-unavailable"}; !slices.Equal(rejects, want) {
+			t.Errorf("rejects = %q, want %q", rejects, want)
+		}
+		sent := <-sentAt
+		r.checkAt(t, sent, sent, sent)
 	})
-	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
-	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &recorder{}
-	done := serve(s, r)
-	testwait.For(t, 3*time.Second, "three deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 3 })
-	time.Sleep(50 * time.Millisecond)
-	_ = s.Close()
-	if reason := probe.ReasonOf(wait(t, done)); reason != metrics.ReasonShutdown {
-		t.Errorf("Serve() ended with reason %s, want shutdown by our Close", reason)
-	}
-	acks, rejects, deliveries := r.snapshot()
-	if want := []string{"group bob imc1 group", "direct carol imc1 offline", "direct bob imc1 <direct>"}; !slices.Equal(deliveries, want) {
-		t.Errorf("deliveries = %q, want %q", deliveries, want)
-	}
-	if want := []uint64{7}; !slices.Equal(acks, want) {
-		t.Errorf("acks = %v, want %v", acks, want)
-	}
-	if want := []string{"9 service-unavailable"}; !slices.Equal(rejects, want) {
-		t.Errorf("rejects = %q, want %q", rejects, want)
-	}
-	sent := <-sentAt
-	r.checkAt(t, sent, sent, sent)
 }
 
 // TestDeliveryAtDuringLogin: a message that arrives while Connect is still
@@ -510,54 +544,56 @@ func TestDeliveries(t *testing.T) {
 // the login's last frame or Serve's start; one that arrives later is
 // stamped later.
 func TestDeliveryAtDuringLogin(t *testing.T) {
-	const gap = 100 * time.Millisecond
-	sentAt := make(chan int64, 2)
-	joinedAt := make(chan int64, 1)
-	url, _ := fakeServer(t, func(p *peer) {
-		p.expect(`<open xmlns="urn:ietf:params:xml:ns:xmpp-framing"`)
-		p.send(srvOpen + srvFeatures)
-		p.expect(`<auth xmlns="urn:ietf:params:xml:ns:xmpp-sasl" mechanism="PLAIN">`)
-		p.send(srvSuccess)
-		p.expect(`<open xmlns="urn:ietf:params:xml:ns:xmpp-framing"`)
-		p.send(srvOpen + srvBound)
-		p.expect(`id="bind"`)
-		p.send(srvBindResult("alice"))
-		p.expect(`<enable xmlns="urn:xmpp:sm:3"/>`)
-		p.expect(cliCarbons)
-		p.expect(`<presence xmlns="jabber:client"/>`)
-		p.expect(`to="room@conference.localhost/alice"`)
-		sentAt <- time.Now().UnixNano()
-		p.send(srvEnabled + `<message from='carol@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 early</body></message>`)
+	synctest.Test(t, func(t *testing.T) {
+		const gap = 100 * time.Millisecond
+		sentAt := make(chan int64, 2)
+		joinedAt := make(chan int64, 1)
+		url, _ := fakeServer(t, func(p *peer) {
+			p.expect(`<open xmlns="urn:ietf:params:xml:ns:xmpp-framing"`)
+			p.send(srvOpen + srvFeatures)
+			p.expect(`<auth xmlns="urn:ietf:params:xml:ns:xmpp-sasl" mechanism="PLAIN">`)
+			p.send(srvSuccess)
+			p.expect(`<open xmlns="urn:ietf:params:xml:ns:xmpp-framing"`)
+			p.send(srvOpen + srvBound)
+			p.expect(`id="bind"`)
+			p.send(srvBindResult("alice"))
+			p.expect(`<enable xmlns="urn:xmpp:sm:3"/>`)
+			p.expect(cliCarbons)
+			p.expect(`<presence xmlns="jabber:client"/>`)
+			p.expect(`to="room@conference.localhost/alice"`)
+			sentAt <- time.Now().UnixNano()
+			p.send(srvEnabled + `<message from='carol@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 early</body></message>`)
+			time.Sleep(gap)
+			joinedAt <- time.Now().UnixNano()
+			p.send(srvCarbons + srvSelf("room", "alice", false))
+			time.Sleep(2 * gap)
+			sentAt <- time.Now().UnixNano()
+			p.send(`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 late</body></message>`)
+			p.drain()
+		})
+		drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
+		s, err := drv.Connect(context.Background(), "alice", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		connected := time.Now().UnixNano()
 		time.Sleep(gap)
-		joinedAt <- time.Now().UnixNano()
-		p.send(srvCarbons + srvSelf("room", "alice", false))
-		time.Sleep(2 * gap)
-		sentAt <- time.Now().UnixNano()
-		p.send(`<message from='bob@localhost/imcanary' type='chat' xmlns='jabber:client'><body>imc1 late</body></message>`)
-		p.drain()
+		r := &recorder{}
+		done := serve(s, r)
+		testwait.For(t, 3*time.Second, "two deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 2 })
+		_ = s.Close()
+		wait(t, done)
+		if _, _, d := r.snapshot(); !slices.Equal(d, []string{"direct carol imc1 early", "direct bob imc1 late"}) {
+			t.Fatalf("deliveries = %q, want the early one, then the late one", d)
+		}
+		r.checkAt(t, <-sentAt, <-sentAt)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if joined := <-joinedAt; r.ats[0] >= joined || r.ats[0] > connected {
+			t.Errorf("delivery read during login: At %d, want the time its frame was read: before the join's frame was written (%d) and Connect returned (%d)",
+				r.ats[0], joined, connected)
+		}
 	})
-	drv := newDriver(t, url, probe.Group{Name: "room", Members: []string{"alice", "bob"}})
-	s, err := drv.Connect(context.Background(), "alice", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	connected := time.Now().UnixNano()
-	time.Sleep(gap)
-	r := &recorder{}
-	done := serve(s, r)
-	testwait.For(t, 3*time.Second, "two deliveries", func() bool { _, _, d := r.snapshot(); return len(d) == 2 })
-	_ = s.Close()
-	wait(t, done)
-	if _, _, d := r.snapshot(); !slices.Equal(d, []string{"direct carol imc1 early", "direct bob imc1 late"}) {
-		t.Fatalf("deliveries = %q, want the early one, then the late one", d)
-	}
-	r.checkAt(t, <-sentAt, <-sentAt)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if joined := <-joinedAt; r.ats[0] >= joined || r.ats[0] > connected {
-		t.Errorf("delivery read during login: At %d, want the time its frame was read: before the join's frame was written (%d) and Connect returned (%d)",
-			r.ats[0], joined, connected)
-	}
 }
 
 // TestDisconnectReasons checks each way a session can end is classified:
@@ -611,27 +647,29 @@ func TestDisconnectReasons(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			url, _ := fakeServer(t, func(p *peer) {
-				p.login("alice")
-				tt.server(p)
+			synctest.Test(t, func(t *testing.T) {
+				url, _ := fakeServer(t, func(p *peer) {
+					p.login("alice")
+					tt.server(p)
+				})
+				drv := newDriver(t, url)
+				s, err := drv.Connect(context.Background(), "alice", probe.Device{})
+				if err != nil {
+					t.Fatalf("Connect: %v", err)
+				}
+				if tt.ourClose {
+					go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
+				}
+				got := wait(t, serve(s, &recorder{}))
+				var d *probe.Disconnect
+				if !errors.As(got, &d) {
+					t.Fatalf("Serve() = %v, want a *probe.Disconnect", got)
+				}
+				if d.Reason != tt.reason || d.Code != tt.code || !strings.Contains(d.Text+" "+d.Error(), tt.text) {
+					t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
+						d, d.Reason, d.Code, tt.reason, tt.code, tt.text)
+				}
 			})
-			drv := newDriver(t, url)
-			s, err := drv.Connect(context.Background(), "alice", probe.Device{})
-			if err != nil {
-				t.Fatalf("Connect: %v", err)
-			}
-			if tt.ourClose {
-				go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
-			}
-			got := wait(t, serve(s, &recorder{}))
-			var d *probe.Disconnect
-			if !errors.As(got, &d) {
-				t.Fatalf("Serve() = %v, want a *probe.Disconnect", got)
-			}
-			if d.Reason != tt.reason || d.Code != tt.code || !strings.Contains(d.Text+" "+d.Error(), tt.text) {
-				t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
-					d, d.Reason, d.Code, tt.reason, tt.code, tt.text)
-			}
 		})
 	}
 }
