@@ -3,6 +3,7 @@ package reference_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	stdlog "log"
 	"net"
@@ -10,11 +11,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/memnet"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -29,11 +33,12 @@ func (nopHandler) OnReject(uint64, string)    {}
 func (nopHandler) OnDelivery(*probe.Delivery) {}
 
 // fakeServer logs any user in, then behaves as then says: a server that
-// misbehaves in one specific way.
+// misbehaves in one specific way. It serves on an in-memory network that
+// newDriver dials, so that a test can run in a synctest bubble.
 func fakeServer(t *testing.T, then func(c *websocket.Conn)) string {
 	t.Helper()
 	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := memnet.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -45,8 +50,34 @@ func fakeServer(t *testing.T, then func(c *websocket.Conn)) string {
 		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login_ok","id":"login"}`))
 		then(c)
 	}))
-	t.Cleanup(srv.Close)
-	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
+	url := fmt.Sprintf("ws://fake-%d/ws", fakeCount.Add(1))
+	fakes.Store(url, srv)
+	t.Cleanup(func() {
+		fakes.Delete(url)
+		srv.Close()
+	})
+	return url
+}
+
+// fakes holds the running fake servers by URL, for newDriver to dial.
+var (
+	fakes     sync.Map // URL → *memnet.HTTPServer
+	fakeCount atomic.Int64
+)
+
+// newDriver is reference.New, dialling the fake server at o.URL in memory.
+func newDriver(t *testing.T, o reference.Options) *reference.Driver {
+	t.Helper()
+	drv, err := reference.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := fakes.Load(o.URL)
+	if !ok {
+		t.Fatalf("no fake server at %s", o.URL)
+	}
+	reference.SetDial(drv, f.(*memnet.HTTPServer).Dial)
+	return drv
 }
 
 func closeWith(code int, text string) func(c *websocket.Conn) {
@@ -91,33 +122,32 @@ func TestDisconnectReasons(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			drv, err := reference.New(reference.Options{URL: fakeServer(t, tt.server), Heartbeat: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := drv.Connect(context.Background(), "u1", probe.Device{})
-			if err != nil {
-				t.Fatalf("Connect: %v", err)
-			}
-			if tt.ourClose {
-				go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
-			}
-			done := make(chan error, 1)
-			go func() { done <- s.Serve(nopHandler{}) }()
-			var got error
-			select {
-			case got = <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatal("Serve did not return")
-			}
-			var d *probe.Disconnect
-			if !errors.As(got, &d) {
-				t.Fatalf("Serve() = %v, want a *probe.Disconnect", got)
-			}
-			if d.Reason != tt.reason || d.Code != tt.code || !strings.Contains(d.Error(), tt.errText) {
-				t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
-					d, d.Reason, d.Code, tt.reason, tt.code, tt.errText)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				drv := newDriver(t, reference.Options{URL: fakeServer(t, tt.server), Heartbeat: time.Second})
+				s, err := drv.Connect(context.Background(), "u1", probe.Device{})
+				if err != nil {
+					t.Fatalf("Connect: %v", err)
+				}
+				if tt.ourClose {
+					go func() { time.Sleep(50 * time.Millisecond); _ = s.Close() }()
+				}
+				done := make(chan error, 1)
+				go func() { done <- s.Serve(nopHandler{}) }()
+				var got error
+				select {
+				case got = <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Serve did not return")
+				}
+				var d *probe.Disconnect
+				if !errors.As(got, &d) {
+					t.Fatalf("Serve() = %v, want a *probe.Disconnect", got)
+				}
+				if d.Reason != tt.reason || d.Code != tt.code || !strings.Contains(d.Error(), tt.errText) {
+					t.Errorf("Serve() = %v (reason %q, code %d), want reason %q, code %d, text containing %q",
+						d, d.Reason, d.Code, tt.reason, tt.code, tt.errText)
+				}
+			})
 		})
 	}
 }
@@ -262,43 +292,42 @@ func TestConnectErrors(t *testing.T) {
 // time out. The session must end (so the user reconnects) rather than stay
 // online, reading, with a connection that can never send again.
 func TestWriteTimeoutEndsSession(t *testing.T) {
-	release := make(chan struct{})
-	url := fakeServer(t, func(c *websocket.Conn) {
-		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"pong"}`))
-		// Never read again; hold the connection open until the test is
-		// over (cleanups run last first: before the server's close).
-		<-release
-	})
-	t.Cleanup(func() { close(release) })
-	drv, err := reference.New(reference.Options{URL: url, Heartbeat: time.Hour, WriteTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := drv.Connect(context.Background(), "u1", probe.Device{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(nopHandler{}) }()
-	big := make([]byte, 60<<10)
-	for i := range big {
-		big[i] = 'x'
-	}
-	var sendErr error
-	for i := 0; i < 2000 && sendErr == nil; i++ {
-		sendErr = s.Send(&probe.Message{Ref: uint64(i), To: "u2", Body: big})
-	}
-	if sendErr == nil {
-		t.Fatal("no write timed out against a server that never reads")
-	}
-	select {
-	case err := <-done:
-		if r := probe.ReasonOf(err); r != metrics.ReasonError {
-			t.Errorf("Serve() = %v (reason %s), want reason error", err, r)
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		url := fakeServer(t, func(c *websocket.Conn) {
+			_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"pong"}`))
+			// Never read again; hold the connection open until the test is
+			// over (cleanups run last first: before the server's close).
+			<-release
+		})
+		t.Cleanup(func() { close(release) })
+		drv := newDriver(t, reference.Options{URL: url, Heartbeat: time.Hour, WriteTimeout: 200 * time.Millisecond})
+		s, err := drv.Connect(context.Background(), "u1", probe.Device{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("session still serving after its write failed")
-	}
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(nopHandler{}) }()
+		big := make([]byte, 60<<10)
+		for i := range big {
+			big[i] = 'x'
+		}
+		var sendErr error
+		for i := 0; i < 2000 && sendErr == nil; i++ {
+			sendErr = s.Send(&probe.Message{Ref: uint64(i), To: "u2", Body: big})
+		}
+		if sendErr == nil {
+			t.Fatal("no write timed out against a server that never reads")
+		}
+		select {
+		case err := <-done:
+			if r := probe.ReasonOf(err); r != metrics.ReasonError {
+				t.Errorf("Serve() = %v (reason %s), want reason error", err, r)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("session still serving after its write failed")
+		}
+	})
 }
 
 // stamped is what stampRecorder keeps of one delivery.
@@ -322,58 +351,57 @@ func (r stampRecorder) OnDelivery(d *probe.Delivery) {
 // socket: not zero, not after OnDelivery, and not before the server began
 // writing the frame, or for a frame written in two parts, its last part.
 func TestDeliveryAt(t *testing.T) {
-	const gap = 50 * time.Millisecond
-	msgs := []string{
-		`{"type":"msg","from":"u2","to":"u1","conv":"d:u1:u2","msg_id":"1","seq":1,"body":"direct"}`,
-		`{"type":"msg","from":"u3","group":"g1","conv":"g:g1","msg_id":"2","seq":1,"body":"group"}`,
-		`{"type":"msg","from":"u2","to":"u1","conv":"d:u1:u2","msg_id":"3","seq":2,"body":"split"}`,
-	}
-	// sent[i] is taken just before the server writes (the end of)
-	// message i.
-	sent := make(chan int64, len(msgs))
-	url := fakeServer(t, func(c *websocket.Conn) {
-		for _, m := range msgs[:2] {
+	synctest.Test(t, func(t *testing.T) {
+		const gap = 50 * time.Millisecond
+		msgs := []string{
+			`{"type":"msg","from":"u2","to":"u1","conv":"d:u1:u2","msg_id":"1","seq":1,"body":"direct"}`,
+			`{"type":"msg","from":"u3","group":"g1","conv":"g:g1","msg_id":"2","seq":1,"body":"group"}`,
+			`{"type":"msg","from":"u2","to":"u1","conv":"d:u1:u2","msg_id":"3","seq":2,"body":"split"}`,
+		}
+		// sent[i] is taken just before the server writes (the end of)
+		// message i.
+		sent := make(chan int64, len(msgs))
+		url := fakeServer(t, func(c *websocket.Conn) {
+			for _, m := range msgs[:2] {
+				time.Sleep(gap)
+				sent <- time.Now().UnixNano()
+				_ = c.WriteMessage(websocket.TextMessage, []byte(m))
+			}
+			// The last one by hand, as an unmasked frame split in two
+			// writes: its stamp must be the second's.
+			raw := append([]byte{0x81, byte(len(msgs[2]))}, msgs[2]...)
+			_, _ = c.NetConn().Write(raw[:20])
 			time.Sleep(gap)
 			sent <- time.Now().UnixNano()
-			_ = c.WriteMessage(websocket.TextMessage, []byte(m))
+			_, _ = c.NetConn().Write(raw[20:])
+			_, _, _ = c.ReadMessage()
+		})
+		drv := newDriver(t, reference.Options{URL: url, Heartbeat: time.Second})
+		s, err := drv.Connect(context.Background(), "u1", probe.Device{})
+		if err != nil {
+			t.Fatalf("Connect: %v", err)
 		}
-		// The last one by hand, as an unmasked frame split in two
-		// writes: its stamp must be the second's.
-		raw := append([]byte{0x81, byte(len(msgs[2]))}, msgs[2]...)
-		_, _ = c.NetConn().Write(raw[:20])
-		time.Sleep(gap)
-		sent <- time.Now().UnixNano()
-		_, _ = c.NetConn().Write(raw[20:])
-		_, _, _ = c.ReadMessage()
-	})
-	drv, err := reference.New(reference.Options{URL: url, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := drv.Connect(context.Background(), "u1", probe.Device{})
-	if err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	r := stampRecorder{got: make(chan stamped, len(msgs))}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(r) }()
-	for i, want := range []string{"direct", "group", "split"} {
-		var d stamped
+		r := stampRecorder{got: make(chan stamped, len(msgs))}
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(r) }()
+		for i, want := range []string{"direct", "group", "split"} {
+			var d stamped
+			select {
+			case d = <-r.got:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("delivery %d (%s) did not come", i, want)
+			}
+			before := <-sent
+			if d.body != want || d.at == 0 || d.at > d.now || d.at < before {
+				t.Errorf("delivery %d = %q at %d (OnDelivery at %d), want %q at or after %d, the server's write, and at most OnDelivery's time",
+					i, d.body, d.at, d.now, want, before)
+			}
+		}
+		_ = s.Close()
 		select {
-		case d = <-r.got:
+		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Fatalf("delivery %d (%s) did not come", i, want)
+			t.Fatal("Serve did not return after Close")
 		}
-		before := <-sent
-		if d.body != want || d.at == 0 || d.at > d.now || d.at < before {
-			t.Errorf("delivery %d = %q at %d (OnDelivery at %d), want %q at or after %d, the server's write, and at most OnDelivery's time",
-				i, d.body, d.at, d.now, want, before)
-		}
-	}
-	_ = s.Close()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return after Close")
-	}
+	})
 }
