@@ -47,6 +47,10 @@ type Settings struct {
 	// Grace is how long past its hold (and a dial) a poll may go
 	// unanswered before its session is dead. Default 10 s.
 	Grace time.Duration
+	// Dial, if set, opens connections in place of a TCP dial over the
+	// link, whose socket options then do not apply: tests point it at an
+	// in-memory network (internal/memnet) to run in a synctest bubble.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Defaults of the zero Settings fields.
@@ -97,6 +101,9 @@ func (p *Pool) client(link probe.Link) *http.Client {
 		return c
 	}
 	dial := wsconn.NetDialer(link)
+	if p.s.Dial != nil {
+		dial = p.s.Dial
+	}
 	t := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, p.s.DialTimeout)

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/imcanary/imcanary/internal/memnet"
 	"github.com/imcanary/imcanary/internal/testwait"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -30,6 +32,20 @@ func loopback(t *testing.T, h http.Handler) *httptest.Server {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// memServer is h on an in-memory network, for a test in a synctest
+// bubble: a pool reaches it with Settings.Dial.
+type memServer struct {
+	*memnet.HTTPServer
+	url string
+}
+
+func inMemory(t *testing.T, h http.Handler) *memServer {
+	t.Helper()
+	srv := memnet.NewHTTPServer(h)
+	t.Cleanup(func() { srv.Close() })
+	return &memServer{HTTPServer: srv, url: "http://fake"}
 }
 
 func get(t *testing.T, ctx context.Context, url string) *http.Request {
@@ -104,41 +120,46 @@ func TestDo(t *testing.T) {
 // TestMaxConns: requests past MaxConns wait for a connection instead of
 // opening more.
 func TestMaxConns(t *testing.T) {
-	var open, peak atomic.Int64
-	release := make(chan struct{})
-	srv := loopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := open.Add(1)
-		defer open.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
+	synctest.Test(t, func(t *testing.T) {
+		var open, peak atomic.Int64
+		release := make(chan struct{})
+		srv := inMemory(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := open.Add(1)
+			defer open.Add(-1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			<-release
+		}))
+		p := NewPool(Settings{MaxConns: 3, Dial: srv.Dial})
+		defer p.CloseIdle()
+		done := make(chan error, 10)
+		for range 10 {
+			go func() {
+				_, err := p.Do(get(t, context.Background(), srv.url), probe.Link{})
+				done <- err
+			}()
+		}
+		testwait.For(t, 5*time.Second, "three requests open", func() bool { return open.Load() >= 3 })
+		// Let every goroutine run until it blocks: the other seven have then
+		// opened a connection if they could, and none may.
+		synctest.Wait()
+		if n := open.Load(); n != 3 {
+			t.Errorf("%d requests open with every client blocked, want MaxConns 3", n)
+		}
+		close(release)
+		for range 10 {
+			if err := <-done; err != nil {
+				t.Error(err)
 			}
 		}
-		<-release
-	}))
-	p := NewPool(Settings{MaxConns: 3})
-	defer p.CloseIdle()
-	done := make(chan error, 10)
-	for range 10 {
-		go func() {
-			_, err := p.Do(get(t, context.Background(), srv.URL), probe.Link{})
-			done <- err
-		}()
-	}
-	testwait.For(t, 5*time.Second, "three requests open", func() bool { return open.Load() >= 3 })
-	// Give the other seven the time to open a connection if they could:
-	// none may.
-	time.Sleep(100 * time.Millisecond)
-	close(release)
-	for range 10 {
-		if err := <-done; err != nil {
-			t.Error(err)
+		if peak.Load() != 3 {
+			t.Errorf("%d requests at once on the server, want MaxConns 3", peak.Load())
 		}
-	}
-	if peak.Load() != 3 {
-		t.Errorf("%d requests at once on the server, want MaxConns 3", peak.Load())
-	}
+	})
 }
 
 // poller polls srv's "/poll" holding each for hold, and counts answers.
@@ -164,9 +185,12 @@ func (p *poller) Answer(r *Response) error {
 	return nil
 }
 
-func TestServe(t *testing.T) {
-	var inFlight, peak atomic.Int64
-	srv := loopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// pollServer answers "/poll" at once and holds "/hang" until the request
+// ends, counting the requests in flight and their peak.
+func pollServer(t *testing.T) (srv *memServer, inFlight, peak *atomic.Int64) {
+	t.Helper()
+	inFlight, peak = new(atomic.Int64), new(atomic.Int64)
+	srv = inMemory(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		if n > peak.Load() {
@@ -179,98 +203,115 @@ func TestServe(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}))
+	return srv, inFlight, peak
+}
 
+func TestServe(t *testing.T) {
 	t.Run("one poll in flight, the adapter's disconnect", func(t *testing.T) {
-		pool := NewPool(Settings{})
-		defer pool.CloseIdle()
-		pr := &poller{t: t, url: srv.URL + "/poll", hold: time.Second, stopAt: 20}
-		c := pool.NewConn(context.Background(), probe.Link{})
-		err := c.Serve(pr)
-		var d *probe.Disconnect
-		if !errors.As(err, &d) || d.Reason != metrics.ReasonServerClose {
-			t.Fatalf("Serve: %v, want the adapter's server_close", err)
-		}
-		if peak.Load() != 1 {
-			t.Errorf("%d polls in flight at once, want 1", peak.Load())
-		}
+		synctest.Test(t, func(t *testing.T) {
+			srv, _, peak := pollServer(t)
+			pool := NewPool(Settings{Dial: srv.Dial})
+			defer pool.CloseIdle()
+			pr := &poller{t: t, url: srv.url + "/poll", hold: time.Second, stopAt: 20}
+			c := pool.NewConn(context.Background(), probe.Link{})
+			err := c.Serve(pr)
+			var d *probe.Disconnect
+			if !errors.As(err, &d) || d.Reason != metrics.ReasonServerClose {
+				t.Fatalf("Serve: %v, want the adapter's server_close", err)
+			}
+			if peak.Load() != 1 {
+				t.Errorf("%d polls in flight at once, want 1", peak.Load())
+			}
+		})
 	})
 
 	t.Run("dead poll", func(t *testing.T) {
-		pool := NewPool(Settings{DialTimeout: 50 * time.Millisecond, Grace: 50 * time.Millisecond})
-		defer pool.CloseIdle()
-		pr := &poller{t: t, url: srv.URL + "/hang", hold: 100 * time.Millisecond}
-		c := pool.NewConn(context.Background(), probe.Link{})
-		began := time.Now()
-		err := c.Serve(pr)
-		took := time.Since(began)
-		var d *probe.Disconnect
-		if !errors.As(err, &d) || d.Reason != metrics.ReasonError || !errors.Is(d.Err, ErrDeadPoll) {
-			t.Fatalf("Serve: %v, want an error of ErrDeadPoll", err)
-		}
-		if took < 200*time.Millisecond {
-			t.Errorf("dead after %s, before hold+dial+grace (200ms)", took)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			srv, _, _ := pollServer(t)
+			pool := NewPool(Settings{DialTimeout: 50 * time.Millisecond, Grace: 50 * time.Millisecond, Dial: srv.Dial})
+			defer pool.CloseIdle()
+			pr := &poller{t: t, url: srv.url + "/hang", hold: 100 * time.Millisecond}
+			c := pool.NewConn(context.Background(), probe.Link{})
+			began := time.Now()
+			err := c.Serve(pr)
+			took := time.Since(began)
+			var d *probe.Disconnect
+			if !errors.As(err, &d) || d.Reason != metrics.ReasonError || !errors.Is(d.Err, ErrDeadPoll) {
+				t.Fatalf("Serve: %v, want an error of ErrDeadPoll", err)
+			}
+			if took < 200*time.Millisecond {
+				t.Errorf("dead after %s, before hold+dial+grace (200ms)", took)
+			}
+		})
 	})
 
 	t.Run("close is a shutdown and waits for Go", func(t *testing.T) {
-		pool := NewPool(Settings{})
-		defer pool.CloseIdle()
-		pr := &poller{t: t, url: srv.URL + "/hang", hold: time.Minute}
-		c := pool.NewConn(context.Background(), probe.Link{})
-		var sideDone atomic.Bool
-		if !c.Go(func(ctx context.Context) {
-			<-ctx.Done()
-			time.Sleep(20 * time.Millisecond)
-			sideDone.Store(true)
-		}) {
-			t.Fatal("Go refused before Close")
-		}
-		errc := make(chan error, 1)
-		go func() { errc <- c.Serve(pr) }()
-		testwait.For(t, 5*time.Second, "a poll in flight", func() bool { return inFlight.Load() > 0 })
-		_ = c.Close()
-		err := <-errc
-		var d *probe.Disconnect
-		if !errors.As(err, &d) || d.Reason != metrics.ReasonShutdown {
-			t.Errorf("Serve after Close: %v, want shutdown", err)
-		}
-		if !sideDone.Load() {
-			t.Error("Serve returned before the goroutine Go started")
-		}
-		if c.Go(func(context.Context) {}) {
-			t.Error("Go ran after Close")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			srv, inFlight, _ := pollServer(t)
+			pool := NewPool(Settings{Dial: srv.Dial})
+			defer pool.CloseIdle()
+			pr := &poller{t: t, url: srv.url + "/hang", hold: time.Minute}
+			c := pool.NewConn(context.Background(), probe.Link{})
+			var sideDone atomic.Bool
+			if !c.Go(func(ctx context.Context) {
+				<-ctx.Done()
+				time.Sleep(20 * time.Millisecond)
+				sideDone.Store(true)
+			}) {
+				t.Fatal("Go refused before Close")
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- c.Serve(pr) }()
+			testwait.For(t, 5*time.Second, "a poll in flight", func() bool { return inFlight.Load() > 0 })
+			_ = c.Close()
+			err := <-errc
+			var d *probe.Disconnect
+			if !errors.As(err, &d) || d.Reason != metrics.ReasonShutdown {
+				t.Errorf("Serve after Close: %v, want shutdown", err)
+			}
+			if !sideDone.Load() {
+				t.Error("Serve returned before the goroutine Go started")
+			}
+			if c.Go(func(context.Context) {}) {
+				t.Error("Go ran after Close")
+			}
+		})
 	})
 
 	t.Run("abort is an error", func(t *testing.T) {
-		pool := NewPool(Settings{})
-		defer pool.CloseIdle()
-		pr := &poller{t: t, url: srv.URL + "/hang", hold: time.Minute}
-		c := pool.NewConn(context.Background(), probe.Link{})
-		errc := make(chan error, 1)
-		go func() { errc <- c.Serve(pr) }()
-		testwait.For(t, 5*time.Second, "a poll in flight", func() bool { return inFlight.Load() > 0 })
-		c.Abort()
-		var d *probe.Disconnect
-		if err := <-errc; !errors.As(err, &d) || d.Reason != metrics.ReasonError {
-			t.Errorf("Serve after Abort: %v, want error", err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			srv, inFlight, _ := pollServer(t)
+			pool := NewPool(Settings{Dial: srv.Dial})
+			defer pool.CloseIdle()
+			pr := &poller{t: t, url: srv.url + "/hang", hold: time.Minute}
+			c := pool.NewConn(context.Background(), probe.Link{})
+			errc := make(chan error, 1)
+			go func() { errc <- c.Serve(pr) }()
+			testwait.For(t, 5*time.Second, "a poll in flight", func() bool { return inFlight.Load() > 0 })
+			c.Abort()
+			var d *probe.Disconnect
+			if err := <-errc; !errors.As(err, &d) || d.Reason != metrics.ReasonError {
+				t.Errorf("Serve after Abort: %v, want error", err)
+			}
+		})
 	})
 
 	t.Run("a parent's end does not end the session", func(t *testing.T) {
-		// The session outlives the context of the Connect that made it:
-		// only Close ends it.
-		pool := NewPool(Settings{})
-		defer pool.CloseIdle()
-		parent, cancel := context.WithCancel(context.Background())
-		c := pool.NewConn(parent, probe.Link{})
-		cancel()
-		if c.Context().Err() != nil {
-			t.Error("session's context ended with its parent's")
-		}
-		_ = c.Close()
-		if c.Context().Err() == nil || !c.Closing() {
-			t.Error("Close left the session's context running")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			// The session outlives the context of the Connect that made it:
+			// only Close ends it.
+			pool := NewPool(Settings{})
+			defer pool.CloseIdle()
+			parent, cancel := context.WithCancel(context.Background())
+			c := pool.NewConn(parent, probe.Link{})
+			cancel()
+			if c.Context().Err() != nil {
+				t.Error("session's context ended with its parent's")
+			}
+			_ = c.Close()
+			if c.Context().Err() == nil || !c.Closing() {
+				t.Error("Close left the session's context running")
+			}
+		})
 	})
 }
