@@ -52,10 +52,7 @@ func FuzzServe(f *testing.F) {
 			}
 			closed <- code
 		})
-		drv, err := reference.New(reference.Options{URL: url, Heartbeat: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		drv := newDriver(t, reference.Options{URL: url, Heartbeat: time.Second})
 		s, err := drv.Connect(context.Background(), "u1", probe.Device{})
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
