@@ -1,0 +1,384 @@
+//go:build linux
+
+// Package netpoll tells when sockets have something to read, so that a
+// connection waiting for its next frame holds no goroutine: the kernel's
+// readiness notification (epoll, edge-triggered) wakes a worker from an
+// elastic pool, which reads what is there and returns to the pool.
+//
+// A goroutine parked in a read costs its stack (4 KiB once gorilla's frame
+// reader has run on it) and its descriptor for as long as the connection is
+// idle; a registration here costs a map entry and a small struct. The Go
+// runtime's own poller still owns the descriptors: reads and writes go
+// through net.Conn as before, and an epoll instance of ours only watches
+// them beside it (a descriptor may be in several).
+//
+// The contract of Add's ready function is the one of edge-triggered epoll:
+// it must read until the socket has nothing left (a read that would block),
+// and data that arrives after that read runs it again. It never runs twice
+// at once for one Handle.
+package netpoll
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrClosed is Add's error once the Poller is closed.
+var ErrClosed = errors.New("netpoll: poller closed")
+
+// Handle is one socket's registration.
+type Handle struct {
+	p     *Poller
+	token uint64
+	rc    syscall.RawConn
+	ready func()
+	// state orders ready's runs: idle, running, or running with an
+	// event that came meanwhile (again), which runs it once more.
+	state   atomic.Int32
+	removed atomic.Bool
+}
+
+const (
+	idle int32 = iota
+	running
+	again
+)
+
+// Wake runs ready as if the socket had data: a deadline that passed, or a
+// close that must be noticed without any.
+func (h *Handle) Wake() { h.fire() }
+
+func (h *Handle) fire() {
+	for {
+		switch s := h.state.Load(); s {
+		case idle:
+			if h.state.CompareAndSwap(idle, running) {
+				h.p.workers.run(h.loop)
+				return
+			}
+		case running:
+			if h.state.CompareAndSwap(running, again) {
+				return
+			}
+		default: // again: already to run once more
+			return
+		}
+	}
+}
+
+// loop runs ready until no event came while it ran.
+func (h *Handle) loop() {
+	for {
+		if !h.removed.Load() {
+			h.ready()
+		}
+		if h.state.CompareAndSwap(running, idle) {
+			return
+		}
+		h.state.Store(running) // was again
+	}
+}
+
+// Remove ends the registration; ready does not run again once a run in
+// progress returns. Remove from ready itself is allowed, and so is Remove
+// after the socket is closed.
+func (h *Handle) Remove() {
+	if h.removed.Swap(true) {
+		return
+	}
+	p := h.p
+	p.mu.Lock()
+	delete(p.handles, h.token)
+	p.mu.Unlock()
+	// Through Control, which holds the descriptor open: a socket already
+	// closed took its registration with it, and its number may be
+	// another socket's by now, whose registration must stay.
+	_ = h.rc.Control(func(fd uintptr) {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	})
+}
+
+// Poller is one epoll instance and the workers that run the ready
+// functions of its Handles.
+type Poller struct {
+	epfd int
+	// file is the epoll descriptor as the runtime's poller sees it: the
+	// event loop waits on it like any socket, parked, not in a blocking
+	// system call that holds a thread.
+	file *os.File
+
+	mu      sync.Mutex
+	handles map[uint64]*Handle
+	next    uint64
+	closed  bool
+
+	workers workers
+	done    chan struct{}
+}
+
+// workerIdle is how long a worker with nothing to do stays for the next
+// event: long enough that a steady load reuses them, short enough that a
+// burst's goroutines do not outlive it for long.
+const workerIdle = 2 * time.Second
+
+// New starts a Poller. Close stops it.
+func New() (*Poller, error) { return newPoller(workerIdle) }
+
+// newPoller is New with the time a worker idles before it exits.
+func newPoller(idle time.Duration) (*Poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("netpoll: epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("netpoll: %w", err)
+	}
+	p := &Poller{
+		epfd:    epfd,
+		file:    os.NewFile(uintptr(epfd), "epoll"),
+		handles: map[uint64]*Handle{},
+		done:    make(chan struct{}),
+	}
+	p.workers.init(idle)
+	go p.loop() // exits when Close closes file
+	return p, nil
+}
+
+// Add watches c's socket for reading, running ready on a worker each time
+// data comes, the peer hangs up or the socket fails. c is the connection
+// itself (a *net.TCPConn), not a wrapper of it.
+func (p *Poller) Add(c syscall.Conn, ready func()) (*Handle, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("netpoll: %w", err)
+	}
+	h := &Handle{p: p, rc: rc, ready: ready}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.next++
+	h.token = p.next
+	p.handles[h.token] = h
+	p.mu.Unlock()
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET}
+		setToken(&ev, h.token)
+		cerr = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		p.mu.Lock()
+		delete(p.handles, h.token)
+		p.mu.Unlock()
+		return nil, fmt.Errorf("netpoll: epoll_ctl add: %w", err)
+	}
+	return h, nil
+}
+
+// setToken and token keep a Handle's number in the event's 64 bits of
+// user data (syscall's EpollEvent splits them into Fd and Pad).
+func setToken(ev *unix.EpollEvent, t uint64) {
+	ev.Fd = int32(uint32(t))
+	ev.Pad = int32(uint32(t >> 32))
+}
+
+func token(ev *unix.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
+// Len is the number of sockets watched.
+func (p *Poller) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.handles)
+}
+
+func (p *Poller) loop() {
+	defer close(p.done)
+	rc, err := p.file.SyscallConn()
+	if err != nil {
+		return
+	}
+	events := make([]unix.EpollEvent, 256)
+	batch := make([]*Handle, 0, len(events))
+	for {
+		var n int
+		var werr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, werr = unix.EpollWait(int(fd), events, 0)
+			if werr == unix.EINTR || (werr == nil && n == 0) {
+				return false // wait until the epoll descriptor is readable
+			}
+			return true
+		})
+		if err != nil {
+			return // closed
+		}
+		if werr != nil {
+			// Only EBADF and EINVAL are left, and both mean the
+			// instance is gone.
+			return
+		}
+		batch = batch[:0]
+		p.mu.Lock()
+		for i := range n {
+			if h := p.handles[token(&events[i])]; h != nil {
+				batch = append(batch, h)
+			}
+		}
+		p.mu.Unlock()
+		for _, h := range batch {
+			h.fire()
+		}
+		clear(batch)
+	}
+}
+
+// Close stops the event loop and waits for every worker to return. The
+// Handles' sockets are not closed: their owners do that.
+func (p *Poller) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	err := p.file.Close()
+	<-p.done
+	p.workers.stop()
+	return err
+}
+
+// workers is an elastic pool: a task goes to an idle worker if there is
+// one, else to a new goroutine. A task may block (a write to a full
+// socket, a long frame still arriving), so a fixed pool could be emptied
+// by a few slow connections; this one grows with the tasks running at
+// once, which are bounded by the Handles.
+//
+// Idle workers wait on a stack, and a task goes to the one that went idle
+// last: a steady load keeps reusing the few it needs, and the rest, at the
+// bottom, idle long enough for the sweeper to let them go. (Handing tasks
+// to any idle worker, as a shared channel does, keeps every worker of a
+// past burst just busy enough never to exit.)
+type workers struct {
+	mu      sync.Mutex
+	idle    []*worker // oldest first
+	stopped bool
+	idleFor time.Duration
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	n       atomic.Int64
+}
+
+type worker struct {
+	tasks chan func() // one at most: a worker is on the stack or running
+	since time.Time   // idle since
+}
+
+func (w *workers) init(idleFor time.Duration) {
+	w.idleFor = idleFor
+	w.quit = make(chan struct{})
+	w.wg.Add(1)
+	go w.sweep() // exits on stop
+}
+
+func (w *workers) run(f func()) {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		// A Wake after Close (a deadline's timer): nothing may start
+		// now, and the task is its owner's last.
+		f()
+		return
+	}
+	if n := len(w.idle); n > 0 {
+		k := w.idle[n-1]
+		w.idle[n-1] = nil
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		k.tasks <- f
+		return
+	}
+	w.mu.Unlock()
+	w.wg.Add(1)
+	w.n.Add(1)
+	k := &worker{tasks: make(chan func(), 1)}
+	go w.work(k, f) // exits when the sweeper or stop sends it nil
+}
+
+func (w *workers) work(k *worker, f func()) {
+	defer w.wg.Done()
+	defer w.n.Add(-1)
+	for f != nil {
+		f()
+		w.mu.Lock()
+		if w.stopped {
+			w.mu.Unlock()
+			return
+		}
+		k.since = time.Now()
+		w.idle = append(w.idle, k)
+		w.mu.Unlock()
+		f = <-k.tasks
+	}
+}
+
+// sweep lets the workers idle longer than idleFor go, oldest first.
+func (w *workers) sweep() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.idleFor / 2)
+	defer t.Stop()
+	var gone []*worker
+	for {
+		select {
+		case <-w.quit:
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			n := 0
+			for n < len(w.idle) && now.Sub(w.idle[n].since) >= w.idleFor {
+				n++
+			}
+			gone = append(gone[:0], w.idle[:n]...)
+			rest := copy(w.idle, w.idle[n:])
+			clear(w.idle[rest:])
+			w.idle = w.idle[:rest]
+			w.mu.Unlock()
+			for _, k := range gone {
+				k.tasks <- nil
+			}
+			clear(gone)
+		}
+	}
+}
+
+// stop lets the workers go once their tasks return, and waits for them.
+func (w *workers) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	idle := w.idle
+	w.idle = nil
+	w.mu.Unlock()
+	for _, k := range idle {
+		k.tasks <- nil
+	}
+	close(w.quit)
+	w.wg.Wait()
+}
+
+// Workers is the number of worker goroutines alive, busy or idle.
+func (p *Poller) Workers() int { return int(p.workers.n.Load()) }
