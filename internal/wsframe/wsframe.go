@@ -1,0 +1,430 @@
+// Package wsframe is the net.Conn that gorilla/websocket reads a polled
+// connection through (Conn). It knows where each WebSocket frame ends, so
+// that it can tell, without blocking and without a goroutine parked in a
+// read, whether a whole message is waiting (Ready); gorilla then reads it
+// without ever waiting for the network.
+//
+// gorilla reads through a bufio.Reader of its own, which may read ahead of
+// the frame it parses. Conn never hands it bytes past the end of the
+// current frame (nor, during the HTTP upgrade, past the end of the
+// header), so once gorilla has read a message whole its reader is empty
+// and every byte not yet read is in Conn's buffer, where Ready can see it.
+// That buffer comes from a pool and goes back once it is empty: an idle
+// connection holds none.
+//
+// Control frames between messages (pings, pongs) are taken out here and
+// handed to OnControl, because gorilla reads on past a control frame for
+// the next data frame, which would block. A close frame, and control
+// frames inside a fragmented message, still go to gorilla.
+package wsframe
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Opcodes of the control frames OnControl is given.
+const (
+	OpClose = 8
+	OpPing  = 9
+	OpPong  = 10
+)
+
+// Conn wraps a TCP connection. Reads must come from one goroutine at a
+// time (gorilla's reader, and Ready between its reads); writes, deadlines
+// and Close pass through to the TCP connection.
+type Conn struct {
+	net.Conn
+	rc syscall.RawConn
+	// limit bounds the payload Ready buffers for one message; a larger
+	// one is left to gorilla, whose read limit refuses it.
+	limit int64
+
+	buf  *[]byte // pooled, nil when nothing is buffered
+	r, w int     // buf[r:w] is read and not yet handed on
+	// head is true until the HTTP header has been handed on; crlf counts
+	// the bytes of its "\r\n\r\n" end matched so far.
+	head bool
+	crlf int
+	// left is how much of the current frame gorilla has still to be
+	// handed.
+	left int64
+	// err is a failed non-blocking read's error, returned once
+	// everything buffered before it has been read.
+	err error
+	// stale says a non-blocking read found the deadline passed or the
+	// socket closed: gorilla's next read, a blocking one, says which.
+	stale bool
+	// last is when a read last brought data (Unix ns).
+	last int64
+
+	// OnControl receives each ping and pong read between messages, its
+	// payload unmasked and valid only during the call. Ready calls it.
+	OnControl func(op int, payload []byte)
+}
+
+// New wraps c, a *net.TCPConn (or any syscall.Conn), client's or
+// server's. limit is the largest message payload Ready waits for
+// (gorilla's read limit); one larger is handed on to be refused.
+func New(c net.Conn, limit int64) (*Conn, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("wsframe: not a socket")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Conn: c, rc: rc, limit: limit, head: true}, nil
+}
+
+// Socket is the connection wrapped, for netpoll.Poller.Add.
+func (c *Conn) Socket() syscall.Conn { return c.Conn.(syscall.Conn) }
+
+// Last returns when the last read that brought data ended, in Unix ns:
+// taken after a message is read whole, when its last bytes arrived.
+func (c *Conn) Last() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.last
+}
+
+// Buffered is how many bytes are read from the socket and not yet handed
+// on.
+func (c *Conn) Buffered() int { return c.w - c.r }
+
+// bufSize is the pooled buffer's size: one read takes what a busy
+// connection has queued, many frames at once.
+const bufSize = 4 << 10
+
+// keepMax is the largest buffer given back to the pool.
+const keepMax = 64 << 10
+
+var pool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
+
+// room makes room in the buffer for n bytes after w, taking one from the
+// pool if there is none and growing it for a message larger than it.
+func (c *Conn) room(n int) []byte {
+	if c.buf == nil {
+		c.buf = pool.Get().(*[]byte)
+		c.r, c.w = 0, 0
+	}
+	b := *c.buf
+	if c.r > 0 && len(b)-c.w < n {
+		copy(b, b[c.r:c.w])
+		c.w -= c.r
+		c.r = 0
+	}
+	if len(b)-c.w < n {
+		nb := make([]byte, max(2*len(b), c.w+n))
+		copy(nb, b[:c.w])
+		b = nb
+		*c.buf = b
+	}
+	return b[c.w:]
+}
+
+// release gives the buffer back once it is empty.
+func (c *Conn) release() {
+	if c.buf == nil || c.r < c.w {
+		return
+	}
+	if len(*c.buf) <= keepMax {
+		pool.Put(c.buf)
+	}
+	c.buf, c.r, c.w = nil, 0, 0
+}
+
+// fill reads what the socket has, at least one byte, blocking (under the
+// connection's deadline) if it has none.
+func (c *Conn) fill() error {
+	if c.err != nil {
+		return c.err
+	}
+	b := c.room(1)
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.w += n
+		c.last = time.Now().UnixNano()
+	}
+	if n == 0 {
+		c.release()
+	}
+	return err
+}
+
+// Outcomes of poll.
+const (
+	wouldBlock = iota // the socket had nothing
+	drained           // it had less than there was room for: all it had
+	more              // it filled the room: it may have more
+)
+
+// poll reads what the socket has without waiting, into room for at least
+// want bytes. An error of the read is kept for Read to return once the
+// bytes before it are read.
+func (c *Conn) poll(want int) int {
+	b := c.room(want)
+	var n int
+	var rerr error
+	err := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			if rerr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		// A deadline that passed, or a closed socket: the blocking read
+		// gorilla makes next returns it as the net package words it.
+		c.err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+			c.err = nil
+			c.stale = true
+		}
+		return drained
+	case rerr == unix.EAGAIN:
+		c.release()
+		return wouldBlock
+	case rerr != nil:
+		c.err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+		c.release()
+		return drained
+	case n == 0:
+		c.err = io.EOF
+		c.release()
+		return drained
+	}
+	c.w += n
+	c.last = time.Now().UnixNano()
+	if n < len(b) {
+		return drained
+	}
+	return more
+}
+
+// Read hands gorilla the bytes of the current frame (or of the HTTP
+// header), never past its end, reading the socket when none are
+// buffered.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for c.w == c.r {
+		if err := c.fill(); err != nil {
+			if c.w > c.r {
+				break
+			}
+			return 0, err
+		}
+	}
+	avail := c.buf_()[c.r:c.w]
+	head := c.head
+	switch {
+	case head:
+		// Only what is handed on counts towards the header's end: a
+		// reader smaller than the header reads it in several calls.
+		if len(avail) > len(p) {
+			avail = avail[:len(p)]
+		}
+		avail = c.headPart(avail)
+	case c.left == 0:
+		// At a frame boundary: gorilla may have only this frame's
+		// header, which needs all of its bytes to size the frame.
+		if err := c.header(); err != nil {
+			return 0, err
+		}
+		avail = c.buf_()[c.r:c.w]
+		fallthrough
+	default:
+		if int64(len(avail)) > c.left {
+			avail = avail[:c.left]
+		}
+	}
+	n := copy(p, avail)
+	c.r += n
+	if !head {
+		c.left -= int64(n)
+	}
+	c.release()
+	return n, nil
+}
+
+func (c *Conn) buf_() []byte { return *c.buf }
+
+// headPart is the part of b up to and including the end of the HTTP
+// header, and ends head mode there.
+func (c *Conn) headPart(b []byte) []byte {
+	const end = "\r\n\r\n"
+	for i, ch := range b {
+		switch {
+		case ch == end[c.crlf]:
+			c.crlf++
+		case ch == '\r':
+			c.crlf = 1
+		default:
+			c.crlf = 0
+		}
+		if c.crlf == len(end) {
+			c.head = false
+			return b[:i+1]
+		}
+	}
+	return b
+}
+
+// header reads until the frame header at r is whole, and sets left to
+// the frame's length.
+func (c *Conn) header() error {
+	for {
+		total, _, ok := frameAt(c.buf_()[c.r:c.w])
+		if ok {
+			c.left = total
+			return nil
+		}
+		if err := c.fill(); err != nil {
+			return err
+		}
+	}
+}
+
+// frameAt parses the frame header at the start of b: the frame's whole
+// length (header and payload), and its header's. ok is false if b does
+// not yet hold the whole header.
+func frameAt(b []byte) (total int64, hdr int, ok bool) {
+	if len(b) < 2 {
+		return 0, 0, false
+	}
+	hdr = 2
+	n := int64(b[1] & 0x7f)
+	switch n {
+	case 126:
+		hdr += 2
+	case 127:
+		hdr += 8
+	}
+	if b[1]&0x80 != 0 {
+		hdr += 4
+	}
+	if len(b) < hdr {
+		return 0, 0, false
+	}
+	switch n {
+	case 126:
+		n = int64(b[2])<<8 | int64(b[3])
+	case 127:
+		n = 0
+		for _, x := range b[2:10] {
+			n = n<<8 | int64(x)
+		}
+		if n < 0 {
+			// A length with its top bit set, which gorilla refuses:
+			// hand it on as a frame of its header alone.
+			n = 0
+		}
+	}
+	return int64(hdr) + n, hdr, true
+}
+
+// maxHeader is the longest frame header.
+const maxHeader = 14
+
+// Ready reads what the socket has without blocking and reports whether
+// gorilla can now read a message without waiting: a whole data message, a
+// close frame, or an error, is buffered (or the connection's deadline has
+// passed, which gorilla's read then returns). Pings and pongs at the
+// front are taken out and given to OnControl. It is for a polled
+// connection, between messages: call it when the socket is readable, and
+// read a message each time it reports true.
+func (c *Conn) Ready() bool {
+	for {
+		if c.err != nil || c.stale {
+			return true
+		}
+		need := 1
+		if c.w > c.r {
+			if c.head {
+				return true
+			}
+			n, ready := c.scan()
+			if ready {
+				return true
+			}
+			need = max(n-(c.w-c.r), 1)
+		}
+		switch c.poll(need) {
+		case wouldBlock:
+			return false
+		case drained:
+			if c.err != nil || c.stale || (c.head && c.w > c.r) {
+				return true
+			}
+			_, ready := c.scan()
+			return ready
+		}
+	}
+}
+
+// scan looks at the buffered frames from r: it takes out the pings and
+// pongs at the front, and reports whether a message is whole (ready), else
+// how many bytes from r it needs at least.
+func (c *Conn) scan() (need int, ready bool) {
+	for c.buf != nil && c.w > c.r {
+		b := (*c.buf)[c.r:c.w]
+		pos := 0
+		for {
+			total, hdr, ok := frameAt(b[pos:])
+			if !ok {
+				return pos + maxHeader, false
+			}
+			op := b[pos] & 0x0f
+			if total-int64(hdr) > c.limit {
+				return 0, true // gorilla's read limit refuses it
+			}
+			end := pos + int(total)
+			if end > len(b) {
+				return end, false
+			}
+			if pos == 0 && (op == OpPing || op == OpPong) {
+				c.control(op, b[:end], hdr)
+				c.r += end
+				c.release()
+				break // scan again from the new r
+			}
+			// A close, or a message's final frame. A ping or pong
+			// between a message's fragments is gorilla's to answer
+			// as it reads the message, and does not end it.
+			if op == OpClose || (op < OpClose && b[pos]&0x80 != 0) {
+				return end, true
+			}
+			pos = end
+		}
+	}
+	return 2, false
+}
+
+// control hands OnControl the payload of the control frame f, whose
+// header is hdr bytes long, unmasked.
+func (c *Conn) control(op byte, f []byte, hdr int) {
+	var payload [125]byte
+	n := copy(payload[:], f[hdr:])
+	if f[1]&0x80 != 0 {
+		key := f[hdr-4 : hdr]
+		for i := range n {
+			payload[i] ^= key[i&3]
+		}
+	}
+	if c.OnControl != nil {
+		c.OnControl(int(op), payload[:n])
+	}
+}
