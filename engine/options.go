@@ -101,6 +101,10 @@ type Options struct {
 	// half the Deadline, so that a stalled session is flagged within one
 	// deadline.
 	LagThreshold time.Duration
+	// Reactor reads the sessions that can be (probe.Watcher: a plain
+	// WebSocket, not on a slow link) on a shared poller, without a
+	// goroutine each while they are online (population.reactor).
+	Reactor bool
 	// SessionLifetime, if positive, is the mean of the exponentially
 	// distributed time a session stays logged in before its user logs out
 	// and back in (churn; disconnect reason "churn").

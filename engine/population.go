@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/internal/netpoll"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -27,6 +28,16 @@ import (
 type Population struct {
 	opts    Options
 	dialers *dialers
+	// devices counts the devices still running: a device's connects and
+	// sessions run on a goroutine while it connects or is served, and on
+	// none while its session is watched or it waits to reconnect after
+	// one.
+	devices sync.WaitGroup
+	// poller watches the sessions that can be read without a goroutine
+	// of their own (Options.Reactor); nil without.
+	poller *netpoll.Poller
+	// started is when Run began.
+	started time.Time
 	log     *slog.Logger
 	ledger  *Ledger
 	users   []*user
@@ -538,15 +549,27 @@ func (p *Population) Run(ctx context.Context) error {
 	// The dialers exit when ctx ends, once the users (who wait for their
 	// connects) have.
 	defer p.dialers.wait()
+	if o.Reactor {
+		pl, err := netpoll.New()
+		if err != nil {
+			return fmt.Errorf("population.reactor: %w", err)
+		}
+		p.poller = pl
+		// Closed once every device has ended, and with it every watch.
+		defer pl.Close()
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
+	p.started = start
 	if !o.StartPaused {
 		p.holdUntil.Store(start.Add(p.Ramp() + o.LateAfter + readyGrace).UnixNano())
 	}
 	for _, u := range p.users {
 		for _, dev := range u.devices {
-			// Exits when ctx ends, after closing its session.
-			wg.Go(func() { p.runDevice(ctx, dev, start) })
+			// Its last goroutine exits when ctx ends, after closing its
+			// session: devices.Wait below waits for it.
+			p.devices.Add(1)
+			go p.runDevice(ctx, dev, start)
 		}
 	}
 	if p.sends() {
@@ -570,10 +593,20 @@ func (p *Population) Run(ctx context.Context) error {
 		wg.Go(func() { p.clock.loop(ctx) })
 	}
 	wg.Wait()
+	p.devices.Wait()
 	if !o.Block {
 		o.Set.Ready.Set(0)
 	}
 	return nil
+}
+
+// Watched is how many sessions the population's poller reads, without a
+// goroutine each (Options.Reactor); 0 without one.
+func (p *Population) Watched() int {
+	if p.poller == nil {
+		return 0
+	}
+	return p.poller.Len()
 }
 
 // Ramp returns how long the first logins take at the least: Options.Ramp,

@@ -122,13 +122,25 @@ func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time
 		at = start.Add(o.LateAfter)
 	}
 	if !probe.Sleep(ctx, time.Until(at)) {
+		p.devices.Done()
 		return
 	}
+	p.cycle(ctx, dev, 0)
+}
+
+// cycle connects dev, serves its session and reconnects after it ends,
+// until ctx ends; then it marks the device done (p.devices). A session
+// the population's Poller can watch (probe.Watcher) is handed to it
+// instead: cycle returns, and the session's end carries on (resume), so
+// that an online session holds no goroutine.
+func (p *Population) cycle(ctx context.Context, dev *device, attempt int) {
+	o := p.opts
+	u := dev.u
 	obs := o.Observer
-	for attempt := 0; ctx.Err() == nil; attempt++ {
+	for ctx.Err() == nil {
 		// Before t0: the wait is imcanary's, not the server's login time.
 		if !p.awaitConnect(ctx) {
-			return
+			break
 		}
 		t0 := time.Now()
 		sess, err := p.connect(ctx, dev)
@@ -140,74 +152,142 @@ func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				break
 			}
 			reason := p.failed(err)
 			p.log.Debug("connect failed", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
 			if !probe.Sleep(ctx, p.backoff(attempt)) {
-				return
+				break
 			}
+			attempt++
 			continue
 		}
-		o.Set.ConnectOK.Inc()
-		o.Reach.Succeeded()
-		began := time.Now()
-		u.mu.Lock()
-		dev.sess = sess
-		dev.sessStart = began.UnixNano()
-		u.mu.Unlock()
-		dev.inbox.onlineSince.Store(began.UnixNano())
-		dev.online.Store(true)
-		dev.nextPause = 0
-		u.everOnline.Store(true)
-		o.Set.Online.Inc()
-		if p.addOnline(1) == int64(o.Users*o.Devices) && !p.ready.Swap(true) {
-			if !o.Block {
-				o.Set.Ready.Set(1)
-			}
-			close(p.readyC)
-			p.log.Info("population online", "users", o.Users, "devices", o.Devices, "took", time.Since(start).Round(time.Millisecond))
-		}
-		stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
-		var churned atomic.Bool
-		var lifetime *time.Timer
-		if o.SessionLifetime > 0 {
-			life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
-			lifetime = time.AfterFunc(life, func() { churned.Store(true); _ = sess.Close() })
-		}
-		err = sess.Serve(dev)
-		if lifetime != nil {
-			lifetime.Stop()
-		}
-		stop()
-		_ = sess.Close()
-		dev.online.Store(false)
-		dev.inbox.onlineSince.Store(0)
-		o.Set.Online.Dec()
-		p.addOnline(-1)
-		reason := probe.ReasonOf(err)
-		if churned.Load() && ctx.Err() == nil {
-			reason = metrics.ReasonChurn
-		}
-		o.Set.Disconnects[reason].Inc()
-		if obs != nil {
-			obs.Disconnect(u.idx, reason, err)
-		}
-		dev.endSession()
-		if ctx.Err() != nil {
+		l := p.goOnline(ctx, dev, sess)
+		if w, ok := sess.(probe.Watcher); ok && p.poller != nil && w.Watch(dev, func(err error) { p.resume(ctx, l, err, attempt) }) {
 			return
 		}
-		p.log.Debug("session ended", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
-		// A session that held for a while earns a fresh backoff; one the
-		// server kills at once keeps backing off, so a flapping server
-		// is not stormed.
-		if time.Since(began) > o.BackoffMax || reason == metrics.ReasonChurn {
-			attempt = 0
+		next, live := p.goOffline(ctx, l, sess.Serve(dev), attempt)
+		if !live || !probe.Sleep(ctx, p.backoff(next)) {
+			break
 		}
-		if !probe.Sleep(ctx, p.backoff(attempt)) {
-			return
-		}
+		attempt = next + 1
 	}
+	p.devices.Done()
+}
+
+// resume is a watched session's end: what cycle does after Serve, then
+// the backoff on a timer and the next connect on a goroutine of its own.
+func (p *Population) resume(ctx context.Context, l *live, err error, attempt int) {
+	next, live := p.goOffline(ctx, l, err, attempt)
+	if !live {
+		p.devices.Done()
+		return
+	}
+	afterCtx(ctx, p.backoff(next), func() { p.cycle(ctx, l.dev, next+1) }, p.devices.Done)
+}
+
+// afterCtx runs f on a goroutine of its own after d, or cancelled (on
+// the context's goroutine) if ctx ends first: exactly one of them runs.
+// The wait holds a timer, not a goroutine.
+func afterCtx(ctx context.Context, d time.Duration, f, cancelled func()) {
+	var once atomic.Bool
+	var stop func() bool
+	// The timer exists, stopped, before the context can fire, so neither
+	// callback reads a variable the other is still writing.
+	t := time.AfterFunc(time.Hour, func() {
+		if once.CompareAndSwap(false, true) {
+			stop()
+			f()
+		}
+	})
+	t.Stop()
+	stop = context.AfterFunc(ctx, func() {
+		if once.CompareAndSwap(false, true) {
+			t.Stop()
+			cancelled()
+		}
+	})
+	t.Reset(max(d, 0))
+}
+
+// live is one session of a device, online: what its end undoes.
+type live struct {
+	dev     *device
+	sess    probe.Session
+	began   time.Time
+	stop    func() bool
+	churned atomic.Bool
+	// lifetime churns the session, if the population churns.
+	lifetime *time.Timer
+}
+
+// goOnline counts dev's new session online and arms its end: ctx's end,
+// and its lifetime if sessions churn.
+func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Session) *live {
+	o := p.opts
+	u := dev.u
+	o.Set.ConnectOK.Inc()
+	o.Reach.Succeeded()
+	l := &live{dev: dev, sess: sess, began: time.Now()}
+	u.mu.Lock()
+	dev.sess = sess
+	dev.sessStart = l.began.UnixNano()
+	u.mu.Unlock()
+	dev.inbox.onlineSince.Store(l.began.UnixNano())
+	dev.online.Store(true)
+	dev.nextPause = 0
+	u.everOnline.Store(true)
+	o.Set.Online.Inc()
+	if p.addOnline(1) == int64(o.Users*o.Devices) && !p.ready.Swap(true) {
+		if !o.Block {
+			o.Set.Ready.Set(1)
+		}
+		close(p.readyC)
+		p.log.Info("population online", "users", o.Users, "devices", o.Devices, "took", time.Since(p.started).Round(time.Millisecond))
+	}
+	l.stop = context.AfterFunc(ctx, func() { _ = sess.Close() })
+	if o.SessionLifetime > 0 {
+		life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
+		l.lifetime = time.AfterFunc(life, func() { l.churned.Store(true); _ = sess.Close() })
+	}
+	return l
+}
+
+// goOffline counts l's session, ended with err, offline. It returns the
+// attempt number the reconnect's backoff is for, and false if ctx has
+// ended.
+func (p *Population) goOffline(ctx context.Context, l *live, err error, attempt int) (int, bool) {
+	o := p.opts
+	dev, u, obs := l.dev, l.dev.u, o.Observer
+	if l.lifetime != nil {
+		l.lifetime.Stop()
+	}
+	l.stop()
+	_ = l.sess.Close()
+	dev.online.Store(false)
+	dev.inbox.onlineSince.Store(0)
+	o.Set.Online.Dec()
+	p.addOnline(-1)
+	reason := probe.ReasonOf(err)
+	if l.churned.Load() && ctx.Err() == nil {
+		reason = metrics.ReasonChurn
+	}
+	o.Set.Disconnects[reason].Inc()
+	if obs != nil {
+		obs.Disconnect(u.idx, reason, err)
+	}
+	dev.endSession()
+	if ctx.Err() != nil {
+		return attempt, false
+	}
+	p.log.Debug("session ended", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
+	// A session that held for a while earns a fresh backoff; one the
+	// server kills at once keeps backing off, so a flapping server
+	// is not stormed.
+	if time.Since(l.began) > o.BackoffMax || reason == metrics.ReasonChurn {
+		attempt = 0
+	}
+	return attempt, true
 }
 
 // failed counts a failed connect, login or provisioning attempt under its
@@ -225,7 +305,7 @@ func (p *Population) connect(ctx context.Context, dev *device) (probe.Session, e
 	u := dev.u
 	// Slow readers dial as a slow link; a device keeps its source address
 	// across reconnects.
-	d := probe.Device{Index: dev.idx, Link: probe.Link{Slow: u.slow, Connect: &p.opts.Set.Connect}, Catchup: dev.catchup}
+	d := probe.Device{Index: dev.idx, Link: probe.Link{Slow: u.slow, Connect: &p.opts.Set.Connect, Poller: p.poller}, Catchup: dev.catchup}
 	if a := p.opts.SourceAddrs; len(a) > 0 {
 		d.Link.Source = a[(u.idx*p.opts.Devices+dev.idx)%len(a)]
 	}

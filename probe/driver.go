@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/imcanary/imcanary/internal/netpoll"
 	"github.com/imcanary/imcanary/metrics"
 )
 
@@ -197,4 +198,8 @@ type Link struct {
 	// connect's phases and its TLS handshake: the population's series.
 	// Provisioning connects leave it nil; they are no session's.
 	Connect *metrics.ConnectSet
+	// Poller, if set, is where a session that can be read without a
+	// goroutine of its own is watched (Watcher): a plain-TCP WebSocket
+	// not on a slow link. The population sets it when its reactor is on.
+	Poller *netpoll.Poller
 }

@@ -18,6 +18,7 @@ import "context"
 //	FrameCounter  Driver    the daemon's metrics                always, if implemented
 //	Retrier       Driver    the daemon's metrics                always, if implemented
 //	IdleCloser    Driver    protocols.Target.Close              drivers with an HTTP pool
+//	Watcher       Session   the population's device loop        population.reactor on
 
 // Syncer is a Session that can ask its server what its device has missed.
 // Once per catch-up interval the population calls Sync on every online
@@ -112,4 +113,15 @@ type Retrier interface {
 // timeout. Those in use close with their sessions.
 type IdleCloser interface {
 	CloseIdleConnections()
+}
+
+// Watcher is a Session that can be read without a goroutine of its own, in
+// Serve's place: Watch returns at once and runs h's methods on a worker of
+// the link's Poller as frames come (never two at once, each after the one
+// before); done is called once, with what Serve would have returned, when
+// the session has ended and its connection is closed, on any goroutine.
+// Watch reports false, having done nothing, if the session must be served
+// instead (no Poller, TLS, a slow link): the caller then calls Serve.
+type Watcher interface {
+	Watch(h Handler, done func(error)) bool
 }

@@ -12,8 +12,15 @@ import (
 
 // TestConformance runs the adapters' common suite against the reference
 // server, with its faults.
-func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Server{
+func TestConformance(t *testing.T) { conformance.Run(t, conformanceServer(false)) }
+
+// TestConformanceReactor runs it again with the sessions read by the
+// population's poller, without a goroutine each (population.reactor).
+func TestConformanceReactor(t *testing.T) { conformance.Run(t, conformanceServer(true)) }
+
+func conformanceServer(reactor bool) conformance.Server {
+	return conformance.Server{
+		Reactor: reactor,
 		Adapter: reference.Adapter, CatchUp: true, Faulty: true, WrongSecret: true,
 		Start: func(t *testing.T, f conformance.Faults, via func(string) string) conformance.Instance {
 			return conformance.Reference(t, refserver.Options{}, f, via, reference.Adapter, probe.Target{Secret: secret})
@@ -24,5 +31,5 @@ func TestConformance(t *testing.T) {
 			return conformance.Reference(t, refserver.Options{SendQueue: 64, SendBuffer: 64 << 10}, conformance.Faults{}, via, reference.Adapter, probe.Target{Secret: secret})
 		},
 		SlowReason: metrics.ReasonSlowConsumer, SlowMessageSize: 16 << 10,
-	})
+	}
 }

@@ -392,9 +392,16 @@ var _ probe.Aborter = (*session)(nil)
 func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session.
-func (s *session) Serve(h probe.Handler) error {
-	s.h = h
-	return s.conn.Serve(s)
+func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
+
+// Watch implements probe.Watcher: the session read by the Poller of its
+// link, without a goroutine of its own.
+func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+
+var _ probe.Watcher = (*session)(nil)
+
+func (s *session) run(h probe.Handler) wsconn.Session {
+	return wsconn.Session{Conn: s.conn, Proto: s, Begin: func() error { s.h = h; return nil }}
 }
 
 // scratch is what Frame parses one frame into and hands its handler.

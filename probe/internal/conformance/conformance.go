@@ -32,12 +32,14 @@
 package conformance
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"math"
 	"net/url"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +97,11 @@ type Server struct {
 	// WebSocket session's idle deadline, wsconn.IdleFor: two heartbeats
 	// and 5 s.
 	Silence time.Duration
+	// Reactor runs the suite's populations with population.reactor on:
+	// every session the adapter can have watched (probe.Watcher) is read
+	// on the population's poller, and the population subtest checks
+	// that every normal user's session was.
+	Reactor bool
 	// Scale stretches the suite's time limits for a server that is slow
 	// at what it does (a password hash per login, a database write per
 	// message): 0 is 1.
@@ -552,7 +559,7 @@ func startOn(t *testing.T, s Server, drv probe.Driver, in Instance, o popOpts) *
 		},
 		Set: r.set, Prefix: prefix("r"), Users: o.users, GroupSize: o.groupSize, MessageSize: o.messageSize,
 		Rate: o.rate, Ramp: time.Second, Deadline: s.scaled(2 * time.Second), LostAfter: s.scaled(runLostAfter),
-		SlowReaders: o.slow,
+		SlowReaders: o.slow, Reactor: s.Reactor,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -597,6 +604,14 @@ func nonzero(cs map[string]prometheus.Counter) map[string]float64 {
 
 func population(t *testing.T, s Server) {
 	r := start(t, s, Faults{}, s.CatchUp)
+	if s.Reactor {
+		if w := r.pop.Watched(); w != runUsers {
+			t.Errorf("%d sessions watched by the reactor, want all %d", w, runUsers)
+		}
+		if n := goroutinesIn("wsconn.(*Conn).Serve("); n != 0 {
+			t.Errorf("%d goroutines in a read loop with the reactor on, want none", n)
+		}
+	}
 	c := r.soak(s, 150, 30*time.Second)
 	t.Logf("%v; send errors %v", c, nonzero(r.set.SendErrors))
 	for _, k := range []metrics.Kind{metrics.Direct, metrics.Group} {
@@ -764,4 +779,24 @@ func LoginAgain(t *testing.T, a probe.Adapter, tg probe.Target, user string, dev
 		t.Fatalf("the second login that kicks %s: %v", user, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+}
+
+// goroutinesIn counts the goroutines with fn in their stack.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte(fn)) {
+			count++
+		}
+	}
+	return count
 }

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/netpoll"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -172,8 +175,12 @@ func writePool(size int) *sync.Pool {
 // may be called from others, concurrently with Serve and each other.
 type Conn struct {
 	ws    *websocket.Conn
-	stamp *StampConn
+	stamp Stamper
 	s     *Settings
+	// poller watches the connection once Watch is called; watching is
+	// the watch from then on.
+	poller   *netpoll.Poller
+	watching atomic.Pointer[watch]
 	// wmu serialises data frames: gorilla allows one writer at a time.
 	// Pings and close frames use WriteControl, which it allows beside.
 	wmu sync.Mutex
@@ -187,7 +194,12 @@ type Conn struct {
 // probe.FailureReason and name the URL without anything secret it holds.
 func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 	d := s.dialer
-	d.NetDialContext = NetDialer(link)
+	var framed int64
+	if link.Poller != nil && !link.Slow && strings.HasPrefix(s.URL, "ws://") {
+		// A plain connection a Poller can watch once it is logged in.
+		framed = s.MaxFrame
+	}
+	d.NetDialContext = netDialer(link, framed)
 	if s.Dial != nil {
 		d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := s.Dial(ctx, network, addr)
@@ -214,7 +226,7 @@ func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want %s", probe.RedactURL(s.URL), ws.Subprotocol(), s.Subprotocol)
 	}
 	ws.SetReadLimit(s.MaxFrame)
-	return &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: IdleFor(s.Heartbeat)}, nil
+	return &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: IdleFor(s.Heartbeat), poller: link.Poller}, nil
 }
 
 // Open dials a connection for user over link and runs login on it, the
@@ -287,12 +299,15 @@ func dial(ctx context.Context, d *websocket.Dialer, url string, header http.Head
 // exchange reads and writes without a context of its own. stop reports
 // false if ctx ended first, and the connection is then closed.
 func (c *Conn) Interrupt(ctx context.Context) (stop func() bool) {
-	return context.AfterFunc(ctx, func() { c.ws.NetConn().Close() })
+	return context.AfterFunc(ctx, func() { c.ws.NetConn().Close(); c.wake() })
 }
 
 // Abort closes the socket at once, without a close handshake: a failed
 // login, or a provisioning connection done with.
-func (c *Conn) Abort() { c.ws.Close() }
+func (c *Conn) Abort() {
+	c.ws.Close()
+	c.wake()
+}
 
 // Read reads the next data frame, waiting at most timeout: the login
 // exchange's read, before Serve. The bytes are in a pooled buffer, to be
@@ -330,17 +345,27 @@ func (c *Conn) WriteText(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.WriteTimeout))
-	return Fail(c.ws, c.ws.WriteMessage(websocket.TextMessage, b))
+	return c.fail(c.ws.WriteMessage(websocket.TextMessage, b))
 }
 
 func (c *Conn) writeLocked(b []byte) error {
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.WriteTimeout))
-	return Fail(c.ws, c.ws.WriteMessage(c.s.dataType(), b))
+	return c.fail(c.ws.WriteMessage(c.s.dataType(), b))
+}
+
+// fail is Fail, and has a watch look at the socket it closed: no read
+// waits on it to fail in the watch's place.
+func (c *Conn) fail(err error) error {
+	if err != nil {
+		err = Fail(c.ws, err)
+		c.wake()
+	}
+	return err
 }
 
 // Ping sends a WebSocket ping; the pong extends the idle deadline.
 func (c *Conn) Ping() error {
-	return Fail(c.ws, c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.WriteTimeout)))
+	return c.fail(c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.WriteTimeout)))
 }
 
 // Closing reports whether Close has been called.
@@ -354,6 +379,11 @@ func (c *Conn) Close() error {
 	grace := c.s.CloseGrace
 	if !c.guard.Begin(c.ws, grace) {
 		return nil
+	}
+	if w := c.watching.Load(); w != nil {
+		// No read waits on the deadline Begin set: the watch's timer
+		// must come at it.
+		w.closeBy(grace)
 	}
 	if c.s.Farewell == nil {
 		return CloseFrame(c.ws, grace)

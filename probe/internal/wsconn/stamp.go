@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/imcanary/imcanary/internal/wsframe"
 	"github.com/imcanary/imcanary/probe"
 )
 
@@ -63,6 +64,13 @@ func (c *StampConn) Last() int64 {
 // source address dials from it (see bindNoPort), and a hostname then
 // resolves to its family only.
 func NetDialer(link probe.Link) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return netDialer(link, 0)
+}
+
+// netDialer is NetDialer; with framed > 0 the connection is a
+// wsframe.Conn of that read limit (a plain WebSocket that a Poller may
+// watch once logged in) rather than a StampConn.
+func netDialer(link probe.Link, framed int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	var controls []func(network, address string, c syscall.RawConn) error
 	if link.Slow {
@@ -93,18 +101,29 @@ func NetDialer(link probe.Link) func(ctx context.Context, network, addr string) 
 		if err != nil {
 			return nil, err
 		}
+		if framed > 0 {
+			if fc, err := wsframe.New(c, framed); err == nil {
+				return fc, nil
+			}
+		}
 		return &StampConn{Conn: c}, nil
 	}
 }
 
-// StampOf returns the StampConn under c, looking through TLS, or nil if c
-// was not dialled through NetDialer; a nil StampConn's Last is 0,
-// which a Delivery reads as "time unknown".
-func StampOf(c *websocket.Conn) *StampConn {
+// Stamper tells when a connection's bytes arrived: a StampConn, or the
+// wsframe.Conn of a connection a Poller may watch.
+type Stamper interface{ Last() int64 }
+
+// StampOf returns the Stamper under c, looking through TLS, or a nil
+// *StampConn if c was not dialled through NetDialer; a nil StampConn's
+// Last is 0, which a Delivery reads as "time unknown".
+func StampOf(c *websocket.Conn) Stamper {
 	nc := c.NetConn()
 	if t, ok := nc.(interface{ NetConn() net.Conn }); ok {
 		nc = t.NetConn()
 	}
-	sc, _ := nc.(*StampConn)
-	return sc
+	if st, ok := nc.(Stamper); ok {
+		return st
+	}
+	return (*StampConn)(nil)
 }

@@ -228,8 +228,8 @@ func TestStampOf(t *testing.T) {
 	t.Run("other dialer", func(t *testing.T) {
 		url := rawServer(t, false, func(nc net.Conn) { _, _ = nc.Write(serverFrame("x")) })
 		c := dial(t, &websocket.Dialer{}, url)
-		if sc := wsconn.StampOf(c); sc != nil {
-			t.Fatalf("StampOf(conn of a plain Dialer) = %v, want nil", sc)
+		if sc, ok := wsconn.StampOf(c).(*wsconn.StampConn); !ok || sc != nil {
+			t.Fatalf("StampOf(conn of a plain Dialer) = %v, want a nil *StampConn", wsconn.StampOf(c))
 		}
 		if _, at := readStamped(t, c); at != 0 {
 			t.Errorf("stamp without a StampConn = %d, want 0 (unknown)", at)

@@ -1,0 +1,229 @@
+package wsconn
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/internal/netpoll"
+	"github.com/imcanary/imcanary/internal/wsframe"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// watch is Serve without a goroutine: the Poller runs ready when the
+// socket has data, ready reads every whole message there is (wsframe.Conn
+// says, without blocking, whether one is) and returns. The idle deadline
+// that Serve's blocking read would meet is a timer, which wakes ready to
+// read the deadline's error once it has passed: a dead peer, a timeout and
+// a close end the session as they end Serve's, through the same error
+// paths and classes.
+type watch struct {
+	c    *Conn
+	fc   *wsframe.Conn
+	p    Protocol
+	done func(error)
+	h    *netpoll.Handle
+
+	// mu orders ready's runs for the race detector and the Go memory
+	// model: the Poller never runs two at once, but its hand-over from
+	// one worker to the next goes through the kernel.
+	mu    sync.Mutex
+	ended bool
+
+	// deadline is when the session is dead if nothing is read (Unix
+	// ns); the timer looks at it when it fires and sleeps again if it
+	// has moved, so a frame costs a store, not a timer reset.
+	deadline atomic.Int64
+	timer    *time.Timer
+}
+
+// Watch starts reading the session on the Poller the connection was
+// dialled with, handing p each frame as Serve does, and returns at once;
+// done gets Serve's result, once, after the socket is closed. It reports
+// false, having done nothing, if the connection cannot be watched (no
+// Poller, TLS, a slow link, a session already closing): call Serve then.
+// Frames read during the login and still buffered are handed on first.
+func (c *Conn) Watch(p Protocol, done func(error)) bool {
+	fc, ok := c.ws.NetConn().(*wsframe.Conn)
+	if !ok || c.poller == nil || c.guard.Closing() {
+		return false
+	}
+	// The login's reads left a deadline; from now on the timer keeps
+	// it, and sets the socket's own only once it has passed. (A Close
+	// meanwhile shortens the timer: see below.)
+	if c.ws.SetReadDeadline(time.Time{}) != nil {
+		return false
+	}
+	w := &watch{c: c, fc: fc, p: p, done: done}
+	w.deadline.Store(time.Now().Add(c.idle).UnixNano())
+	fc.OnControl = w.control
+	h, err := c.poller.Add(fc.Socket(), w.ready)
+	if err != nil {
+		fc.OnControl = nil
+		return false
+	}
+	w.h = h
+	w.timer = time.AfterFunc(c.idle, w.expire)
+	c.watching.Store(w)
+	if c.guard.Closing() {
+		// Close came between the check above and the store: it may not
+		// have seen the watch to shorten its timer.
+		w.closeBy(c.s.CloseGrace)
+	}
+	// Bytes that came with the login's last frame, or before Add.
+	h.Wake()
+	return true
+}
+
+// wake has a watch look at its socket: one closed under it (a failed
+// write, Abort) reads as closed at once, not at the idle deadline.
+func (c *Conn) wake() {
+	if w := c.watching.Load(); w != nil {
+		w.h.Wake()
+	}
+}
+
+// ready reads every whole message buffered or waiting on the socket.
+func (w *watch) ready() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return
+	}
+	c := w.c
+	for w.fc.Ready() {
+		bp, err := c.read()
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrBinary):
+				w.end(c.Failed(err))
+			case c.guard.Closing():
+				w.end(&probe.Disconnect{Reason: metrics.ReasonShutdown, Err: ignoreClosed(err)})
+			default:
+				w.end(w.p.Ended(err))
+			}
+			return
+		}
+		w.extend()
+		err = w.p.Frame(*bp, c.stamp.Last())
+		Release(bp)
+		if err != nil {
+			w.end(c.Failed(err))
+			return
+		}
+	}
+}
+
+// extend moves the idle deadline to c.idle from now, unless closing.
+func (w *watch) extend() {
+	if !w.c.guard.Closing() {
+		w.deadline.Store(time.Now().Add(w.c.idle).UnixNano())
+	}
+}
+
+// control answers a ping and takes a pong as a sign of life, as gorilla's
+// handlers do for Serve.
+func (w *watch) control(op int, payload []byte) {
+	switch op {
+	case wsframe.OpPong:
+		w.extend()
+	case wsframe.OpPing:
+		err := w.c.ws.WriteControl(websocket.PongMessage, payload, time.Now().Add(w.c.s.WriteTimeout))
+		if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
+			Fail(w.c.ws, err)
+			// ready is running: its next Ready reads the closed socket.
+		}
+	}
+}
+
+// expire runs when the timer fires: before the deadline (it moved), it
+// sleeps again; after, it sets the socket's deadline in the past and
+// wakes ready, whose read then fails as Serve's would.
+func (w *watch) expire() {
+	if d := time.Until(time.Unix(0, w.deadline.Load())); d > 0 {
+		w.timer.Reset(d)
+		return
+	}
+	_ = w.fc.SetReadDeadline(time.Now())
+	w.h.Wake()
+}
+
+// closeBy brings the deadline to grace from now: Close has begun, and the
+// server's reply is waited for that long.
+func (w *watch) closeBy(grace time.Duration) {
+	w.deadline.Store(time.Now().Add(grace).UnixNano())
+	w.timer.Reset(grace)
+}
+
+// end closes the connection and reports why the session ended, once.
+func (w *watch) end(err error) {
+	w.ended = true
+	w.timer.Stop()
+	w.h.Remove()
+	w.c.ws.Close()
+	w.fc.OnControl = nil
+	w.done(err)
+}
+
+// Watchable reports whether Watch can take the connection: a plain
+// WebSocket dialled with a Poller, not closing.
+func (c *Conn) Watchable() bool {
+	_, ok := c.ws.NetConn().(*wsframe.Conn)
+	return ok && c.poller != nil && !c.guard.Closing()
+}
+
+// Session is an adapter's session as its probe.Session's Serve and
+// probe.Watcher's Watch see it: Begin runs before the read loop (the
+// handler is set, frames kept from the login are handled) and its error
+// ends the session there; Finish, if set, turns the read loop's result
+// into the session's (what the session never saw counts now, its stream
+// state is kept for a resume). Begin's error is the session's as it is:
+// Begin ends the connection itself.
+type Session struct {
+	Conn   *Conn
+	Proto  Protocol
+	Begin  func() error
+	Finish func(error) error
+}
+
+func (s Session) finish(err error) error {
+	if s.Finish != nil {
+		return s.Finish(err)
+	}
+	return err
+}
+
+// Serve runs the session on the calling goroutine: probe.Session.Serve.
+func (s Session) Serve() error {
+	if s.Begin != nil {
+		if err := s.Begin(); err != nil {
+			return err
+		}
+	}
+	return s.finish(s.Conn.Serve(s.Proto))
+}
+
+// Watch runs the session on the connection's Poller and returns at once:
+// probe.Watcher.Watch. It reports false, having done nothing, if the
+// connection cannot be watched. Should it turn out unwatchable after
+// Begin (Close came meanwhile), it is served on the calling goroutine.
+func (s Session) Watch(done func(error)) bool {
+	if !s.Conn.Watchable() {
+		return false
+	}
+	if s.Begin != nil {
+		if err := s.Begin(); err != nil {
+			done(err)
+			return true
+		}
+	}
+	end := func(err error) { done(s.finish(err)) }
+	if !s.Conn.Watch(s.Proto, end) {
+		end(s.Conn.Serve(s.Proto))
+	}
+	return true
+}
