@@ -292,6 +292,9 @@ func (b *bench) setup(ctx context.Context) error {
 	// Source addresses matter only against reference servers on loopback,
 	// where the bench can give each prober an address of its own.
 	b.sourceAddrsKey = strings.Contains(string(help), "--population.source_addrs") && b.ownServers
+	if o.Config.Population.Reactor && !strings.Contains(string(help), "--population.reactor") {
+		return fmt.Errorf("population.reactor is on, and %s run --help does not list it: this imcanary has no reactor", o.Exe)
+	}
 	if !strings.Contains(string(help), "--population.users") {
 		return fmt.Errorf("%s run --help does not list the population keys: is it imcanary?", o.Exe)
 	}
@@ -310,6 +313,7 @@ func (b *bench) setup(ctx context.Context) error {
 		b.warn("this imcanary has no population.max_connect_rate: logins are paced by population.ramp (users / %g per second)", o.ConnectRate)
 	}
 	s.SourceAddrs = b.sourceAddrsKey && o.Processes > 1
+	s.Reactor = c.Population.Reactor
 	s.SettleSeconds, s.WindowSeconds = b.t.settle.Seconds(), b.t.window.Seconds()
 	s.NoiseSessions, s.NoiseDeliveriesPerSecond = noiseSessions, noiseDeliveries
 	if o.Quick {

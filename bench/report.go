@@ -91,6 +91,9 @@ type Setup struct {
 	// SourceAddrs is true when each prober connected from a loopback
 	// address of its own (population.source_addrs).
 	SourceAddrs bool `json:"source_addrs"`
+	// Reactor is true when the probers read their sessions without a
+	// goroutine each (population.reactor).
+	Reactor bool `json:"reactor"`
 	// SettleSeconds is the wait after the last login before a step's
 	// window; WindowSeconds the window each step is measured over.
 	SettleSeconds float64 `json:"settle_seconds"`
@@ -399,8 +402,12 @@ func WriteText(w io.Writer, r *Report) error {
 	if s.Target != "reference" {
 		against = "the target " + s.Target
 	}
-	fmt.Fprintf(&b, "%s prober process(es) against %s; logins at up to %s/s per prober (%s)\n\n",
-		count(float64(s.Processes)), against, count(s.ConnectRate), s.ConnectLimiter)
+	reading := "a goroutine each"
+	if s.Reactor {
+		reading = "the reactor (population.reactor)"
+	}
+	fmt.Fprintf(&b, "%s prober process(es) against %s; logins at up to %s/s per prober (%s); sessions read by %s\n\n",
+		count(float64(s.Processes)), against, count(s.ConnectRate), s.ConnectLimiter, reading)
 
 	t := r.Throughput
 	fmt.Fprintf(&b, "Verification throughput: the same delivery frames (%s B) at %s/s to each client, %s connections, %s rounds of %s\n",

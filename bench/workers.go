@@ -119,6 +119,9 @@ func (b *bench) startProber(ctx context.Context, s proberSpec) (*prober, error) 
 		"--log.level", "warn",
 	}
 	args = append(args, b.saturationArgs()...)
+	if b.rep.Setup.Reactor {
+		args = append(args, "--population.reactor=true")
+	}
 	if !s.flood && b.secret != "" {
 		args = append(args, "--target.secret_file", b.secret)
 	}

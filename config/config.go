@@ -160,6 +160,11 @@ type Population struct {
 	// are drawn from an exponential distribution, as independent users'
 	// would be. 0 keeps sessions until something ends them.
 	SessionLifetime time.Duration `koanf:"session_lifetime"`
+	// Reactor reads each online session that can be (a WebSocket over
+	// plain TCP, not a slow reader's; the reference protocol for now)
+	// without a goroutine of its own: an epoll poller hands its frames to
+	// a worker as they come. Off by default while it is proven.
+	Reactor bool `koanf:"reactor"`
 	// Behaviours, if not empty, makes the population a mix of behaviour
 	// classes, each with its own rate, message sizes and group churn, in
 	// place of Rate and MessageSize. Only the file can set the list.

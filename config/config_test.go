@@ -412,6 +412,7 @@ func TestKeys(t *testing.T) {
 		"population.prefix",
 		"population.ramp",
 		"population.rate",
+		"population.reactor",
 		"population.session_lifetime",
 		"population.slow_readers.fraction",
 		"population.slow_readers.pause",

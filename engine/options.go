@@ -38,6 +38,11 @@ type Connection struct {
 	// each soak run, so that MaxConnectRate caps the process, not each
 	// population.
 	Limiter *ConnectLimiter
+	// Reactor reads the sessions that can be (probe.Watcher: a plain
+	// WebSocket, not on a slow link) on a poller each population starts,
+	// without a goroutine each while they are online
+	// (population.reactor).
+	Reactor bool
 	// Health, if set, records the prober's own send and receive lags and
 	// says when it is saturated.
 	Health Health
@@ -101,10 +106,6 @@ type Options struct {
 	// half the Deadline, so that a stalled session is flagged within one
 	// deadline.
 	LagThreshold time.Duration
-	// Reactor reads the sessions that can be (probe.Watcher: a plain
-	// WebSocket, not on a slow link) on a shared poller, without a
-	// goroutine each while they are online (population.reactor).
-	Reactor bool
 	// SessionLifetime, if positive, is the mean of the exponentially
 	// distributed time a session stays logged in before its user logs out
 	// and back in (churn; disconnect reason "churn").

@@ -440,6 +440,7 @@ func (t *Target) Connection(h engine.Health, reach *engine.Reach) engine.Connect
 		SourceAddrs: t.Sources, MaxConnectRate: p.MaxConnectRate,
 		Health: h, Reach: reach,
 		CatchUp: t.Config.Target.CatchUp != config.CatchUpOff,
+		Reactor: p.Reactor,
 	}
 }
 

@@ -556,10 +556,11 @@ func startOn(t *testing.T, s Server, drv probe.Driver, in Instance, o popOpts) *
 		Connection: engine.Connection{
 			Driver: r.kill, Run: "conformance", Heartbeat: in.Target.Heartbeat,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, CatchUp: o.catchUp,
+			Reactor: s.Reactor,
 		},
 		Set: r.set, Prefix: prefix("r"), Users: o.users, GroupSize: o.groupSize, MessageSize: o.messageSize,
 		Rate: o.rate, Ramp: time.Second, Deadline: s.scaled(2 * time.Second), LostAfter: s.scaled(runLostAfter),
-		SlowReaders: o.slow, Reactor: s.Reactor,
+		SlowReaders: o.slow,
 	})
 	if err != nil {
 		t.Fatal(err)
