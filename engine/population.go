@@ -38,11 +38,14 @@ type Population struct {
 	poller *netpoll.Poller
 	// started is when Run began.
 	started time.Time
-	log     *slog.Logger
-	ledger  *Ledger
-	users   []*user
-	groups  []probe.Group
-	run     []byte
+	// served counts the sessions read by a goroutine of their own
+	// (Serve), as opposed to watched by the poller.
+	served atomic.Int64
+	log    *slog.Logger
+	ledger *Ledger
+	users  []*user
+	groups []probe.Group
+	run    []byte
 
 	refs   atomic.Uint64
 	online atomic.Int64
@@ -608,6 +611,11 @@ func (p *Population) Watched() int {
 	}
 	return p.poller.Len()
 }
+
+// Served is how many sessions a goroutine of their own reads (Serve):
+// every online one without Options.Reactor, those the poller cannot
+// watch with it.
+func (p *Population) Served() int { return int(p.served.Load()) }
 
 // Ramp returns how long the first logins take at the least: Options.Ramp,
 // or longer when MaxConnectRate cannot log every user in within it.

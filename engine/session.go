@@ -166,7 +166,10 @@ func (p *Population) cycle(ctx context.Context, dev *device, attempt int) {
 		if w, ok := sess.(probe.Watcher); ok && p.poller != nil && w.Watch(dev, func(err error) { p.resume(ctx, l, err, attempt) }) {
 			return
 		}
-		next, live := p.goOffline(ctx, l, sess.Serve(dev), attempt)
+		p.served.Add(1)
+		err = sess.Serve(dev)
+		p.served.Add(-1)
+		next, live := p.goOffline(ctx, l, err, attempt)
 		if !live || !probe.Sleep(ctx, p.backoff(next)) {
 			break
 		}

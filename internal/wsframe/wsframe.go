@@ -64,6 +64,9 @@ type Conn struct {
 	stale bool
 	// last is when a read last brought data (Unix ns).
 	last int64
+	// emptied says the last read of the socket left nothing in it (see
+	// Ready).
+	emptied bool
 
 	// OnControl receives each ping and pong read between messages, its
 	// payload unmasked and valid only during the call. Ready calls it.
@@ -208,6 +211,7 @@ func (c *Conn) poll(want int) int {
 	c.w += n
 	c.last = time.Now().UnixNano()
 	if n < len(b) {
+		c.emptied = true
 		return drained
 	}
 	return more
@@ -346,7 +350,20 @@ const maxHeader = 14
 // front are taken out and given to OnControl. It is for a polled
 // connection, between messages: call it when the socket is readable, and
 // read a message each time it reports true.
+//
+// A read that took less than there was room for emptied the socket: until
+// Ready next reports false, it does not read again only to be told that
+// nothing more came (edge-triggered readiness says so), which would cost
+// a system call per event.
 func (c *Conn) Ready() bool {
+	ready := c.ready()
+	if !ready {
+		c.emptied = false
+	}
+	return ready
+}
+
+func (c *Conn) ready() bool {
 	for {
 		if c.err != nil || c.stale {
 			return true
@@ -361,6 +378,9 @@ func (c *Conn) Ready() bool {
 				return true
 			}
 			need = max(n-(c.w-c.r), 1)
+		}
+		if c.emptied {
+			return false
 		}
 		switch c.poll(need) {
 		case wouldBlock:

@@ -32,14 +32,12 @@
 package conformance
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"math"
 	"net/url"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -606,11 +604,8 @@ func nonzero(cs map[string]prometheus.Counter) map[string]float64 {
 func population(t *testing.T, s Server) {
 	r := start(t, s, Faults{}, s.CatchUp)
 	if s.Reactor {
-		if w := r.pop.Watched(); w != runUsers {
-			t.Errorf("%d sessions watched by the reactor, want all %d", w, runUsers)
-		}
-		if n := goroutinesIn("wsconn.(*Conn).Serve("); n != 0 {
-			t.Errorf("%d goroutines in a read loop with the reactor on, want none", n)
+		if w, g := r.pop.Watched(), r.pop.Served(); w != runUsers || g != 0 {
+			t.Errorf("%d sessions watched by the reactor and %d read by a goroutine each, want all %d watched", w, g, runUsers)
 		}
 	}
 	c := r.soak(s, 150, 30*time.Second)
@@ -780,24 +775,4 @@ func LoginAgain(t *testing.T, a probe.Adapter, tg probe.Target, user string, dev
 		t.Fatalf("the second login that kicks %s: %v", user, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-}
-
-// goroutinesIn counts the goroutines with fn in their stack.
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
-		if bytes.Contains(g, []byte(fn)) {
-			count++
-		}
-	}
-	return count
 }

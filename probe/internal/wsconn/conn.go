@@ -197,7 +197,10 @@ func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 	var framed int64
 	if link.Poller != nil && !link.Slow && strings.HasPrefix(s.URL, "ws://") {
 		// A plain connection a Poller can watch once it is logged in.
+		// wsframe hands gorilla one frame at a time, so gorilla's own
+		// read buffer need hold no more than a frame header's worth.
 		framed = s.MaxFrame
+		d.ReadBufferSize = 128
 	}
 	d.NetDialContext = netDialer(link, framed)
 	if s.Dial != nil {
