@@ -96,15 +96,25 @@ func BenchmarkSessionMemory(b *testing.B) {
 		n, _ = strconv.Atoi(s)
 	}
 	addr := childTarget(b)
-	for b.Loop() {
-		heap, stack, rss := measureSessions(b, addr, n)
-		b.ReportMetric(heap+stack, "heap+stack-B/session")
-		b.ReportMetric(stack, "stack-B/session")
-		b.ReportMetric(rss, "rss-B/session")
+	// Side by side: each session read by a goroutine of its own, and by
+	// the population's poller (population.reactor).
+	for _, reactor := range []bool{false, true} {
+		name := "goroutine"
+		if reactor {
+			name = "reactor"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				heap, stack, rss := measureSessions(b, addr, n, reactor)
+				b.ReportMetric(heap+stack, "heap+stack-B/session")
+				b.ReportMetric(stack, "stack-B/session")
+				b.ReportMetric(rss, "rss-B/session")
+			}
+		})
 	}
 }
 
-func measureSessions(b *testing.B, addr string, n int) (heapPer, stackPer, rssPer float64) {
+func measureSessions(b *testing.B, addr string, n int, reactor bool) (heapPer, stackPer, rssPer float64) {
 	drv, err := reference.New(reference.Options{URL: "ws://" + addr + "/ws", Secret: secret, Heartbeat: time.Hour})
 	if err != nil {
 		b.Fatal(err)
@@ -117,6 +127,7 @@ func measureSessions(b *testing.B, addr string, n int) (heapPer, stackPer, rssPe
 			Heartbeat:  time.Hour,
 			BackoffMin: 50 * time.Millisecond,
 			BackoffMax: time.Second,
+			Reactor:    reactor,
 		},
 		Set:       set,
 		Prefix:    "m",
