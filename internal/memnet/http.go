@@ -1,8 +1,13 @@
 package memnet
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"testing"
 )
 
 // HTTPServer is an http.Server on a Listener: httptest.Server's part for
@@ -53,4 +58,36 @@ func (s *HTTPServer) Close() error {
 	<-s.served
 	s.handlers.Wait()
 	return err
+}
+
+// Fakes is a test's fake servers by URL: one helper starts them, another
+// makes the client that dials them (Dial), as a test's fake-server
+// helper and its driver constructor are apart.
+type Fakes struct {
+	servers sync.Map // URL → *HTTPServer
+	n       atomic.Int64
+}
+
+// Start serves h until the test ends and returns its URL:
+// scheme://fake-N/path.
+func (f *Fakes) Start(tb testing.TB, scheme, path string, h http.Handler) string {
+	tb.Helper()
+	srv := NewHTTPServer(h)
+	url := fmt.Sprintf("%s://fake-%d%s", scheme, f.n.Add(1), path)
+	f.servers.Store(url, srv)
+	tb.Cleanup(func() {
+		f.servers.Delete(url)
+		srv.Close()
+	})
+	return url
+}
+
+// Dial returns the dial function of the server at url, or false if no
+// fake server is there.
+func (f *Fakes) Dial(url string) (func(ctx context.Context, network, addr string) (net.Conn, error), bool) {
+	s, ok := f.servers.Load(url)
+	if !ok {
+		return nil, false
+	}
+	return s.(*HTTPServer).Dial, true
 }

@@ -168,7 +168,7 @@ func positioned(epoch string, offset uint64) func(command) string {
 func startFake(t *testing.T, script func(fc *fakeConn)) string {
 	t.Helper()
 	up := websocket.Upgrader{}
-	srv := memnet.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return fakes.Start(t, "ws", "/connection/websocket", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -176,22 +176,12 @@ func startFake(t *testing.T, script func(fc *fakeConn)) string {
 		defer c.Close()
 		script(&fakeConn{t: t, c: c})
 	}))
-	url := fmt.Sprintf("ws://fake-%d/connection/websocket", fakeCount.Add(1))
-	fakes.Store(url, srv)
-	t.Cleanup(func() {
-		fakes.Delete(url)
-		srv.Close()
-	})
-	return url
 }
 
-// fakes holds the running fake servers by URL, for newTestDriver to dial
-// in memory in place of TCP: a test that runs in a synctest bubble then
-// has the fake's pacing and the driver's timers on the bubble's clock.
-var (
-	fakes     sync.Map // URL → *memnet.HTTPServer
-	fakeCount atomic.Int64
-)
+// fakes are the running fake servers, for newTestDriver to dial in memory
+// in place of TCP: a test that runs in a synctest bubble then has the
+// fake's pacing and the driver's timers on the bubble's clock.
+var fakes memnet.Fakes
 
 // startFakeNth is startFake for a script that plays each connection
 // differently: n is the connection's number, from 1.
@@ -227,8 +217,8 @@ func newTestDriver(t *testing.T, url string, mod func(*Options)) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, ok := fakes.Load(url); ok {
-		d.conn.Dial = f.(*memnet.HTTPServer).Dial
+	if dial, ok := fakes.Dial(url); ok {
+		d.conn.Dial = dial
 	}
 	if err := d.Provision(context.Background(), testPlan); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package reference_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	stdlog "log"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -38,7 +36,7 @@ func (nopHandler) OnDelivery(*probe.Delivery) {}
 func fakeServer(t *testing.T, then func(c *websocket.Conn)) string {
 	t.Helper()
 	up := websocket.Upgrader{}
-	srv := memnet.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return fakes.Start(t, "ws", "/ws", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -50,20 +48,10 @@ func fakeServer(t *testing.T, then func(c *websocket.Conn)) string {
 		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"login_ok","id":"login"}`))
 		then(c)
 	}))
-	url := fmt.Sprintf("ws://fake-%d/ws", fakeCount.Add(1))
-	fakes.Store(url, srv)
-	t.Cleanup(func() {
-		fakes.Delete(url)
-		srv.Close()
-	})
-	return url
 }
 
-// fakes holds the running fake servers by URL, for newDriver to dial.
-var (
-	fakes     sync.Map // URL → *memnet.HTTPServer
-	fakeCount atomic.Int64
-)
+// fakes are the running fake servers, for newDriver to dial.
+var fakes memnet.Fakes
 
 // newDriver is reference.New, dialling the fake server at o.URL in memory.
 func newDriver(t *testing.T, o reference.Options) *reference.Driver {
@@ -72,11 +60,11 @@ func newDriver(t *testing.T, o reference.Options) *reference.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, ok := fakes.Load(o.URL)
+	dial, ok := fakes.Dial(o.URL)
 	if !ok {
 		t.Fatalf("no fake server at %s", o.URL)
 	}
-	reference.SetDial(drv, f.(*memnet.HTTPServer).Dial)
+	reference.SetDial(drv, dial)
 	return drv
 }
 

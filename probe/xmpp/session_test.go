@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -185,7 +184,7 @@ func fakeServer(t *testing.T, script func(p *peer)) (string, chan *peer) {
 	t.Helper()
 	done := make(chan *peer, 16)
 	up := websocket.Upgrader{Subprotocols: []string{"xmpp"}}
-	srv := memnet.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url := fakes.Start(t, "ws", "/xmpp-websocket", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -195,31 +194,22 @@ func fakeServer(t *testing.T, script func(p *peer)) (string, chan *peer) {
 		script(p)
 		done <- p
 	}))
-	url := fmt.Sprintf("ws://fake-%d/xmpp-websocket", fakeCount.Add(1))
-	fakes.Store(url, srv)
-	t.Cleanup(func() {
-		fakes.Delete(url)
-		srv.Close()
-	})
 	return url, done
 }
 
-// fakes holds the running fake servers by URL, for dialFake to reach in
-// memory in place of TCP: a test that runs in a synctest bubble then has
-// the script's pauses and the driver's timers on the bubble's clock.
-var (
-	fakes     sync.Map // URL → *memnet.HTTPServer
-	fakeCount atomic.Int64
-)
+// fakes are the running fake servers, for dialFake to reach in memory in
+// place of TCP: a test that runs in a synctest bubble then has the
+// script's pauses and the driver's timers on the bubble's clock.
+var fakes memnet.Fakes
 
 // dialFake makes drv dial the fake server at url in memory.
 func dialFake(t *testing.T, drv *xmpp.Driver, url string) {
 	t.Helper()
-	f, ok := fakes.Load(url)
+	dial, ok := fakes.Dial(url)
 	if !ok {
 		t.Fatalf("no fake server at %s", url)
 	}
-	xmpp.SetDial(drv, f.(*memnet.HTTPServer).Dial)
+	xmpp.SetDial(drv, dial)
 }
 
 func newDriver(t *testing.T, url string, groups ...probe.Group) *xmpp.Driver {
@@ -234,7 +224,7 @@ func newDriver(t *testing.T, url string, groups ...probe.Group) *xmpp.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := fakes.Load(url); ok {
+	if _, ok := fakes.Dial(url); ok {
 		dialFake(t, drv, url)
 	}
 	if err := drv.Provision(context.Background(), probe.Plan{Groups: groups}); err != nil {
