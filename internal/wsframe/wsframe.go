@@ -232,7 +232,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	avail := c.buf_()[c.r:c.w]
+	avail := c.pending()
 	head := c.head
 	switch {
 	case head:
@@ -248,7 +248,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if err := c.header(); err != nil {
 			return 0, err
 		}
-		avail = c.buf_()[c.r:c.w]
+		avail = c.pending()
 		fallthrough
 	default:
 		if int64(len(avail)) > c.left {
@@ -264,7 +264,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *Conn) buf_() []byte { return *c.buf }
+// pending is what is read from the socket and not yet handed on.
+func (c *Conn) pending() []byte { return (*c.buf)[c.r:c.w] }
 
 // headPart is the part of b up to and including the end of the HTTP
 // header, and ends head mode there.
@@ -291,7 +292,7 @@ func (c *Conn) headPart(b []byte) []byte {
 // the frame's length.
 func (c *Conn) header() error {
 	for {
-		total, _, ok := frameAt(c.buf_()[c.r:c.w])
+		total, _, ok := frameAt(c.pending())
 		if ok {
 			c.left = total
 			return nil
