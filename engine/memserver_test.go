@@ -40,6 +40,12 @@ type memServer struct {
 	// discarded counts deliveries a killed server never made: queued for
 	// a session it ended, or due to one after it ended.
 	discarded atomic.Int64
+	// stall, while set, holds every Send until it is closed, as a write
+	// to a server that has stopped reading does; stalled counts the sends
+	// it has held, and routed every send that reached the server.
+	stall   atomic.Pointer[chan struct{}]
+	stalled atomic.Int64
+	routed  atomic.Int64
 }
 
 // memDelivery is one delivery the server is about to make.
@@ -196,6 +202,11 @@ func (ss *memSession) Serve(h probe.Handler) error {
 
 // Send implements probe.Session: the server routes m at once.
 func (ss *memSession) Send(m *probe.Message) error {
+	if c := ss.srv.stall.Load(); c != nil {
+		ss.srv.stalled.Add(1)
+		<-*c
+	}
+	ss.srv.routed.Add(1)
 	return ss.srv.route(ss, m)
 }
 

@@ -61,6 +61,14 @@ type Population struct {
 	// paused stops sending while sessions stay online: a drain phase lets
 	// every message in flight arrive before the counts are read.
 	paused atomic.Bool
+	// sending counts the sends past their check of paused and not yet on
+	// record (in flight, or failed): a pause waits for it to reach zero.
+	// Without that, a drain could read the counts between a send's check
+	// and its record, find everything accounted for, and miss the message
+	// whose ack (and the deliveries it makes owed) came a moment later.
+	// An atomic and not a lock, so that a pause waiting on a send held
+	// in its write stays a durable wait under testing/synctest.
+	sending atomic.Int64
 	// holdUntil (Unix ns) holds sending until the whole population is
 	// online, or this time at the latest: a group message sent before
 	// every member has logged in (joined the room, subscribed to the
@@ -530,8 +538,19 @@ func (p *Population) addOnline(d int64) int64 {
 }
 
 // SetSending pauses (false) or resumes (true) sending. Intended send times
-// keep advancing while paused, so resuming does not burst.
-func (p *Population) SetSending(on bool) { p.paused.Store(!on) }
+// keep advancing while paused, so resuming does not burst. A pause returns
+// once no send is under way: every message sent before it awaits its ack
+// (Inflight) or has been acked or failed. A send blocked on a stalled
+// write holds it up to the send deadline.
+func (p *Population) SetSending(on bool) {
+	p.paused.Store(!on)
+	// The sender counts itself before it reads paused, and this reads
+	// the count after the store: a send either saw the pause or is
+	// counted here.
+	for !on && p.sending.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // Ledger returns the population's ledger.
 func (p *Population) Ledger() *Ledger { return p.ledger }

@@ -57,12 +57,14 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 		if !waitUntil(ctx, timer, u.next) {
 			return
 		}
+		p.sending.Add(1)
 		if !p.paused.Load() && (p.ready.Load() || u.next > p.holdUntil.Load()) {
 			if h := o.Health; h != nil {
 				h.SendLag(time.Duration(time.Now().UnixNano() - u.next))
 			}
 			buf = p.send(u, u.next, buf)
 		}
+		p.sending.Add(-1)
 		u.next += u.interval
 		heap.Fix(&h, 0)
 	}

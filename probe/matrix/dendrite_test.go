@@ -62,11 +62,11 @@ type fixture struct {
 
 func (fx *fixture) soak(d, lostAfter time.Duration, co metrics.Cohort) probetest.Totals {
 	time.Sleep(d)
-	return probetest.Settle(fx.pop, fx.set, lostAfter, co)
+	return probetest.Settle(fx.t, fx.pop, fx.set, lostAfter, co)
 }
 
 func (fx *fixture) soakUntil(n float64, limit, lostAfter time.Duration, co metrics.Cohort) probetest.Totals {
-	return probetest.SoakUntil(fx.pop, fx.set, n, limit, lostAfter, co)
+	return probetest.SoakUntil(fx.t, fx.pop, fx.set, n, limit, lostAfter, co)
 }
 
 // config is the shipped configs/matrix.yaml's section, as a user runs it.

@@ -132,7 +132,7 @@ func start(t *testing.T, pc popConfig) *fixture {
 func (fx *fixture) user(i int) string { return fmt.Sprintf("%s-u%d", fx.prefix, i) }
 
 func (fx *fixture) soakUntil(n float64, limit, lostAfter time.Duration, co metrics.Cohort) probetest.Totals {
-	return probetest.SoakUntil(fx.pop, fx.set, n, limit, lostAfter, co)
+	return probetest.SoakUntil(fx.t, fx.pop, fx.set, n, limit, lostAfter, co)
 }
 
 // TestMattermostPopulation: 200 users in group channels of 5 and direct
@@ -184,7 +184,7 @@ func TestMattermostCatchUpFetch(t *testing.T) {
 		time.Sleep(4 * time.Second)
 	}
 	time.Sleep(2 * time.Second)
-	c := probetest.Settle(fx.pop, fx.set, 10*time.Second, metrics.Normal)
+	c := probetest.Settle(fx.t, fx.pop, fx.set, 10*time.Second, metrics.Normal)
 	t.Logf("resume refused, two receivers dropped three times: %v; fetched %d", c, mattermost.Fetched(fx.drv))
 	if mattermost.Fetched(fx.drv) == 0 || c.Recovered == 0 {
 		t.Errorf("%v, %d fetched: want what the dropped devices missed fetched and recovered", c, mattermost.Fetched(fx.drv))
@@ -206,7 +206,7 @@ func TestMattermostCatchUpOff(t *testing.T) {
 		time.Sleep(4 * time.Second)
 	}
 	time.Sleep(2 * time.Second)
-	c := probetest.Settle(fx.pop, fx.set, 10*time.Second, metrics.Normal)
+	c := probetest.Settle(fx.t, fx.pop, fx.set, 10*time.Second, metrics.Normal)
 	t.Logf("catch-up off, two receivers dropped three times: %v", c)
 	if c.Lost == 0 {
 		t.Errorf("%v: nothing lost, want the posts sent to the away devices counted lost", c)

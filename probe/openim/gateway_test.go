@@ -131,7 +131,7 @@ func (fx *fixture) totals() probetest.Totals { return probetest.Cohort(fx.set, m
 func TestGatewayCleanRun(t *testing.T) {
 	gw := newGateway(t, openimtest.Options{})
 	fx := start(t, gw, base)
-	c := probetest.SoakUntil(fx.pop, fx.set, 2000, 20*time.Second, base.lostAfter, metrics.Normal)
+	c := probetest.SoakUntil(t, fx.pop, fx.set, 2000, 20*time.Second, base.lostAfter, metrics.Normal)
 	t.Logf("clean: %v; gateway %+v", c, gw.Stats())
 	if c.Expected < 1000 {
 		t.Fatalf("expected = %v, want over a thousand deliveries", c.Expected)
@@ -232,7 +232,7 @@ func TestGatewayFaults(t *testing.T) {
 			// loaded machine's stalls do not turn a recovery into a loss.
 			pc.lostAfter = 6 * time.Second
 			fx := start(t, gw, pc)
-			c := probetest.SoakUntil(fx.pop, fx.set, 2000, 20*time.Second, pc.lostAfter, metrics.Normal)
+			c := probetest.SoakUntil(t, fx.pop, fx.set, 2000, 20*time.Second, pc.lostAfter, metrics.Normal)
 			st := gw.Stats()
 			t.Logf("%s: %v; gateway %+v; driver %+v", tc.name, c, st, fx.drv.Stats())
 			if c.Expected < 1000 {
@@ -252,7 +252,7 @@ func TestGatewayDelayIsLatency(t *testing.T) {
 	pc := base
 	pc.catchUp = false
 	fx := start(t, gw, pc)
-	c := probetest.SoakUntil(fx.pop, fx.set, 1000, 20*time.Second, base.lostAfter, metrics.Normal)
+	c := probetest.SoakUntil(t, fx.pop, fx.set, 1000, 20*time.Second, base.lostAfter, metrics.Normal)
 	t.Logf("delay: %v", c)
 	if c.Late != c.Delivered || c.Delivered != c.Expected || c.Lost != 0 {
 		t.Errorf("%v: want every delivery late (2.5 s past a 2 s deadline), none lost", c)
@@ -271,7 +271,7 @@ func TestGatewayPushInFlightIsNotRecovered(t *testing.T) {
 	pc.deadline, pc.lostAfter = 3*time.Second, 6*time.Second
 	gw := newGateway(t, openimtest.Options{Faults: openimtest.Faults{PushDelay: pc.deadline / 4}})
 	fx := start(t, gw, pc)
-	c := probetest.SoakUntil(fx.pop, fx.set, 1000, 20*time.Second, pc.lostAfter, metrics.Normal)
+	c := probetest.SoakUntil(t, fx.pop, fx.set, 1000, 20*time.Second, pc.lostAfter, metrics.Normal)
 	t.Logf("push delay %v: %v", pc.deadline/4, c)
 	if c.Expected < 1000 {
 		t.Fatalf("expected = %v, want over a thousand deliveries", c.Expected)
@@ -297,7 +297,7 @@ func TestGatewayCatchUp(t *testing.T) {
 				killed += fx.kill.Kill(fx.user(3+i*13), 1500*time.Millisecond)
 			}
 			testwait.Traffic(fx.pop, 4*time.Second)
-			c := probetest.Settle(fx.pop, fx.set, pc.lostAfter, metrics.Normal)
+			c := probetest.Settle(t, fx.pop, fx.set, pc.lostAfter, metrics.Normal)
 			t.Logf("catch-up %v: %v; %d sessions dropped; driver %+v", catchUp, c, killed, fx.drv.Stats())
 			if killed == 0 {
 				t.Fatal("no session dropped")
@@ -327,7 +327,7 @@ func TestGatewayLateLogins(t *testing.T) {
 	fx.pop.SetSending(true)
 	probetest.WaitReady(t, fx.pop, pc.users, 15*time.Second, 60*time.Second)
 	testwait.Traffic(fx.pop, 2*time.Second)
-	c := probetest.Settle(fx.pop, fx.set, pc.lostAfter, metrics.Normal)
+	c := probetest.Settle(t, fx.pop, fx.set, pc.lostAfter, metrics.Normal)
 	t.Logf("late logins: %v", c)
 	if c.Recovered == 0 || c.Lost != 0 || c.Delivered+c.Recovered != c.Expected {
 		t.Errorf("%v: want the late users' messages recovered at their login, nothing lost", c)
@@ -342,7 +342,7 @@ func TestGatewayDevices(t *testing.T) {
 	pc := base
 	pc.users, pc.devices = 30, 2
 	fx := start(t, gw, pc)
-	c := probetest.SoakUntil(fx.pop, fx.set, 1500, 20*time.Second, pc.lostAfter, metrics.Normal)
+	c := probetest.SoakUntil(t, fx.pop, fx.set, 1500, 20*time.Second, pc.lostAfter, metrics.Normal)
 	t.Logf("devices: %v", c)
 	if c.Delivered != c.Expected || c.Lost+c.Dup != 0 {
 		t.Errorf("%v: want every delivery to every device", c)

@@ -575,8 +575,8 @@ func startOn(t *testing.T, s Server, drv probe.Driver, in Instance, o popOpts) *
 }
 
 // soak sends until n deliveries are owed, or for limit, and settles.
-func (r *run) soak(s Server, n float64, limit time.Duration) probetest.Totals {
-	return probetest.SoakUntil(r.pop, r.set, n, s.scaled(limit), s.scaled(runLostAfter), metrics.Normal)
+func (r *run) soak(t *testing.T, s Server, n float64, limit time.Duration) probetest.Totals {
+	return probetest.SoakUntil(t, r.pop, r.set, n, s.scaled(limit), s.scaled(runLostAfter), metrics.Normal)
 }
 
 // kind returns the normal cohort's totals of one kind.
@@ -608,7 +608,7 @@ func population(t *testing.T, s Server) {
 			t.Errorf("%d sessions watched by the reactor and %d read by a goroutine each, want all %d watched", w, g, runUsers)
 		}
 	}
-	c := r.soak(s, 150, 30*time.Second)
+	c := r.soak(t, s, 150, 30*time.Second)
 	t.Logf("%v; send errors %v", c, nonzero(r.set.SendErrors))
 	for _, k := range []metrics.Kind{metrics.Direct, metrics.Group} {
 		kc := r.kind(k)
@@ -655,7 +655,7 @@ func slowReader(t *testing.T, s Server) {
 	// of the pause shows as a gap only once a later one arrives. Only the
 	// population's own sweeper runs meanwhile, as in production.
 	time.Sleep(2 * time.Second)
-	normal := probetest.Settle(r.pop, r.set, s.scaled(runLostAfter), metrics.Normal)
+	normal := probetest.Settle(t, r.pop, r.set, s.scaled(runLostAfter), metrics.Normal)
 	if s.SlowReason == "" {
 		// What the server dropped is lost once lost_after has passed
 		// since a later message revealed it.
@@ -686,7 +686,7 @@ func catchUp(t *testing.T, s Server) {
 	if n := r.kill.Kill(user, 2*time.Second); n == 0 {
 		t.Fatalf("%s had no session to drop", user)
 	}
-	c := r.soak(s, probetest.Cohort(r.set, metrics.Normal).Expected+150, 30*time.Second)
+	c := r.soak(t, s, probetest.Cohort(r.set, metrics.Normal).Expected+150, 30*time.Second)
 	t.Logf("user away 2 s: %v", c)
 	if c.Lost+c.Dup != 0 || !c.Accounted() {
 		t.Errorf("%v: want nothing lost or duplicated, every expected delivery accounted for", c)
@@ -699,7 +699,7 @@ func faults(t *testing.T, s Server) {
 		f.DropPush = 0.05
 	}
 	r := start(t, s, f, s.CatchUp)
-	c := r.soak(s, 400, 40*time.Second)
+	c := r.soak(t, s, 400, 40*time.Second)
 	var dups, drops uint64
 	if r.in.Injected != nil {
 		dups, drops = r.in.Injected()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,20 +53,27 @@ func Cohort(set *metrics.Set, co metrics.Cohort) Totals {
 	return c
 }
 
-// Settle stops pop sending and waits until every owed message of co is
-// accounted for, or twice lostAfter and a margin, sweeping meanwhile.
-func Settle(pop *engine.Population, set *metrics.Set, lostAfter time.Duration, co metrics.Cohort) Totals {
-	testwait.Settle(pop, 0, 2*lostAfter+5*time.Second, func() bool { return Cohort(set, co).Accounted() })
+// Settle stops pop sending and waits until every send is acked or failed
+// and every owed delivery of co is accounted for, or twice lostAfter and a
+// margin, sweeping meanwhile. A settle that runs out of time says so in
+// tb's log: the totals it returns then hold deliveries still in flight.
+func Settle(tb testing.TB, pop *engine.Population, set *metrics.Set, lostAfter time.Duration, co metrics.Cohort) Totals {
+	tb.Helper()
+	limit := 2*lostAfter + 5*time.Second
+	if !testwait.Settle(pop, 0, limit, func() bool { return pop.Inflight() == 0 && Cohort(set, co).Accounted() }) {
+		tb.Logf("not settled in %v: %d sends await their ack; %v", limit, pop.Inflight(), Cohort(set, co))
+	}
 	return Cohort(set, co)
 }
 
 // SoakUntil lets pop send until n deliveries are owed to co, or for
 // limit, then settles.
-func SoakUntil(pop *engine.Population, set *metrics.Set, n float64, limit, lostAfter time.Duration, co metrics.Cohort) Totals {
+func SoakUntil(tb testing.TB, pop *engine.Population, set *metrics.Set, n float64, limit, lostAfter time.Duration, co metrics.Cohort) Totals {
+	tb.Helper()
 	for end := time.Now().Add(limit); time.Now().Before(end) && Cohort(set, co).Expected < n; {
 		time.Sleep(100 * time.Millisecond)
 	}
-	return Settle(pop, set, lostAfter, co)
+	return Settle(tb, pop, set, lostAfter, co)
 }
 
 // Quantile estimates the q-quantile of a histogram from its buckets, as
