@@ -2,8 +2,8 @@
 
 // Package netpoll tells when sockets have something to read, so that a
 // connection waiting for its next frame holds no goroutine: the kernel's
-// readiness notification (epoll, edge-triggered) wakes a worker from an
-// elastic pool, which reads what is there and returns to the pool.
+// readiness notification (epoll, edge-triggered) wakes a worker from a
+// small elastic pool, which reads what is there and returns to the pool.
 //
 // A goroutine parked in a read costs its stack (4 KiB once gorilla's frame
 // reader has run on it) and its descriptor for as long as the connection is
@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -147,7 +148,7 @@ func newPoller(idle time.Duration) (*Poller, error) {
 		handles: map[uint64]*Handle{},
 		done:    make(chan struct{}),
 	}
-	p.workers.init(idle)
+	p.workers.init(runtime.GOMAXPROCS(0), idle)
 	go p.loop() // exits when Close closes file
 	return p, nil
 }
@@ -263,11 +264,19 @@ func (p *Poller) Close() error {
 	return err
 }
 
-// workers is an elastic pool: a task goes to an idle worker if there is
-// one, else to a new goroutine. A task may block (a write to a full
-// socket, a long frame still arriving), so a fixed pool could be emptied
-// by a few slow connections; this one grows with the tasks running at
-// once, which are bounded by the Handles.
+// workers is an elastic pool with a small core. A task goes to an idle
+// worker if there is one, else to a new goroutine while fewer than core
+// are alive, else to a queue that the workers take from in order as they
+// finish.
+//
+// A task may block (a write to a full socket, a long frame still
+// arriving), and a fixed pool could be emptied by a few slow connections.
+// So while tasks wait, a watchdog looks every stuckAfter at the workers:
+// one that has run the same task for longer than that counts as stuck, and
+// for each stuck one a new worker takes a queued task. A burst of quick
+// tasks (a heartbeat's pongs arriving together) is served by core workers
+// in turn, not by a goroutine each; a task behind blocked ones waits at
+// most about stuckAfter more than it would on a free worker.
 //
 // Idle workers wait on a stack, and a task goes to the one that went idle
 // last: a steady load keeps reusing the few it needs, and the rest, at the
@@ -277,21 +286,42 @@ func (p *Poller) Close() error {
 type workers struct {
 	mu      sync.Mutex
 	idle    []*worker // oldest first
+	all     []*worker // alive, idle or busy
+	queue   []func()  // waiting for a worker, oldest first from head
+	head    int
 	stopped bool
-	idleFor time.Duration
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	n       atomic.Int64
+	// watching is whether the watchdog's timer is set: it is while
+	// the queue holds tasks.
+	watching bool
+	watch    *time.Timer
+	core     int
+	idleFor  time.Duration
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	n        atomic.Int64
+	// spawned counts the workers the watchdog started beside stuck ones.
+	spawned atomic.Int64
 }
 
 type worker struct {
 	tasks chan func() // one at most: a worker is on the stack or running
 	since time.Time   // idle since
+	// started is when the running task began (Unix ns), 0 between tasks.
+	started atomic.Int64
 }
 
-func (w *workers) init(idleFor time.Duration) {
+// stuckAfter is how long a task runs before the watchdog counts its
+// worker as stuck and starts another beside it. A ready function that
+// reads what arrived takes microseconds; one that takes milliseconds is
+// waiting for something.
+const stuckAfter = 2 * time.Millisecond
+
+func (w *workers) init(core int, idleFor time.Duration) {
+	w.core = max(1, core)
 	w.idleFor = idleFor
 	w.quit = make(chan struct{})
+	w.watch = time.AfterFunc(time.Hour, w.check)
+	w.watch.Stop()
 	w.wg.Add(1)
 	go w.sweep() // exits on stop
 }
@@ -313,27 +343,111 @@ func (w *workers) run(f func()) {
 		k.tasks <- f
 		return
 	}
+	if len(w.all) < w.core {
+		k := w.spawnLocked()
+		w.mu.Unlock()
+		go w.work(k, f) // exits when the sweeper or stop sends it nil
+		return
+	}
+	w.queue = append(w.queue, f)
+	if !w.watching {
+		w.watching = true
+		w.watch.Reset(stuckAfter)
+	}
 	w.mu.Unlock()
+}
+
+// spawnLocked accounts for a new worker; the caller starts it.
+func (w *workers) spawnLocked() *worker {
+	k := &worker{tasks: make(chan func(), 1)}
+	w.all = append(w.all, k)
 	w.wg.Add(1)
 	w.n.Add(1)
-	k := &worker{tasks: make(chan func(), 1)}
-	go w.work(k, f) // exits when the sweeper or stop sends it nil
+	return k
+}
+
+// popLocked takes the oldest queued task, or nil.
+func (w *workers) popLocked() func() {
+	if w.head == len(w.queue) {
+		return nil
+	}
+	f := w.queue[w.head]
+	w.queue[w.head] = nil
+	w.head++
+	if w.head == len(w.queue) {
+		w.queue, w.head = w.queue[:0], 0
+	}
+	return f
+}
+
+// check is the watchdog: while tasks wait, it starts a worker for each
+// one stuck in its task, so that the workers making progress number core.
+func (w *workers) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.head == len(w.queue) {
+		w.watching = false
+		return
+	}
+	now := time.Now().UnixNano()
+	free := 0
+	for _, k := range w.all {
+		if s := k.started.Load(); s == 0 || now-s < int64(stuckAfter) {
+			free++
+		}
+	}
+	for ; free < w.core; free++ {
+		f := w.popLocked()
+		if f == nil {
+			break
+		}
+		k := w.spawnLocked()
+		w.spawned.Add(1)
+		go w.work(k, f) // exits when the sweeper or stop sends it nil
+	}
+	if w.head == len(w.queue) {
+		w.watching = false
+		return
+	}
+	w.watch.Reset(stuckAfter)
 }
 
 func (w *workers) work(k *worker, f func()) {
 	defer w.wg.Done()
 	defer w.n.Add(-1)
+	defer w.leave(k)
 	for f != nil {
+		k.started.Store(time.Now().UnixNano())
 		f()
+		k.started.Store(0)
 		w.mu.Lock()
 		if w.stopped {
 			w.mu.Unlock()
 			return
 		}
+		if f = w.popLocked(); f != nil {
+			w.mu.Unlock()
+			continue
+		}
 		k.since = time.Now()
 		w.idle = append(w.idle, k)
 		w.mu.Unlock()
 		f = <-k.tasks
+	}
+}
+
+// leave takes k off the list of live workers.
+func (w *workers) leave(k *worker) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, o := range w.all {
+		if o == k {
+			last := len(w.all) - 1
+			w.all[i] = w.all[last]
+			w.all[last] = nil
+			w.all = w.all[:last]
+			return
+		}
 	}
 }
 
@@ -366,15 +480,24 @@ func (w *workers) sweep() {
 	}
 }
 
-// stop lets the workers go once their tasks return, and waits for them.
+// stop lets the workers go once their tasks return, runs what is still
+// queued (each its owner's last), and waits for them.
 func (w *workers) stop() {
 	w.mu.Lock()
 	w.stopped = true
 	idle := w.idle
 	w.idle = nil
+	var left []func()
+	for f := w.popLocked(); f != nil; f = w.popLocked() {
+		left = append(left, f)
+	}
+	w.watch.Stop()
 	w.mu.Unlock()
 	for _, k := range idle {
 		k.tasks <- nil
+	}
+	for _, f := range left {
+		f()
 	}
 	close(w.quit)
 	w.wg.Wait()
@@ -382,3 +505,7 @@ func (w *workers) stop() {
 
 // Workers is the number of worker goroutines alive, busy or idle.
 func (p *Poller) Workers() int { return int(p.workers.n.Load()) }
+
+// Unstuck is how many workers have been started beside workers stuck in a
+// task: a count that grows says ready functions block.
+func (p *Poller) Unstuck() int64 { return p.workers.spawned.Load() }

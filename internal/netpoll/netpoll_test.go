@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -362,3 +363,62 @@ func TestWakeAfterClose(t *testing.T) {
 }
 
 func readNonblock(fd uintptr, b []byte) (int, error) { return unix.Read(int(fd), b) }
+
+// The pool's policy, in a synctest bubble so that "stuck" is exact: a
+// burst of quick tasks is served by the core workers in turn, and tasks
+// that block get workers beside them, one per stuck task, so that the
+// queue behind them moves.
+func TestWorkersCoreAndStuck(t *testing.T) {
+	cases := []struct {
+		name  string
+		tasks int
+		// task runs as the ready function would; gate is closed once
+		// the test has looked.
+		task        func(gate chan struct{})
+		wantSpawned int64
+	}{
+		{"quick burst", 1000, func(chan struct{}) {}, 0},
+		{"a millisecond each", 100, func(chan struct{}) { time.Sleep(time.Millisecond) }, 0},
+		{"all blocked", 10, func(gate chan struct{}) { <-gate }, 10 - 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var w workers
+				w.init(2, time.Second)
+				gate := make(chan struct{})
+				var started, done atomic.Int64
+				peak := int64(0)
+				for range tc.tasks {
+					w.run(func() {
+						started.Add(1)
+						tc.task(gate)
+						done.Add(1)
+					})
+					peak = max(peak, w.n.Load())
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				peak = max(peak, w.n.Load())
+				if n := started.Load(); n != int64(tc.tasks) {
+					t.Errorf("%d of %d tasks started after a second", n, tc.tasks)
+				}
+				if s := w.spawned.Load(); s != tc.wantSpawned {
+					t.Errorf("%d workers started beside stuck ones, want %d", s, tc.wantSpawned)
+				}
+				if want := 2 + tc.wantSpawned; peak > want {
+					t.Errorf("%d workers at the peak, want at most %d", peak, want)
+				}
+				close(gate)
+				synctest.Wait()
+				if n := done.Load(); n != int64(tc.tasks) {
+					t.Errorf("%d of %d tasks done", n, tc.tasks)
+				}
+				w.stop()
+				if n := w.n.Load(); n != 0 {
+					t.Errorf("%d workers after stop", n)
+				}
+			})
+		})
+	}
+}
