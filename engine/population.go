@@ -580,6 +580,10 @@ func (p *Population) Run(ctx context.Context) error {
 		// Closed once every device has ended, and with it every watch.
 		defer pl.Close()
 	}
+	// Every session is closed when ctx ends; its device's loop then
+	// sees ctx ended and stops.
+	stopClosing := context.AfterFunc(ctx, p.closeSessions)
+	defer stopClosing()
 	var wg sync.WaitGroup
 	start := time.Now()
 	p.started = start
@@ -588,10 +592,10 @@ func (p *Population) Run(ctx context.Context) error {
 	}
 	for _, u := range p.users {
 		for _, dev := range u.devices {
-			// Its last goroutine exits when ctx ends, after closing its
-			// session: devices.Wait below waits for it.
+			// Done once ctx has ended and its session is closed:
+			// devices.Wait below waits for it.
 			p.devices.Add(1)
-			go p.runDevice(ctx, dev, start)
+			p.startDevice(ctx, dev, start)
 		}
 	}
 	if p.sends() {

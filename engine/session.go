@@ -110,7 +110,12 @@ func (p *Population) backoff(attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(c)) + 1)
 }
 
-func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time) {
+// startDevice starts dev at its ramp slot (or when late users log in). The
+// wait holds a timer, not a goroutine: a goroutine that ever existed
+// leaves its descriptor (about 450 bytes) in the runtime for good, so a
+// goroutine per device sleeping through the ramp would cost each session
+// that much for the life of the process.
+func (p *Population) startDevice(ctx context.Context, dev *device, start time.Time) {
 	o := p.opts
 	u := dev.u
 	var at time.Time
@@ -121,11 +126,7 @@ func (p *Population) runDevice(ctx context.Context, dev *device, start time.Time
 	if u.late && start.Add(o.LateAfter).After(at) {
 		at = start.Add(o.LateAfter)
 	}
-	if !probe.Sleep(ctx, time.Until(at)) {
-		p.devices.Done()
-		return
-	}
-	p.cycle(ctx, dev, 0)
+	afterCtx(ctx, time.Until(at), func() { p.cycle(ctx, dev, 0) }, p.devices.Done)
 }
 
 // cycle connects dev, serves its session and reconnects after it ends,
@@ -218,14 +219,13 @@ type live struct {
 	dev     *device
 	sess    probe.Session
 	began   time.Time
-	stop    func() bool
 	churned atomic.Bool
 	// lifetime churns the session, if the population churns.
 	lifetime *time.Timer
 }
 
-// goOnline counts dev's new session online and arms its end: ctx's end,
-// and its lifetime if sessions churn.
+// goOnline counts dev's new session online and arms its end: ctx's end
+// (closeSessions), and its lifetime if sessions churn.
 func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Session) *live {
 	o := p.opts
 	u := dev.u
@@ -248,7 +248,11 @@ func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Sessi
 		close(p.readyC)
 		p.log.Info("population online", "users", o.Users, "devices", o.Devices, "took", time.Since(p.started).Round(time.Millisecond))
 	}
-	l.stop = context.AfterFunc(ctx, func() { _ = sess.Close() })
+	// Run's end closes every session it finds in dev.sess; one that
+	// was not there yet when it looked is closed here.
+	if ctx.Err() != nil {
+		_ = sess.Close()
+	}
 	if o.SessionLifetime > 0 {
 		life := time.Duration(rand.ExpFloat64() * float64(o.SessionLifetime))
 		l.lifetime = time.AfterFunc(life, func() { l.churned.Store(true); _ = sess.Close() })
@@ -265,7 +269,6 @@ func (p *Population) goOffline(ctx context.Context, l *live, err error, attempt 
 	if l.lifetime != nil {
 		l.lifetime.Stop()
 	}
-	l.stop()
 	_ = l.sess.Close()
 	dev.online.Store(false)
 	dev.inbox.onlineSince.Store(0)
@@ -374,4 +377,27 @@ func (dev *device) endSession() {
 		set.SendErrors[metrics.SendDisconnected].Add(float64(lost))
 	}
 	u.inflight = u.inflight[:n]
+}
+
+// closeSessions closes every session online: Run's end. One hook for the
+// population, not one per session (a context.AfterFunc each cost about
+// 150 bytes a session).
+func (p *Population) closeSessions() {
+	var open []probe.Session
+	for _, u := range p.users {
+		u.mu.Lock()
+		for _, dev := range u.devices {
+			if dev.sess != nil {
+				open = append(open, dev.sess)
+			}
+		}
+		u.mu.Unlock()
+		// Closed outside the lock: a close may end the session's
+		// watch at once, and its end takes the lock.
+		for _, s := range open {
+			_ = s.Close()
+		}
+		clear(open)
+		open = open[:0]
+	}
 }
