@@ -126,7 +126,122 @@ func (p *Population) startDevice(ctx context.Context, dev *device, start time.Ti
 	if u.late && start.Add(o.LateAfter).After(at) {
 		at = start.Add(o.LateAfter)
 	}
-	afterCtx(ctx, time.Until(at), func() { p.cycle(ctx, dev, 0) }, p.devices.Done)
+	wait := time.Until(at)
+	if wait <= 0 && p.poller != nil {
+		// Not even a timer's goroutine: with no ramp, every device
+		// starts at once, and a timer each would start them all.
+		p.attempt(ctx, dev, 0)
+		return
+	}
+	afterCtx(ctx, wait, func() { p.next(ctx, dev, 0) }, p.devices.Done)
+}
+
+// next starts dev's next connect attempt: with a poller, as a chain of
+// timers and dialer callbacks that holds no goroutine while it waits
+// (attempt); without, on a goroutine of its own that serves the session
+// and reconnects (cycle).
+func (p *Population) next(ctx context.Context, dev *device, attempt int) {
+	if p.poller != nil {
+		p.attempt(ctx, dev, attempt)
+		return
+	}
+	p.cycle(ctx, dev, attempt)
+}
+
+// attempt is cycle's first half for a population with a poller: the
+// connect rate's token, waited for on a timer, then the connect queued
+// for a dialer (connected goes on from its result).
+func (p *Population) attempt(ctx context.Context, dev *device, attempt int) {
+	if ctx.Err() != nil {
+		p.devices.Done()
+		return
+	}
+	if p.connects != nil {
+		if d := p.connects.reserve(); d > 0 {
+			p.held.Add(1)
+			afterCtx(ctx, d, func() {
+				waiting := p.held.Add(-1)
+				p.connects.went()
+				p.noteHeldBack(d, waiting)
+				p.dial(ctx, dev, attempt)
+			}, func() {
+				p.held.Add(-1)
+				p.devices.Done()
+			})
+			return
+		}
+		p.connects.went()
+	}
+	p.dial(ctx, dev, attempt)
+}
+
+// dial queues dev's connect for a dialer; connected runs on the dialer
+// with its result.
+func (p *Population) dial(ctx context.Context, dev *device, attempt int) {
+	t0 := time.Now()
+	d := p.linkOf(dev)
+	name := dev.u.name
+	p.dialers.start(&dialReq{
+		fn:   func() (probe.Session, error) { return p.opts.Driver.Connect(ctx, name, d) },
+		then: func(sess probe.Session, err error) { p.connected(ctx, dev, attempt, t0, sess, err) },
+	})
+}
+
+// connected is cycle's second half for a population with a poller: the
+// connect's result counted, then the session handed to the poller, or a
+// retry after a backoff on a timer. A session the poller cannot watch is
+// served on a goroutine of its own, as cycle would.
+func (p *Population) connected(ctx context.Context, dev *device, attempt int, t0 time.Time, sess probe.Session, err error) {
+	if !p.counted(ctx, dev, attempt, t0, err) {
+		if sess != nil {
+			_ = sess.Close()
+		}
+		p.devices.Done()
+		return
+	}
+	if err != nil {
+		afterCtx(ctx, p.backoff(attempt), func() { p.attempt(ctx, dev, attempt+1) }, p.devices.Done)
+		return
+	}
+	l := p.goOnline(ctx, dev, sess)
+	if w, ok := sess.(probe.Watcher); ok && w.Watch(dev, func(err error) { p.resume(ctx, l, err, attempt) }) {
+		return
+	}
+	// Its last step is cycle's, which marks the device done.
+	go p.serve(ctx, l, attempt)
+}
+
+// counted counts a connect's result, as cycle does, and reports whether
+// the device goes on (ctx has not ended).
+func (p *Population) counted(ctx context.Context, dev *device, attempt int, t0 time.Time, err error) bool {
+	u := dev.u
+	if obs := p.opts.Observer; obs != nil && ctx.Err() == nil {
+		obs.Login(u.idx, time.Since(t0), err)
+	}
+	if m := dev.storm.Load(); m != nil && ctx.Err() == nil {
+		dev.stormAttempt(m, t0, err)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		reason := p.failed(err)
+		p.log.Debug("connect failed", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
+	}
+	return true
+}
+
+// serve serves l's session on this goroutine, then goes on as cycle.
+func (p *Population) serve(ctx context.Context, l *live, attempt int) {
+	p.served.Add(1)
+	err := l.sess.Serve(l.dev)
+	p.served.Add(-1)
+	next, live := p.goOffline(ctx, l, err, attempt)
+	if !live || !probe.Sleep(ctx, p.backoff(next)) {
+		p.devices.Done()
+		return
+	}
+	p.cycle(ctx, l.dev, next+1)
 }
 
 // cycle connects dev, serves its session and reconnects after it ends,
@@ -135,9 +250,6 @@ func (p *Population) startDevice(ctx context.Context, dev *device, start time.Ti
 // instead: cycle returns, and the session's end carries on (resume), so
 // that an online session holds no goroutine.
 func (p *Population) cycle(ctx context.Context, dev *device, attempt int) {
-	o := p.opts
-	u := dev.u
-	obs := o.Observer
 	for ctx.Err() == nil {
 		// Before t0: the wait is imcanary's, not the server's login time.
 		if !p.awaitConnect(ctx) {
@@ -145,18 +257,10 @@ func (p *Population) cycle(ctx context.Context, dev *device, attempt int) {
 		}
 		t0 := time.Now()
 		sess, err := p.connect(ctx, dev)
-		if obs != nil && ctx.Err() == nil {
-			obs.Login(u.idx, time.Since(t0), err)
-		}
-		if m := dev.storm.Load(); m != nil && ctx.Err() == nil {
-			dev.stormAttempt(m, t0, err)
+		if !p.counted(ctx, dev, attempt, t0, err) {
+			break
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			reason := p.failed(err)
-			p.log.Debug("connect failed", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
 			if !probe.Sleep(ctx, p.backoff(attempt)) {
 				break
 			}
@@ -180,14 +284,14 @@ func (p *Population) cycle(ctx context.Context, dev *device, attempt int) {
 }
 
 // resume is a watched session's end: what cycle does after Serve, then
-// the backoff on a timer and the next connect on a goroutine of its own.
+// the backoff on a timer and the next attempt.
 func (p *Population) resume(ctx context.Context, l *live, err error, attempt int) {
 	next, live := p.goOffline(ctx, l, err, attempt)
 	if !live {
 		p.devices.Done()
 		return
 	}
-	afterCtx(ctx, p.backoff(next), func() { p.cycle(ctx, l.dev, next+1) }, p.devices.Done)
+	afterCtx(ctx, p.backoff(next), func() { p.next(ctx, l.dev, next+1) }, p.devices.Done)
 }
 
 // afterCtx runs f on a goroutine of its own after d, or cancelled (on
@@ -308,6 +412,12 @@ func (p *Population) failed(err error) string {
 // connect runs the driver's Connect for dev on one of the population's
 // dialers (see dialers).
 func (p *Population) connect(ctx context.Context, dev *device) (probe.Session, error) {
+	d := p.linkOf(dev)
+	return p.dialers.do(ctx, func() (probe.Session, error) { return p.opts.Driver.Connect(ctx, dev.u.name, d) })
+}
+
+// linkOf is what the driver is told of dev's connection.
+func (p *Population) linkOf(dev *device) probe.Device {
 	u := dev.u
 	// Slow readers dial as a slow link; a device keeps its source address
 	// across reconnects.
@@ -315,7 +425,7 @@ func (p *Population) connect(ctx context.Context, dev *device) (probe.Session, e
 	if a := p.opts.SourceAddrs; len(a) > 0 {
 		d.Link.Source = a[(u.idx*p.opts.Devices+dev.idx)%len(a)]
 	}
-	return p.dialers.do(ctx, func() (probe.Session, error) { return p.opts.Driver.Connect(ctx, u.name, d) })
+	return d
 }
 
 // awaitConnect takes the token of one connect attempt, waiting as long as
