@@ -203,8 +203,11 @@ type Step struct {
 	// TargetBytesPerSession is the same for the reference servers, for
 	// machines that run both.
 	TargetBytesPerSession float64 `json:"target_bytes_per_session"`
-	// OpenFiles is the most files one prober had open.
-	OpenFiles int `json:"open_files"`
+	// OpenFiles is the most files one prober had open, and Goroutines
+	// the most goroutines one had at the window's end (go_goroutines):
+	// with population.reactor, an idle session holds none.
+	OpenFiles  int `json:"open_files"`
+	Goroutines int `json:"goroutines"`
 	// MachineCores is the whole machine's CPU use over the window, in
 	// cores; TargetCores the reference servers' share of it, and
 	// OtherCores what processes other than the bench's used: on a shared
@@ -423,17 +426,18 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintf(&b, "Sessions: steps of %s, heartbeat %s, measured over %s after %s; baseline prober %s RSS\n",
 		traffic, secs(s.HeartbeatSeconds), secs(s.WindowSeconds), secs(s.SettleSeconds), bytesIEC(float64(r.Baseline.RSSBytes)))
-	fmt.Fprintf(&b, "  %-4s %8s %8s %9s %9s %9s %10s %10s %7s %5s %9s %9s %7s  %s\n",
-		"step", "per proc", "total", "logins/s", "login µs", "RSS/sess", "heap/sess", "CPU/sess", "GC/min", "GC%", "deliv/s", "rcv p99", "others", "saturated")
+	fmt.Fprintf(&b, "  %-4s %8s %8s %9s %9s %9s %10s %10s %7s %5s %7s %9s %9s %7s  %s\n",
+		"step", "per proc", "total", "logins/s", "login µs", "RSS/sess", "heap/sess", "CPU/sess", "GC/min", "GC%", "gorout", "deliv/s", "rcv p99", "others", "saturated")
 	for i, st := range r.Steps {
-		fmt.Fprintf(&b, "  %-4d %8s %8s %9s %9s %9s %10s %8.2fµs %7.1f %5s %9s %9s %7.2f  %s\n",
+		fmt.Fprintf(&b, "  %-4d %8s %8s %9s %9s %9s %10s %8.2fµs %7.1f %5s %7s %9s %9s %7.2f  %s\n",
 			i+1, count(float64(st.SessionsPerProcess)), count(float64(st.Sessions)), count(st.LoginsPerSecond),
 			count(st.LoginCPUSeconds*1e6)+"/"+count(st.TargetLoginCPUSeconds*1e6), bytesIEC(st.BytesPerSession), bytesIEC(st.HeapBytesPerSession),
-			st.CPUSecondsPerSessionSecond*1e6, st.GCPerMinute, gcShare(st), count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturation(st))
+			st.CPUSecondsPerSessionSecond*1e6, st.GCPerMinute, gcShare(st), count(float64(st.Goroutines)), count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturation(st))
 	}
 	b.WriteString("  (login µs: CPU per login in imcanary/in the target; RSS/sess and heap/sess: imcanary's, over the\n" +
 		"   baseline; CPU/sess: CPU time per session per second; GC/min: collections per minute of one prober;\n" +
-		"   GC%: the collector's share of the probers' CPU, ! past " + fmt.Sprintf("%.0f%%", 100*GCShareLimit) + "; others: cores used by other processes)\n")
+		"   GC%: the collector's share of the probers' CPU, ! past " + fmt.Sprintf("%.0f%%", 100*GCShareLimit) + "; gorout: the most goroutines of one\n" +
+		"   prober at the window's end; others: cores used by other processes)\n")
 	for i, st := range r.Steps {
 		if st.GCBusy {
 			fmt.Fprintf(&b, "  step %d: the collector took %.0f%% of the probers' CPU at %.1f collections a minute: its CPU figures measure the collector, not the sessions\n",

@@ -21,7 +21,7 @@ func sampleReport() *Report {
 			SessionsPerProcess: per, Processes: procs, Sessions: per * procs, Online: per * procs,
 			LoginsPerSecond: 5200, RampSeconds: float64(per) / 5200, LoginCPUSeconds: 150e-6, TargetLoginCPUSeconds: 250e-6,
 			RSSBytes: int64(20<<20 + float64(per)*bps), BytesPerSession: bps, HeapBytesPerSession: bps * 0.7,
-			OpenFiles: per + 11, CPUCores: float64(per*procs) * 3e-6, CPUSecondsPerSessionSecond: 3e-6,
+			OpenFiles: per + 11, Goroutines: 40 + per/1000, CPUCores: float64(per*procs) * 3e-6, CPUSecondsPerSessionSecond: 3e-6,
 			GCPerMinute: 1, GCShare: 0.1,
 			MachineCores: 0.4, TargetCores: 0.1, OtherCores: 0.05, Load1: 1.5,
 			Causes: causes, Discounted: []string{}, Saturated: sat, Attempts: 1,

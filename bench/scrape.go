@@ -31,6 +31,7 @@ const (
 	mStackInuse   = "go_memstats_stack_inuse_bytes"
 	mGCDuration   = "go_gc_duration_seconds" // a summary: its count is the collections
 	mGCCPU        = "go_cpu_classes_gc_total_cpu_seconds_total"
+	mGoroutines   = "go_goroutines"
 	noiseLimitSec = 0.002 // the self-noise goal: receive lag p99 under 2 ms
 )
 

@@ -413,6 +413,7 @@ func (b *bench) fill(st *Step, ps []*prober, targets []*child, r0, r1 []reading)
 		if n, err := countFDs(p.pid); err == nil {
 			st.OpenFiles = max(st.OpenFiles, n)
 		}
+		st.Goroutines = max(st.Goroutines, int(z.scr.sum(mGoroutines)))
 	}
 	n := float64(len(ps))
 	wall /= n // each prober's window; they overlap
