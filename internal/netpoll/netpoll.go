@@ -40,6 +40,9 @@ type Handle struct {
 	token uint64
 	rc    syscall.RawConn
 	ready func()
+	// loopFn is loop as a func value, made once: a method value made at
+	// each event would be an allocation per event.
+	loopFn func()
 	// state orders ready's runs: idle, running, or running with an
 	// event that came meanwhile (again), which runs it once more.
 	state   atomic.Int32
@@ -61,7 +64,7 @@ func (h *Handle) fire() {
 		switch s := h.state.Load(); s {
 		case idle:
 			if h.state.CompareAndSwap(idle, running) {
-				h.p.workers.run(h.loop)
+				h.p.workers.run(h.loopFn)
 				return
 			}
 		case running:
@@ -162,6 +165,7 @@ func (p *Poller) Add(c syscall.Conn, ready func()) (*Handle, error) {
 		return nil, fmt.Errorf("netpoll: %w", err)
 	}
 	h := &Handle{p: p, rc: rc, ready: ready}
+	h.loopFn = h.loop
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
