@@ -435,17 +435,18 @@ func (c *Conn) scan() (need int, ready bool) {
 }
 
 // control hands OnControl the payload of the control frame f, whose
-// header is hdr bytes long, unmasked.
+// header is hdr bytes long, unmasked where it lies: the frame is consumed,
+// and a copy would be an allocation per ping or pong (OnControl is a func
+// value, so a local array escapes).
 func (c *Conn) control(op byte, f []byte, hdr int) {
-	var payload [125]byte
-	n := copy(payload[:], f[hdr:])
+	payload := f[hdr:]
 	if f[1]&0x80 != 0 {
 		key := f[hdr-4 : hdr]
-		for i := range n {
+		for i := range payload {
 			payload[i] ^= key[i&3]
 		}
 	}
 	if c.OnControl != nil {
-		c.OnControl(int(op), payload[:n])
+		c.OnControl(int(op), payload)
 	}
 }

@@ -366,9 +366,15 @@ func (c *Conn) fail(err error) error {
 	return err
 }
 
-// Ping sends a WebSocket ping; the pong extends the idle deadline.
+// Ping sends a WebSocket ping; the pong extends the idle deadline. It is
+// written as a message under the write lock, not with WriteControl, which
+// allocates a frame buffer and a timer at each call: at a heartbeat per
+// session, most of an idle prober's garbage.
 func (c *Conn) Ping() error {
-	return c.fail(c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.WriteTimeout)))
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.WriteTimeout))
+	return c.fail(c.ws.WriteMessage(websocket.PingMessage, nil))
 }
 
 // Closing reports whether Close has been called.
