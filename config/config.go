@@ -163,7 +163,8 @@ type Population struct {
 	// Reactor reads each online session that can be (a WebSocket over
 	// plain TCP, not a slow reader's; the reference protocol for now)
 	// without a goroutine of its own: an epoll poller hands its frames to
-	// a worker as they come. Off by default while it is proven.
+	// a worker as they come. On by default: where there is no epoll
+	// (not Linux), every session is read by a goroutine as with false.
 	Reactor bool `koanf:"reactor"`
 	// Behaviours, if not empty, makes the population a mix of behaviour
 	// classes, each with its own rate, message sizes and group churn, in
@@ -440,6 +441,7 @@ func defaults() Config {
 			Rate:        0.5,
 			Heartbeat:   30 * time.Second,
 			Deadline:    10 * time.Second,
+			Reactor:     true,
 			LostAfter:   30 * time.Second,
 			Prefix:      "imcanary",
 			MessageSize: 0,

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -572,13 +573,17 @@ func (p *Population) Run(ctx context.Context) error {
 	// connects) have.
 	defer p.dialers.wait()
 	if o.Reactor {
-		pl, err := netpoll.New()
-		if err != nil {
+		switch pl, err := netpoll.New(); {
+		case errors.Is(err, netpoll.ErrUnsupported):
+			p.log.Info("population.reactor: no epoll on this system; every session is read by a goroutine of its own")
+		case err != nil:
 			return fmt.Errorf("population.reactor: %w", err)
+		default:
+			p.poller = pl
+			// Closed once every device has ended, and with it every
+			// watch.
+			defer pl.Close()
 		}
-		p.poller = pl
-		// Closed once every device has ended, and with it every watch.
-		defer pl.Close()
 	}
 	// Every session is closed when ctx ends; its device's loop then
 	// sees ctx ended and stops.

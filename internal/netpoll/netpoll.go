@@ -34,6 +34,10 @@ import (
 // ErrClosed is Add's error once the Poller is closed.
 var ErrClosed = errors.New("netpoll: poller closed")
 
+// ErrUnsupported is New's error where there is no epoll (never on Linux):
+// connections are then read by a goroutine each.
+var ErrUnsupported = errors.New("netpoll: not supported on this system")
+
 // Handle is one socket's registration.
 type Handle struct {
 	p     *Poller
