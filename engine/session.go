@@ -192,7 +192,7 @@ func (p *Population) dial(ctx context.Context, dev *device, attempt int) {
 // retry after a backoff on a timer. A session the poller cannot watch is
 // served on a goroutine of its own, as cycle would.
 func (p *Population) connected(ctx context.Context, dev *device, attempt int, t0 time.Time, sess probe.Session, err error) {
-	if !p.counted(ctx, dev, attempt, t0, err) {
+	if !p.counted(ctx, dev, t0, err) {
 		if sess != nil {
 			_ = sess.Close()
 		}
@@ -213,7 +213,7 @@ func (p *Population) connected(ctx context.Context, dev *device, attempt int, t0
 
 // counted counts a connect's result, as cycle does, and reports whether
 // the device goes on (ctx has not ended).
-func (p *Population) counted(ctx context.Context, dev *device, attempt int, t0 time.Time, err error) bool {
+func (p *Population) counted(ctx context.Context, dev *device, t0 time.Time, err error) bool {
 	u := dev.u
 	if obs := p.opts.Observer; obs != nil && ctx.Err() == nil {
 		obs.Login(u.idx, time.Since(t0), err)
@@ -257,7 +257,7 @@ func (p *Population) cycle(ctx context.Context, dev *device, attempt int) {
 		}
 		t0 := time.Now()
 		sess, err := p.connect(ctx, dev)
-		if !p.counted(ctx, dev, attempt, t0, err) {
+		if !p.counted(ctx, dev, t0, err) {
 			break
 		}
 		if err != nil {
