@@ -156,21 +156,15 @@ func (p *Population) attempt(ctx context.Context, dev *device, attempt int) {
 		p.devices.Done()
 		return
 	}
-	if p.connects != nil {
-		if d := p.connects.reserve(); d > 0 {
-			p.held.Add(1)
-			afterCtx(ctx, d, func() {
-				waiting := p.held.Add(-1)
-				p.connects.went()
-				p.noteHeldBack(d, waiting)
-				p.dial(ctx, dev, attempt)
-			}, func() {
-				p.held.Add(-1)
-				p.devices.Done()
-			})
-			return
-		}
-		p.connects.went()
+	if d := p.connectToken(); d > 0 {
+		afterCtx(ctx, d, func() {
+			p.tokenWaited(d, true)
+			p.dial(ctx, dev, attempt)
+		}, func() {
+			p.tokenWaited(d, false)
+			p.devices.Done()
+		})
+		return
 	}
 	p.dial(ctx, dev, attempt)
 }
@@ -431,24 +425,41 @@ func (p *Population) linkOf(dev *device) probe.Device {
 // awaitConnect takes the token of one connect attempt, waiting as long as
 // MaxConnectRate requires, and reports whether ctx is still live.
 func (p *Population) awaitConnect(ctx context.Context) bool {
-	if p.connects == nil {
+	d := p.connectToken()
+	if d == 0 {
 		return ctx.Err() == nil
+	}
+	// Should ctx end, the token is not given back: the population ends
+	// with it.
+	live := probe.Sleep(ctx, d)
+	p.tokenWaited(d, live)
+	return live
+}
+
+// connectToken takes the token of one connect attempt: 0 if the attempt
+// may go now, else how long it must wait first, counted as held until
+// tokenWaited.
+func (p *Population) connectToken() time.Duration {
+	if p.connects == nil {
+		return 0
 	}
 	d := p.connects.reserve()
 	if d <= 0 {
 		p.connects.went()
-		return ctx.Err() == nil
+		return 0
 	}
 	p.held.Add(1)
-	// Should ctx end, the token is not given back: the population ends
-	// with it.
-	live := probe.Sleep(ctx, d)
+	return d
+}
+
+// tokenWaited ends a wait of d for a connect token; live is whether the
+// attempt goes on (the population's context has not ended).
+func (p *Population) tokenWaited(d time.Duration, live bool) {
 	waiting := p.held.Add(-1)
 	if live {
 		p.connects.went()
 		p.noteHeldBack(d, waiting)
 	}
-	return live
 }
 
 // noteHeldBack logs, at most once a second, an attempt that the rate limit
