@@ -82,6 +82,9 @@ func (s *Server) sendMessage(c *conn, f *inFrame) {
 	seq := cv.seq
 	s.msgID++
 	id := s.msgID
+	// Counted before the ack goes out: a client that has its ack may read
+	// the stats at once.
+	s.stats.sent.Add(1)
 	// If the ack overflows the sender's queue the sender is kicked, but
 	// the message was accepted and is still delivered.
 	s.enqueue(c, appendAck(make([]byte, 0, 64+len(f.ID)+len(conv)), f.ID, id, conv, seq))
@@ -110,7 +113,6 @@ func (s *Server) sendMessage(c *conn, f *inFrame) {
 	// Names hidden by the drop fault count against the byte cap too.
 	s.hist.trim()
 	s.mu.Unlock()
-	s.stats.sent.Add(1)
 }
 
 // indexDirect lists cv among user's conversations for seqs, up to

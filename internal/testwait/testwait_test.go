@@ -48,10 +48,19 @@ func TestForTimesOut(t *testing.T) {
 type sweeps struct {
 	sending bool
 	n       int
+	// acks is how many sweeps pass before the sends in flight are
+	// acked.
+	acks int
 }
 
 func (s *sweeps) SetSending(on bool)  { s.sending = on }
 func (s *sweeps) Sweep(now time.Time) { s.n++ }
+func (s *sweeps) Inflight() int {
+	if s.n < s.acks {
+		return 1
+	}
+	return 0
+}
 
 // Settle stops sending, sweeps until the condition holds, and reports
 // whether it did before the limit.
@@ -65,5 +74,21 @@ func TestSettle(t *testing.T) {
 	}
 	if Settle(s, 0, 20*time.Millisecond, func() bool { return false }) {
 		t.Error("Settle = true with a condition that never holds")
+	}
+}
+
+// A settle waits for the acks in flight, even when every delivery owed so
+// far is accounted for: each ack may make more owed.
+func TestSettleWaitsForAcks(t *testing.T) {
+	s := &sweeps{sending: true, acks: 5}
+	if !Settle(s, 0, time.Minute, func() bool { return true }) {
+		t.Fatal("Settle = false once the acks came")
+	}
+	if s.n < s.acks {
+		t.Errorf("Settle returned after %d sweeps with a send in flight until sweep %d", s.n, s.acks)
+	}
+	s = &sweeps{sending: true, acks: 1 << 30}
+	if Settle(s, 0, 20*time.Millisecond, func() bool { return true }) {
+		t.Error("Settle = true with a send in flight throughout")
 	}
 }

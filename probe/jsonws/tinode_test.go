@@ -2,6 +2,7 @@ package jsonws_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -43,14 +44,25 @@ func tinode(t *testing.T) *jsonws.Driver {
 }
 
 // closer wraps a driver so that a test can end the sessions of a user, as
-// a receiver that is killed: they reconnect with the population's backoff.
+// a receiver that is killed, and keep it away a while: its reconnects fail
+// until then, and then succeed with the population's backoff.
 type closer struct {
 	probe.Driver
 	mu       sync.Mutex
 	sessions map[string][]probe.Session
+	away     map[string]time.Time
 }
 
+// errAway is a connect of a user the test keeps away.
+var errAway = errors.New("kept away by the test")
+
 func (c *closer) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
+	c.mu.Lock()
+	until := c.away[user]
+	c.mu.Unlock()
+	if time.Now().Before(until) {
+		return nil, errAway
+	}
 	s, err := c.Driver.Connect(ctx, user, dev)
 	if err == nil {
 		c.mu.Lock()
@@ -62,11 +74,16 @@ func (c *closer) Connect(ctx context.Context, user string, dev probe.Device) (pr
 
 func (c *closer) MirrorsOwn() bool { return c.Driver.(probe.Mirror).MirrorsOwn() }
 
-// kill ends every session user has, and returns how many.
-func (c *closer) kill(user string) int {
+// kill ends every session user has and keeps it away for the time given,
+// and returns how many sessions it ended.
+func (c *closer) kill(user string, away time.Duration) int {
 	c.mu.Lock()
 	ss := c.sessions[user]
 	c.sessions[user] = nil
+	if c.away == nil {
+		c.away = map[string]time.Time{}
+	}
+	c.away[user] = time.Now().Add(away)
 	c.mu.Unlock()
 	for _, s := range ss {
 		_ = s.Close()
@@ -92,11 +109,26 @@ func TestTinodePopulation(t *testing.T) {
 	t.Logf("500 users provisioned and online in %v", time.Since(start).Round(time.Second))
 	time.Sleep(3 * time.Second)
 	killed := 0
+	var away []int
 	for i := range 4 {
-		killed += wrap.kill(fmt.Sprintf("%s-u%d", pc.prefix, 7+i*101))
+		u := 7 + i*101
+		away = append(away, u)
+		killed += wrap.kill(fmt.Sprintf("%s-u%d", pc.prefix, u), 3*time.Second)
 	}
 	if killed == 0 {
 		t.Fatalf("no session to end: the user names are not %s-uN", pc.prefix)
+	}
+	// Once the server has seen them go, each one's direct peer and a
+	// member of its group (the peer: groups of 5 from user 0 hold both)
+	// write to it, so that catch-up has something to fetch whatever the
+	// random senders did meanwhile.
+	time.Sleep(time.Second)
+	for _, u := range away {
+		for _, group := range []bool{false, true} {
+			if _, err := fx.pop.SendNow(u^1, group); err != nil {
+				t.Fatalf("send to user %d while it is away: %v", u, err)
+			}
+		}
 	}
 	time.Sleep(6 * time.Second)
 	c := fx.soak(0, pc.lostAfter)
