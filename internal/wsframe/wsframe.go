@@ -12,6 +12,11 @@
 // That buffer comes from a pool and goes back once it is empty: an idle
 // connection holds none.
 //
+// Its writes never wait for the network: what the socket will not take
+// at once is kept, bounded, and written by a goroutine that lives only
+// while there is some (see Write), so that a poller's worker that writes
+// while handling a frame is never held by a server that stopped reading.
+//
 // Control frames between messages (pings, pongs) are taken out here and
 // handed to OnControl, because gorilla reads on past a control frame for
 // the next data frame, which would block. A close frame, and control
@@ -38,8 +43,9 @@ const (
 )
 
 // Conn wraps a TCP connection. Reads must come from one goroutine at a
-// time (gorilla's reader, and Ready between its reads); writes, deadlines
-// and Close pass through to the TCP connection.
+// time (gorilla's reader, and Ready between its reads). Writes never wait
+// for the network (see Write); deadlines and Close pass through to the TCP
+// connection.
 type Conn struct {
 	net.Conn
 	rc syscall.RawConn
@@ -71,6 +77,9 @@ type Conn struct {
 	// OnControl receives each ping and pong read between messages, its
 	// payload unmasked and valid only during the call. Ready calls it.
 	OnControl func(op int, payload []byte)
+
+	// wr is the write side: see Write.
+	wr writer
 }
 
 // New wraps c, a *net.TCPConn (or any syscall.Conn), client's or

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/internal/netpoll"
+	"github.com/imcanary/imcanary/internal/wsframe"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -229,7 +230,14 @@ func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 		return nil, fmt.Errorf("dial %s: server chose subprotocol %q, want %s", probe.RedactURL(s.URL), ws.Subprotocol(), s.Subprotocol)
 	}
 	ws.SetReadLimit(s.MaxFrame)
-	return &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: IdleFor(s.Heartbeat), poller: link.Poller}, nil
+	c := &Conn{ws: ws, stamp: StampOf(ws), s: s, idle: IdleFor(s.Heartbeat), poller: link.Poller}
+	if fc, ok := ws.NetConn().(*wsframe.Conn); ok {
+		// A write that failed after Write returned (see wsframe): the
+		// socket is closed as after any failed write, and the read that
+		// then fails ends the session.
+		fc.SetOnWriteError(func(error) { ws.NetConn().Close(); c.wake() })
+	}
+	return c, nil
 }
 
 // Open dials a connection for user over link and runs login on it, the
