@@ -224,10 +224,13 @@ func TestSecondDevice(t *testing.T) {
 			p.send(srvEnabled)
 			p.expect(cliCarbons)
 			if refuse {
+				// The client gives up on the login here: it sends
+				// nothing more.
 				p.send(`<iq type='error' id='carbons' xmlns='jabber:client'><error type='cancel'><service-unavailable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></iq>`)
-			} else {
-				p.send(srvCarbons)
+				p.drain()
+				return
 			}
+			p.send(srvCarbons)
 			p.expect(`<presence xmlns="jabber:client"/>`)
 			p.expect(`to="room@conference.localhost/alice#1"`)
 			p.send(srvSelf("room", "alice#1", false))
