@@ -13,12 +13,19 @@ import (
 // TestConformance runs the adapters' common suite against the real
 // Centrifugo that .ci/centrifugo.sh starts (IMCANARYTEST_CENTRIFUGO_URL,
 // IMCANARYTEST_CENTRIFUGO_SECRET).
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceReactor runs it again with the sessions read by the
+// population's poller, without a goroutine each (population.reactor).
+func TestConformanceReactor(t *testing.T) { runConformance(t, true) }
+
+func runConformance(t *testing.T, reactor bool) {
 	url, secret := os.Getenv("IMCANARYTEST_CENTRIFUGO_URL"), os.Getenv("IMCANARYTEST_CENTRIFUGO_SECRET")
 	if url == "" || secret == "" {
 		t.Skip("IMCANARYTEST_CENTRIFUGO_URL and IMCANARYTEST_CENTRIFUGO_SECRET unset: no Centrifugo to test against")
 	}
 	conformance.Run(t, conformance.Server{
+		Reactor: reactor,
 		Adapter: centrifugo.Adapter, CatchUp: true, WrongSecret: true,
 		Start: func(t *testing.T, _ conformance.Faults, via func(string) string) conformance.Instance {
 			return conformance.Instance{Target: probe.Target{

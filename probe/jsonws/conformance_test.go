@@ -13,9 +13,16 @@ import (
 // TestConformance runs the adapters' common suite through the shipped
 // mapping of the reference protocol, against the reference server with
 // its faults.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceReactor runs it again with the sessions read by the
+// population's poller, without a goroutine each (population.reactor).
+func TestConformanceReactor(t *testing.T) { runConformance(t, true) }
+
+func runConformance(t *testing.T, reactor bool) {
 	section := mappedReference(t)
 	conformance.Run(t, conformance.Server{
+		Reactor: reactor,
 		Adapter: jsonws.Adapter, CatchUp: true, Faulty: true, WrongSecret: true,
 		Start: func(t *testing.T, f conformance.Faults, via func(string) string) conformance.Instance {
 			return conformance.Reference(t, refserver.Options{}, f, via, jsonws.Adapter, probe.Target{Secret: secret, Section: section})

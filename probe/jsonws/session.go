@@ -253,7 +253,20 @@ func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session: what the login kept first, then what
 // the connection reads.
-func (s *session) Serve(h probe.Handler) error {
+func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
+
+// Watch implements probe.Watcher: the session read by the Poller of its
+// link, without a goroutine of its own.
+func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+
+var _ probe.Watcher = (*session)(nil)
+
+func (s *session) run(h probe.Handler) wsconn.Session {
+	return wsconn.Session{Conn: s.conn, Proto: s, Begin: func() error { return s.begin(h) }, Finish: s.finish}
+}
+
+// begin hands h the frames kept from the login, in order.
+func (s *session) begin(h probe.Handler) error {
 	s.h = h
 	for i, e := range s.early {
 		if err := s.Frame(e.b, e.at); err != nil {
@@ -265,8 +278,11 @@ func (s *session) Serve(h probe.Handler) error {
 		s.early[i] = early{}
 	}
 	s.early = nil
-	err := s.conn.Serve(s)
-	// What the session never saw by its end counts now.
+	return nil
+}
+
+// finish counts, at the session's end, what it never saw.
+func (s *session) finish(err error) error {
 	s.settleHoles(0)
 	return err
 }

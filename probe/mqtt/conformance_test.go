@@ -16,7 +16,13 @@ import (
 // persistent sessions for catch-up) at MQTT 5: a 3.1.1 broker ends a
 // session it hands to a new login by closing the connection, with no
 // reason to tell a kick from a failure (the adapter's own tests run 3.1.1).
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceReactor runs it again with the sessions read by the
+// population's poller, without a goroutine each (population.reactor).
+func TestConformanceReactor(t *testing.T) { runConformance(t, true) }
+
+func runConformance(t *testing.T, reactor bool) {
 	cfg, err := protocols.Loader().Load("../../configs/mqtt.yaml", nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +43,7 @@ func TestConformance(t *testing.T) {
 		t.Run(broker.name, func(t *testing.T) {
 			url := brokerURL(t, broker.urlVar)
 			srv := conformance.Server{
+				Reactor: reactor,
 				Adapter: mqtt.Adapter, CatchUp: true,
 				Start: func(t *testing.T, _ conformance.Faults, via func(string) string) conformance.Instance {
 					tg := probe.Target{URL: conformance.Via(t, url, via), Section: section}

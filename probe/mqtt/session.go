@@ -249,7 +249,21 @@ func (s *session) packets(b []byte, f func(*packet) error) error {
 }
 
 // Serve implements probe.Session.
-func (s *session) Serve(h probe.Handler) error {
+func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
+
+// Watch implements probe.Watcher: the session read by the Poller of its
+// link, without a goroutine of its own.
+func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+
+var _ probe.Watcher = (*session)(nil)
+
+func (s *session) run(h probe.Handler) wsconn.Session {
+	return wsconn.Session{Conn: s.conn, Proto: &reader{s: s, h: h}, Begin: func() error { return s.begin(h) }}
+}
+
+// begin acks what was written before h was set and hands it the
+// publishes kept from the connect, in order.
+func (s *session) begin(h probe.Handler) error {
 	s.mu.Lock()
 	s.h = h
 	written := s.written
@@ -267,7 +281,7 @@ func (s *session) Serve(h probe.Handler) error {
 		s.conn.Abort()
 		return err
 	}
-	return s.conn.Serve(&reader{s: s, h: h})
+	return nil
 }
 
 // reader is the session as its connection's wsconn.Protocol.

@@ -12,10 +12,17 @@ import (
 // TestConformance runs the adapters' common suite against the archiving
 // Prosody that .ci/prosody.sh starts (IMCANARYTEST_PROSODY_ARCHIVE_URL):
 // the one whose archive (XEP-0313) catch-up reads.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceReactor runs it again with the sessions read by the
+// population's poller, without a goroutine each (population.reactor).
+func TestConformanceReactor(t *testing.T) { runConformance(t, true) }
+
+func runConformance(t *testing.T, reactor bool) {
 	url := prosodyArchiveURL(t)
 	section := xmpp.DefaultConfig()
 	conformance.Run(t, conformance.Server{
+		Reactor: reactor,
 		Adapter: xmpp.Adapter, CatchUp: true, WrongSecret: true,
 		// A login is a SCRAM hash on Prosody's single thread.
 		Scale: 2,

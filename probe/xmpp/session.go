@@ -223,7 +223,20 @@ func (s *session) Close() error { return s.conn.Close() }
 
 // Serve implements probe.Session: the elements the login kept are handled
 // first, then what the connection reads.
-func (s *session) Serve(h probe.Handler) error {
+func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
+
+// Watch implements probe.Watcher: the session read by the Poller of its
+// link, without a goroutine of its own.
+func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+
+var _ probe.Watcher = (*session)(nil)
+
+func (s *session) run(h probe.Handler) wsconn.Session {
+	return wsconn.Session{Conn: s.conn, Proto: s, Begin: func() error { return s.begin(h) }, Finish: s.end}
+}
+
+// begin hands h the stanzas kept from the login, in order.
+func (s *session) begin(h probe.Handler) error {
 	s.h = h
 	for _, e := range s.pending {
 		s.delivery.At = e.at
@@ -234,7 +247,7 @@ func (s *session) Serve(h probe.Handler) error {
 		}
 	}
 	s.pending, s.pendingSize = nil, 0
-	return s.end(s.conn.Serve(s))
+	return nil
 }
 
 // Frame implements wsconn.Protocol.
