@@ -92,7 +92,7 @@ type Driver struct {
 	adminExp time.Time
 	tokens   map[tokenKey]userTok
 
-	// mu guards state and bases.
+	// mu guards state, bases and early.
 	mu    sync.Mutex
 	state map[devKey]*devState
 	// bases holds, per conversation, the seq below which this process
@@ -102,6 +102,12 @@ type Driver struct {
 	// process's other users sent it meanwhile, as OpenIM's SDK on a
 	// fresh install syncs its conversations.
 	bases map[string]uint64
+	// early counts, per conversation with no base yet, the messages the
+	// process sent into it: the base, once a device learns of the
+	// conversation, starts that many seqs further down. A message sent
+	// to a user before its device's first login is otherwise below the
+	// newest seq that login sees, taken for history, and never fetched.
+	early map[string]uint64
 
 	msgIDs                             atomic.Uint64
 	unmatched, gaps, missed, recovered atomic.Uint64
@@ -184,6 +190,7 @@ func New(c Config, o Options) (*Driver, error) {
 		tokens: map[tokenKey]userTok{},
 		state:  map[devKey]*devState{},
 		bases:  map[string]uint64{},
+		early:  map[string]uint64{},
 	}, nil
 }
 
@@ -276,6 +283,8 @@ func (d *Driver) Connect(ctx context.Context, userID string, dev probe.Device) (
 // lower: the lowest place any device of the process had when it first
 // learnt of conv. Devices learn of a new conversation at once, from
 // pushes raced between them; the lowest is the one nearest its start.
+// The first base is at less the messages the process sent into conv until
+// then (Driver.early).
 func (d *Driver) base(conv string, at uint64) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -283,11 +292,30 @@ func (d *Driver) base(conv string, at uint64) uint64 {
 	switch {
 	case !ok && len(d.bases) >= maxBases:
 		return at
-	case !ok || at < b:
+	case !ok:
+		n := d.early[conv]
+		delete(d.early, conv)
+		b = at - min(at, n)
+		d.bases[conv] = b
+	case at < b:
 		b = at
 		d.bases[conv] = b
 	}
 	return b
+}
+
+// sent notes a message the process sent into conv: one more to fetch from
+// below where a device first learns of the conversation, if none has yet
+// (see Driver.early).
+func (d *Driver) sent(conv string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.bases[conv]; ok {
+		return
+	}
+	if _, ok := d.early[conv]; ok || len(d.early) < maxBases {
+		d.early[conv]++
+	}
 }
 
 // maxBases bounds Driver.bases: a plan's conversations, with room.

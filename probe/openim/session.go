@@ -164,6 +164,7 @@ func (s *session) Send(m *probe.Message) error {
 		}
 	}
 	if err == nil {
+		s.d.sent(conversationID(md))
 		err = s.conn.Write(b)
 	}
 	if err != nil {
