@@ -106,7 +106,7 @@ func (dev *device) OnDelivery(d *probe.Delivery) {
 	}
 }
 
-// readSlowly holds a slow reader's read loop: the frames behind this one
+// readSlowly holds a slow reader's reading: the frames behind this one
 // wait in the socket buffers, and then on the server.
 func (dev *device) readSlowly() {
 	p := dev.u.p
@@ -116,9 +116,23 @@ func (dev *device) readSlowly() {
 		if sr.PauseEvery > 0 {
 			dev.nextPause = time.Now().Add(sr.Pause + sr.PauseEvery).UnixNano()
 		}
-		probe.Sleep(p.ctx, sr.Pause)
+		dev.hold(sr.Pause)
 	}
 	if sr.ReadDelay > 0 {
-		probe.Sleep(p.ctx, sr.ReadDelay)
+		dev.hold(sr.ReadDelay)
 	}
+}
+
+// hold stops the device's reading for d: a watched session stops being
+// read once this frame is handled (probe.Holder), with nothing asleep;
+// one read by Serve sleeps here, on its read loop.
+func (dev *device) hold(d time.Duration) {
+	u := dev.u
+	u.mu.Lock()
+	h, ok := dev.sess.(probe.Holder)
+	u.mu.Unlock()
+	if ok && h.Hold(d) {
+		return
+	}
+	probe.Sleep(u.p.ctx, d)
 }

@@ -199,7 +199,7 @@ type Link struct {
 	// Provisioning connects leave it nil; they are no session's.
 	Connect *metrics.ConnectSet
 	// Poller, if set, is where a session that can be read without a
-	// goroutine of its own is watched (Watcher): a plain-TCP WebSocket
-	// not on a slow link. The population sets it when its reactor is on.
+	// goroutine of its own is watched (Watcher): a plain-TCP WebSocket.
+	// The population sets it when its reactor is on.
 	Poller *netpoll.Poller
 }

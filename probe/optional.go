@@ -1,6 +1,9 @@
 package probe
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The optional interfaces: what a Driver, a Session or a Handler may
 // implement beyond Driver and Session, each asked for with a type
@@ -19,6 +22,7 @@ import "context"
 //	Retrier       Driver    the daemon's metrics                always, if implemented
 //	IdleCloser    Driver    protocols.Target.Close              drivers with an HTTP pool
 //	Watcher       Session   the population's device loop        population.reactor on
+//	Holder        Session   a slow reader's delivery handler    a watched slow reader
 
 // Syncer is a Session that can ask its server what its device has missed.
 // Once per catch-up interval the population calls Sync on every online
@@ -121,7 +125,17 @@ type IdleCloser interface {
 // before); done is called once, with what Serve would have returned, when
 // the session has ended and its connection is closed, on any goroutine.
 // Watch reports false, having done nothing, if the session must be served
-// instead (no Poller, TLS, a slow link): the caller then calls Serve.
+// instead (no Poller, TLS): the caller then calls Serve.
 type Watcher interface {
 	Watch(h Handler, done func(error)) bool
+}
+
+// Holder is a Watcher whose reading its Handler can stop for a while from
+// a delivery it is handling, as a slow reader does: Hold reports true if
+// the session is watched and reading stops for d once the frame is
+// handled (the frames behind wait in the socket buffers, then on the
+// server), with no goroutine asleep. It reports false for a session read
+// by Serve, whose handler stops its reading by taking its time.
+type Holder interface {
+	Hold(d time.Duration) bool
 }

@@ -266,11 +266,26 @@ func (s *session) fetchContext() context.Context {
 }
 
 // Serve implements probe.Session.
-func (s *session) Serve(h probe.Handler) error {
-	s.answers.Serve(h)
-	err := s.conn.Serve(&reader{s: s, h: h})
-	s.stop()
-	return err
+func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
+
+// Watch implements probe.Watcher: the session read by the Poller of its
+// link, without a goroutine of its own. A catch-up fetch, an HTTP request
+// made while handling a frame, holds the Poller's worker while it runs;
+// the Poller starts another for the other sessions meanwhile.
+func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+
+// Hold implements probe.Holder: a watched slow reader's pause.
+func (s *session) Hold(d time.Duration) bool { return s.conn.Hold(d) }
+
+var (
+	_ probe.Watcher = (*session)(nil)
+	_ probe.Holder  = (*session)(nil)
+)
+
+func (s *session) run(h probe.Handler) wsconn.Session {
+	return wsconn.Session{Conn: s.conn, Proto: &reader{s: s, h: h},
+		Begin:  func() error { s.answers.Serve(h); return nil },
+		Finish: func(err error) error { s.stop(); return err }}
 }
 
 // stop ends the session's sends and waits for them.

@@ -255,7 +255,13 @@ func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
 // link, without a goroutine of its own.
 func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
 
-var _ probe.Watcher = (*session)(nil)
+// Hold implements probe.Holder: a watched slow reader's pause.
+func (s *session) Hold(d time.Duration) bool { return s.conn.Hold(d) }
+
+var (
+	_ probe.Watcher = (*session)(nil)
+	_ probe.Holder  = (*session)(nil)
+)
 
 func (s *session) run(h probe.Handler) wsconn.Session {
 	return wsconn.Session{Conn: s.conn, Proto: &reader{s: s, h: h}, Begin: func() error { return s.begin(h) }}

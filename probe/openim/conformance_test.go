@@ -14,8 +14,15 @@ import (
 // TestConformance runs the adapters' common suite against openimtest, with
 // its faults. The real OpenIM that runs here stores no message (see
 // real_test.go), so it cannot take the suite.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceReactor runs it again with the sessions read by the
+// population's poller, without a goroutine each (population.reactor).
+func TestConformanceReactor(t *testing.T) { runConformance(t, true) }
+
+func runConformance(t *testing.T, reactor bool) {
 	conformance.Run(t, conformance.Server{
+		Reactor: reactor,
 		Adapter: openim.Adapter, CatchUp: true, Faulty: true, WrongSecret: true,
 		Start: func(t *testing.T, f conformance.Faults, via func(string) string) conformance.Instance {
 			return startGateway(t, openimtest.Options{Faults: openimtest.Faults{DropPush: f.DropPush, DuplicatePush: f.Duplicate}}, via)

@@ -28,7 +28,7 @@ const (
 	// 4 KiB body are some 4.4 MB of base64, near max_frame's default.
 	pullPage   = 200
 	pullRanges = 4
-	// dueEvery is how often Serve asks the Catchup what is due: a gap
+	// dueEvery is how often the session, on a frame, asks the Catchup what is due: a gap
 	// waits for its grace anyway.
 	dueEvery = 50 * time.Millisecond
 )
@@ -67,7 +67,7 @@ type session struct {
 	pulls map[string][]probe.Fetch
 	syncs map[string]bool
 
-	// Serve's.
+	// The frame handler's.
 	dueAt    int64
 	dues     []probe.Fetch
 	delivery probe.Delivery
@@ -86,7 +86,7 @@ func (d *Driver) connect(ctx context.Context, userID string, platform int32, tok
 	}
 	if s.cu != nil {
 		// What the device missed while away: the newest seq of each of
-		// its conversations, answered through Serve.
+		// its conversations, answered as frames.
 		if err := s.Sync(); err != nil {
 			s.conn.Abort()
 			return nil, fmt.Errorf("login %s: newest seq: %w", userID, err)
@@ -219,9 +219,24 @@ var (
 )
 
 // Serve implements probe.Session.
-func (s *session) Serve(h probe.Handler) error {
-	s.h = h
-	return s.conn.Serve(s)
+func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
+
+// Watch implements probe.Watcher: the session read by the Poller of its
+// link, without a goroutine of its own. The catch-up it drives (pulls of
+// what came due) runs on frames, heartbeats' pongs among them, so it needs
+// no timer of its own there either.
+func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+
+// Hold implements probe.Holder: a watched slow reader's pause.
+func (s *session) Hold(d time.Duration) bool { return s.conn.Hold(d) }
+
+var (
+	_ probe.Watcher = (*session)(nil)
+	_ probe.Holder  = (*session)(nil)
+)
+
+func (s *session) run(h probe.Handler) wsconn.Session {
+	return wsconn.Session{Conn: s.conn, Proto: s, Begin: func() error { s.h = h; return nil }}
 }
 
 // Ended implements wsconn.Protocol. OpenIM closes a connection it gives up

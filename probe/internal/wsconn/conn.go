@@ -196,7 +196,7 @@ type Conn struct {
 func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 	d := s.dialer
 	var framed int64
-	if link.Poller != nil && !link.Slow && strings.HasPrefix(s.URL, "ws://") {
+	if link.Poller != nil && strings.HasPrefix(s.URL, "ws://") {
 		// A plain connection a Poller can watch once it is logged in.
 		// wsframe hands gorilla one frame at a time, so gorilla's own
 		// read buffer need hold no more than a frame header's worth.

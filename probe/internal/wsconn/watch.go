@@ -39,13 +39,22 @@ type watch struct {
 	// has moved, so a frame costs a store, not a timer reset.
 	deadline atomic.Int64
 	timer    *time.Timer
+
+	// hold (ns) is how long the handler of the frame being read asked
+	// reading to stop (Hold); heldUntil (Unix ns) is when a hold ends,
+	// 0 when there is none. While it lasts, the frames behind wait in the
+	// socket buffers and then on the server, as behind a reader that
+	// sleeps, but no goroutine waits: a timer wakes ready at its end.
+	hold      atomic.Int64
+	heldUntil atomic.Int64
+	holdTimer *time.Timer
 }
 
 // Watch starts reading the session on the Poller the connection was
 // dialled with, handing p each frame as Serve does, and returns at once;
 // done gets Serve's result, once, after the socket is closed. It reports
 // false, having done nothing, if the connection cannot be watched (no
-// Poller, TLS, a slow link, a session already closing): call Serve then.
+// Poller, TLS, a session already closing): call Serve then.
 // Frames read during the login and still buffered are handed on first.
 func (c *Conn) Watch(p Protocol, done func(error)) bool {
 	fc, ok := c.ws.NetConn().(*wsframe.Conn)
@@ -80,11 +89,27 @@ func (c *Conn) Watch(p Protocol, done func(error)) bool {
 }
 
 // wake has a watch look at its socket: one closed under it (a failed
-// write, Abort) reads as closed at once, not at the idle deadline.
+// write, Abort) reads as closed at once, not at the idle deadline, and
+// a hold ends.
 func (c *Conn) wake() {
 	if w := c.watching.Load(); w != nil {
+		w.heldUntil.Store(0)
 		w.h.Wake()
 	}
+}
+
+// Hold stops reading the connection for d once the frame being handled
+// returns, and reports true, if the connection is watched and Hold is
+// called from its frame handler; holds asked while handling one frame add
+// up. A connection read by Serve reports false: its handler holds reading
+// by taking its time. A close, an abort or a failed write ends a hold.
+func (c *Conn) Hold(d time.Duration) bool {
+	w := c.watching.Load()
+	if w == nil || d <= 0 {
+		return w != nil
+	}
+	w.hold.Add(int64(d))
+	return true
 }
 
 // ready reads every whole message buffered or waiting on the socket.
@@ -95,6 +120,13 @@ func (w *watch) ready() {
 		return
 	}
 	c := w.c
+	if until := w.heldUntil.Load(); until != 0 {
+		if time.Now().UnixNano() < until && !c.guard.Closing() {
+			// Data came during a hold: it waits for the hold's timer.
+			return
+		}
+		w.heldUntil.Store(0)
+	}
 	for w.fc.Ready() {
 		bp, err := c.read()
 		if err != nil {
@@ -115,7 +147,26 @@ func (w *watch) ready() {
 			w.end(c.Failed(err))
 			return
 		}
+		if d := w.hold.Swap(0); d > 0 && !c.guard.Closing() {
+			w.holdFor(time.Duration(d))
+			return
+		}
 	}
+}
+
+// holdFor stops reading for d: ready returns without draining the socket,
+// so edge-triggered readiness stays quiet until more data comes (which
+// ready then leaves) or the hold's timer wakes it. The idle deadline
+// starts again after the hold, as a sleeping reader's next read's would.
+func (w *watch) holdFor(d time.Duration) {
+	until := time.Now().Add(d)
+	w.heldUntil.Store(until.UnixNano())
+	w.deadline.Store(until.Add(w.c.idle).UnixNano())
+	if w.holdTimer == nil {
+		w.holdTimer = time.AfterFunc(d, w.h.Wake)
+		return
+	}
+	w.holdTimer.Reset(d)
 }
 
 // extend moves the idle deadline to c.idle from now, unless closing.
@@ -157,12 +208,20 @@ func (w *watch) expire() {
 func (w *watch) closeBy(grace time.Duration) {
 	w.deadline.Store(time.Now().Add(grace).UnixNano())
 	w.timer.Reset(grace)
+	if w.heldUntil.Swap(0) != 0 {
+		// The server's reply to the close is read now, not after the
+		// hold.
+		w.h.Wake()
+	}
 }
 
 // end closes the connection and reports why the session ended, once.
 func (w *watch) end(err error) {
 	w.ended = true
 	w.timer.Stop()
+	if w.holdTimer != nil {
+		w.holdTimer.Stop()
+	}
 	w.h.Remove()
 	w.c.ws.Close()
 	w.fc.OnControl = nil

@@ -86,3 +86,123 @@ func TestWatchedWriteFailsAfterReturning(t *testing.T) {
 		t.Fatal("watched session still open a minute after its kept write failed")
 	}
 }
+
+// holder is a Protocol that holds its connection's reading for hold at
+// the first frame, and records when each frame came.
+type holder struct {
+	c      *Conn
+	hold   time.Duration
+	held   chan bool
+	frames chan time.Time
+}
+
+func (h *holder) Frame(b []byte, _ int64) error {
+	if string(b) == "first" {
+		h.held <- h.c.Hold(h.hold)
+	}
+	h.frames <- time.Now()
+	return nil
+}
+
+func (h *holder) Ended(err error) *probe.Disconnect { return Ended(err, nil) }
+
+// sender starts a WebSocket server that writes each of frames as soon as
+// a client connects, then reads until the client goes.
+func sender(t *testing.T, frames ...string) string {
+	t.Helper()
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for _, f := range frames {
+			if c.WriteMessage(websocket.TextMessage, []byte(f)) != nil {
+				return
+			}
+		}
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http")
+}
+
+// watchHeld dials url over a slow link with a poller (a slow reader's
+// link is watched too), checks that Hold says false before the watch, and
+// watches the connection with p.
+func watchHeld(t *testing.T, url string, idle time.Duration, p *holder) (c *Conn, done chan error) {
+	t.Helper()
+	poller, err := netpoll.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { poller.Close() })
+	s := NewSettings(Settings{URL: url, Heartbeat: time.Hour, CloseGrace: time.Minute})
+	c, err = Dial(context.Background(), s, probe.Link{Poller: poller, Slow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Abort() })
+	c.SetIdle(idle)
+	if c.Hold(time.Second) {
+		t.Error("Hold said true for a connection nothing watches: its caller would not sleep")
+	}
+	p.c = c
+	done = make(chan error, 1)
+	if !c.Watch(p, func(err error) { done <- err }) {
+		t.Fatal("Watch refused a slow link's plain loopback connection with a poller")
+	}
+	return c, done
+}
+
+// TestHold: a watched connection's handler stops its reading for a while
+// without a goroutine asleep, as a slow reader's does. The frame behind
+// waits for the hold, and the idle deadline, shorter than the hold,
+// counts from the hold's end: the session is not taken for dead while it
+// is the one not reading.
+func TestHold(t *testing.T) {
+	const hold, idle = 600 * time.Millisecond, 200 * time.Millisecond
+	p := &holder{hold: hold, held: make(chan bool, 1), frames: make(chan time.Time, 2)}
+	_, done := watchHeld(t, sender(t, "first", "second"), idle, p)
+	if !<-p.held {
+		t.Fatal("Hold said false on a watched connection's frame")
+	}
+	first := <-p.frames
+	select {
+	case second := <-p.frames:
+		if gap := second.Sub(first); gap < hold {
+			t.Errorf("second frame read %v after the first, within its %v hold", gap, hold)
+		}
+	case err := <-done:
+		t.Fatalf("session ended during a %v hold with a %v idle deadline: %v", hold, idle, err)
+	case <-time.After(time.Minute):
+		t.Fatal("second frame not read a minute after a 600 ms hold")
+	}
+}
+
+// TestCloseEndsHold: a session closing is not held back by its hold: the
+// server's reply to the close is read at once.
+func TestCloseEndsHold(t *testing.T) {
+	p := &holder{hold: time.Hour, held: make(chan bool, 1), frames: make(chan time.Time, 2)}
+	c, done := watchHeld(t, sender(t, "first", "second"), time.Hour, p)
+	if !<-p.held {
+		t.Fatal("Hold said false on a watched connection's frame")
+	}
+	<-p.frames
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if r := probe.ReasonOf(err); r != metrics.ReasonShutdown {
+			t.Errorf("closed session ended with %v (reason %s), want shutdown", err, r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("closed session still watched a minute into an hour's hold")
+	}
+}
