@@ -160,8 +160,8 @@ type Population struct {
 	// are drawn from an exponential distribution, as independent users'
 	// would be. 0 keeps sessions until something ends them.
 	SessionLifetime time.Duration `koanf:"session_lifetime"`
-	// Reactor reads each online session that can be (a WebSocket over
-	// plain TCP, of an adapter that can be watched; a slow reader's
+	// Reactor reads each online session that can be (a WebSocket, ws://
+	// or wss://, of an adapter that can be watched; a slow reader's
 	// pauses then hold its reading on a timer)
 	// without a goroutine of its own: an epoll poller hands its frames to
 	// a worker as they come. On by default: where there is no epoll

@@ -250,7 +250,7 @@ var keyDocs = map[string]keyDoc{
 	"population.backoff.max":              {"cap of every reconnect delay", everyone},
 	"population.max_connect_rate":         {"most connect attempts per second of the process, all its populations and reconnects included", everyone},
 	"population.source_addrs":             {`local addresses to connect from, round-robin by user: IPs and IPv4 ranges such as "127.0.0.1-127.0.0.16", comma-separated; empty lets the kernel pick`, everyone},
-	"population.reactor":                  {"read idle sessions without a goroutine each (epoll): WebSocket over plain TCP, adapters reference, jsonws, centrifugo, mqtt, xmpp, openim, mattermost; on by default", everyone},
+	"population.reactor":                  {"read idle sessions without a goroutine each (epoll): WebSocket (ws://, wss://), adapters reference, jsonws, centrifugo, mqtt, xmpp, openim, mattermost; on by default", everyone},
 	"population.session_lifetime":         {"mean time a session stays logged in before its user logs out and back in (churn); 0 is no churn", CommandRun},
 	"population.lag_threshold":            {"how long an acked message may go unreceived before its recipient counts as lagging; 0 is half the deadline", CommandRun},
 	"population.slow_readers.fraction":    {"fraction of the users who read slowly (a slow-reader drill), 0 to below 1", CommandRun},

@@ -125,7 +125,8 @@ type IdleCloser interface {
 // before); done is called once, with what Serve would have returned, when
 // the session has ended and its connection is closed, on any goroutine.
 // Watch reports false, having done nothing, if the session must be served
-// instead (no Poller, TLS): the caller then calls Serve.
+// instead (no Poller, a transport that cannot be): the caller then calls
+// Serve.
 type Watcher interface {
 	Watch(h Handler, done func(error)) bool
 }

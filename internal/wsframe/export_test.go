@@ -5,7 +5,8 @@ const MaxBacklog = maxBacklog
 
 // Flushing reports whether a flush goroutine is running.
 func (c *Conn) Flushing() bool {
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	return c.wr.kept != nil
+	w := &c.sock.wr
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kept != nil
 }

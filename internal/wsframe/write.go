@@ -48,7 +48,17 @@ type kept struct {
 
 // Write writes b without waiting for the socket, keeping what it will not
 // take now (see writer). It waits only while more than maxBacklog is kept.
+// Over TLS, b goes through the TLS connection, whose records come to the
+// socket's Write.
 func (c *Conn) Write(b []byte) (int, error) {
+	if c.tls != nil {
+		return c.tls.Write(b)
+	}
+	return c.sock.Write(b)
+}
+
+// Write is Conn's Write on the socket itself.
+func (c *socket) Write(b []byte) (int, error) {
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -87,19 +97,20 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 // Unwritten is how many bytes written are still kept, not yet on the
-// socket.
+// socket (over TLS, bytes of its records).
 func (c *Conn) Unwritten() int {
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	if c.wr.kept == nil {
+	w := &c.sock.wr
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kept == nil {
 		return 0
 	}
-	return len(c.wr.kept.backlog)
+	return len(w.kept.backlog)
 }
 
 // writeNow writes what the socket takes of b without waiting. A deadline
 // already passed or a closed socket fails it as a blocking write would.
-func (c *Conn) writeNow(b []byte) (int, error) {
+func (c *socket) writeNow(b []byte) (int, error) {
 	n := 0
 	var werr error
 	err := c.rc.Write(func(fd uintptr) bool {
@@ -129,7 +140,7 @@ func (c *Conn) writeNow(b []byte) (int, error) {
 
 // flush writes k's backlog, blocking under the socket's write deadline,
 // until it is empty or a write fails, and then ends.
-func (c *Conn) flush(k *kept) {
+func (c *socket) flush(k *kept) {
 	w := &c.wr
 	// The Write that started the flush holds the lock until it has
 	// appended the first bytes.
@@ -162,7 +173,8 @@ func (c *Conn) flush(k *kept) {
 // the flush's goroutine: no Write may come to return it, and the socket is
 // left open for the owner to close as it closes after any failed write.
 func (c *Conn) SetOnWriteError(f func(error)) {
-	c.wr.mu.Lock()
-	c.wr.onError = f
-	c.wr.mu.Unlock()
+	w := &c.sock.wr
+	w.mu.Lock()
+	w.onError = f
+	w.mu.Unlock()
 }

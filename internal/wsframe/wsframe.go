@@ -17,6 +17,13 @@
 // while there is some (see Write), so that a poller's worker that writes
 // while handling a frame is never held by a server that stopped reading.
 //
+// Over TLS (NewTLS), the frames are found in what the TLS connection
+// decrypts, and the TLS connection reads a socket that, while Ready
+// polls, answers "nothing yet" instead of waiting: crypto/tls keeps a
+// partial record for the next read on such an error (a temporary one,
+// as a passed deadline is). Its records are written through the same
+// non-blocking write side.
+//
 // Control frames between messages (pings, pongs) are taken out here and
 // handed to OnControl, because gorilla reads on past a control frame for
 // the next data frame, which would block. A close frame, and control
@@ -24,6 +31,7 @@
 package wsframe
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -42,13 +50,16 @@ const (
 	OpPong  = 10
 )
 
-// Conn wraps a TCP connection. Reads must come from one goroutine at a
-// time (gorilla's reader, and Ready between its reads). Writes never wait
-// for the network (see Write); deadlines and Close pass through to the TCP
-// connection.
+// Conn wraps a TCP connection, or TLS over one. Reads must come from one
+// goroutine at a time (gorilla's reader, and Ready between its reads).
+// Writes never wait for the network (see Write); deadlines and Close pass
+// through to the TCP connection (over TLS, through the TLS connection,
+// whose Close sends its close_notify first).
 type Conn struct {
 	net.Conn
-	rc syscall.RawConn
+	sock *socket
+	// tls is the TLS connection over sock, nil for plain TCP.
+	tls *tls.Conn
 	// limit bounds the payload Ready buffers for one message; a larger
 	// one is left to gorilla, whose read limit refuses it.
 	limit int64
@@ -77,15 +88,31 @@ type Conn struct {
 	// OnControl receives each ping and pong read between messages, its
 	// payload unmasked and valid only during the call. Ready calls it.
 	OnControl func(op int, payload []byte)
-
-	// wr is the write side: see Write.
-	wr writer
 }
 
-// New wraps c, a *net.TCPConn (or any syscall.Conn), client's or
-// server's. limit is the largest message payload Ready waits for
-// (gorilla's read limit); one larger is handed on to be refused.
-func New(c net.Conn, limit int64) (*Conn, error) {
+// socket is the TCP connection under a Conn: its reads, which poll makes
+// without waiting, and its writes, which never wait (see writer).
+type socket struct {
+	net.Conn
+	rc syscall.RawConn
+	// nowait makes Read a read that does not wait, for the TLS records
+	// poll reads: set and cleared around it by the one reader.
+	nowait bool
+	wr     writer
+}
+
+// errNothingYet is a socket's Read's error, while poll reads through
+// TLS, when the socket has nothing: crypto/tls keeps what it has of a
+// record for the next read after a temporary error.
+var errNothingYet error = nothingYet{}
+
+type nothingYet struct{}
+
+func (nothingYet) Error() string   { return "wsframe: nothing to read yet" }
+func (nothingYet) Timeout() bool   { return false }
+func (nothingYet) Temporary() bool { return true }
+
+func newSocket(c net.Conn) (*socket, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil, errors.New("wsframe: not a socket")
@@ -94,11 +121,75 @@ func New(c net.Conn, limit int64) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{Conn: c, rc: rc, limit: limit, head: true}, nil
+	return &socket{Conn: c, rc: rc}, nil
 }
 
-// Socket is the connection wrapped, for netpoll.Poller.Add.
-func (c *Conn) Socket() syscall.Conn { return c.Conn.(syscall.Conn) }
+// Read reads the TCP connection, waiting under its deadline, or, with
+// nowait, not: errNothingYet if it has nothing.
+func (s *socket) Read(b []byte) (int, error) {
+	if !s.nowait {
+		return s.Conn.Read(b)
+	}
+	n, err := s.readNow(b)
+	if n == 0 && err == nil {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// readNow reads what the socket has without waiting: errNothingYet if it
+// has nothing; (0, nil) at the end of the stream; a deadline already
+// passed or a closed socket as the net package words them.
+func (s *socket) readNow(b []byte) (int, error) {
+	var n int
+	var rerr error
+	err := s.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			if rerr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
+	case rerr == unix.EAGAIN:
+		return 0, errNothingYet
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	}
+	return max(n, 0), nil
+}
+
+// New wraps c, a *net.TCPConn (or any syscall.Conn), client's or
+// server's. limit is the largest message payload Ready waits for
+// (gorilla's read limit); one larger is handed on to be refused.
+func New(c net.Conn, limit int64) (*Conn, error) {
+	sock, err := newSocket(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Conn: c, sock: sock, limit: limit, head: true}, nil
+}
+
+// NewTLS wraps c, a *net.TCPConn (or any syscall.Conn), in a TLS client
+// connection of cfg, and that as New does. The handshake is the caller's
+// (TLS().HandshakeContext), before anything else is read or written.
+func NewTLS(c net.Conn, cfg *tls.Config, limit int64) (*Conn, error) {
+	sock, err := newSocket(c)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(sock, cfg)
+	return &Conn{Conn: tc, sock: sock, tls: tc, limit: limit, head: true}, nil
+}
+
+// TLS is the TLS connection, nil for plain TCP.
+func (c *Conn) TLS() *tls.Conn { return c.tls }
+
+// Socket is the TCP connection wrapped, for netpoll.Poller.Add.
+func (c *Conn) Socket() syscall.Conn { return c.sock.Conn.(syscall.Conn) }
 
 // Last returns when the last read that brought data ended, in Unix ns:
 // taken after a message is read whole, when its last bytes arrived.
@@ -162,7 +253,11 @@ func (c *Conn) fill() error {
 		return c.err
 	}
 	b := c.room(1)
-	n, err := c.Conn.Read(b)
+	var src io.Reader = c.sock
+	if c.tls != nil {
+		src = c.tls
+	}
+	n, err := src.Read(b)
 	if n > 0 {
 		c.w += n
 		c.last = time.Now().UnixNano()
@@ -186,40 +281,44 @@ const (
 func (c *Conn) poll(want int) int {
 	b := c.room(want)
 	var n int
-	var rerr error
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = unix.Read(int(fd), b)
-			if rerr != unix.EINTR {
-				return true
-			}
+	var err error
+	if c.tls == nil {
+		n, err = c.sock.readNow(b)
+		if n == 0 && err == nil {
+			err = io.EOF
 		}
-	})
+	} else {
+		c.sock.nowait = true
+		n, err = c.tls.Read(b)
+		c.sock.nowait = false
+	}
+	if n > 0 {
+		c.w += n
+		c.last = time.Now().UnixNano()
+	}
 	switch {
-	case err != nil:
+	case err == nil:
+	case errors.Is(err, errNothingYet):
+		c.release()
+		if n > 0 {
+			return more
+		}
+		return wouldBlock
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed):
 		// A deadline that passed, or a closed socket: the blocking read
 		// gorilla makes next returns it as the net package words it.
-		c.err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
-			c.err = nil
-			c.stale = true
-		}
-		return drained
-	case rerr == unix.EAGAIN:
-		c.release()
-		return wouldBlock
-	case rerr != nil:
-		c.err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+		c.stale = true
 		c.release()
 		return drained
-	case n == 0:
-		c.err = io.EOF
+	default:
+		c.err = err
 		c.release()
 		return drained
 	}
-	c.w += n
-	c.last = time.Now().UnixNano()
-	if n < len(b) {
+	// A plain read that took less than there was room for emptied the
+	// socket. TLS hands on a record at a time, which says nothing of
+	// what the socket holds.
+	if c.tls == nil && n < len(b) {
 		c.emptied = true
 		return drained
 	}

@@ -5,12 +5,19 @@ package wsframe_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
 	"crypto/sha1"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -30,6 +37,12 @@ import (
 // to script.
 func rawServer(t *testing.T, script func(c net.Conn, upgrade []byte)) string {
 	t.Helper()
+	return serve(t, nil, script)
+}
+
+// serve is rawServer, over TLS of cfg if it is not nil.
+func serve(t *testing.T, cfg *tls.Config, script func(c net.Conn, upgrade []byte)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +55,9 @@ func rawServer(t *testing.T, script func(c net.Conn, upgrade []byte)) string {
 		if err != nil {
 			return
 		}
+		if cfg != nil {
+			c = tls.Server(c, cfg)
+		}
 		defer c.Close()
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {
@@ -52,7 +68,38 @@ func rawServer(t *testing.T, script func(c net.Conn, upgrade []byte)) string {
 		script(c, []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+
 			base64.StdEncoding.EncodeToString(h[:])+"\r\n\r\n"))
 	}()
+	if cfg != nil {
+		return "wss://" + ln.Addr().String() + "/"
+	}
 	return "ws://" + ln.Addr().String() + "/"
+}
+
+// selfSigned returns a server TLS config with a certificate for
+// 127.0.0.1 made now, and a client config that trusts it.
+func selfSigned(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "wsframe test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+		&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
 }
 
 // frame is a server frame (unmasked) of opcode op; fin marks a message's
@@ -80,6 +127,13 @@ func text(s string) []byte { return frame(1, true, []byte(s)) }
 // dial connects to url through a wsframe.Conn of the given limit.
 func dial(t *testing.T, url string, limit int64) (*websocket.Conn, *wsframe.Conn) {
 	t.Helper()
+	return dialTLS(t, url, limit, nil)
+}
+
+// dialTLS is dial, with TLS of cfg inside the wsframe.Conn if cfg is not
+// nil (a wss:// url).
+func dialTLS(t *testing.T, url string, limit int64, cfg *tls.Config) (*websocket.Conn, *wsframe.Conn) {
+	t.Helper()
 	var fc *wsframe.Conn
 	d := websocket.Dialer{
 		ReadBufferSize: 128,
@@ -90,6 +144,16 @@ func dial(t *testing.T, url string, limit int64) (*websocket.Conn, *wsframe.Conn
 			}
 			fc, err = wsframe.New(c, limit)
 			return fc, err
+		},
+		NetDialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if fc, err = wsframe.NewTLS(c, cfg, limit); err != nil {
+				return nil, err
+			}
+			return fc, fc.TLS().HandshakeContext(ctx)
 		},
 	}
 	ws, _, err := d.Dial(url, nil)
@@ -242,8 +306,16 @@ func TestEndsAreReady(t *testing.T) {
 // with pings and pongs between them, in random chunks, and reads them the
 // way a polled session does: on each readiness event, every whole
 // message Ready says is there. Every message must come, in order, and no
-// read may wait for the network.
+// read may wait for the network. Over TLS, each chunk is a record or
+// several, which TCP splits where it likes: a record read in part must
+// be kept for the next event, not lost or waited for.
 func TestTorture(t *testing.T) {
+	t.Run("tcp", func(t *testing.T) { torture(t, nil, nil) })
+	server, client := selfSigned(t)
+	t.Run("tls", func(t *testing.T) { torture(t, server, client) })
+}
+
+func torture(t *testing.T, server, client *tls.Config) {
 	r := rand.New(rand.NewPCG(1, 2))
 	const msgs = 400
 	sizes := []int{0, 1, 125, 126, 127, 4000, 4097, 65535, 65536, 70000}
@@ -272,7 +344,7 @@ func TestTorture(t *testing.T) {
 	}
 	release := make(chan struct{})
 	defer close(release)
-	url := rawServer(t, func(c net.Conn, upgrade []byte) {
+	url := serve(t, server, func(c net.Conn, upgrade []byte) {
 		// What the client writes (pongs, its close) is read and let go:
 		// unread, it would make the server's close a reset.
 		go io.Copy(io.Discard, c)
@@ -287,7 +359,7 @@ func TestTorture(t *testing.T) {
 		c.Write(frame(wsframe.OpClose, true, []byte{0x03, 0xe8}))
 		<-release
 	})
-	ws, fc := dial(t, url, 1<<20)
+	ws, fc := dialTLS(t, url, 1<<20, client)
 	p, err := netpoll.New()
 	if err != nil {
 		t.Fatal(err)

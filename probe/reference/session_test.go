@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/imcanary/imcanary/internal/memnet"
+	"github.com/imcanary/imcanary/internal/netpoll"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/reference"
@@ -253,26 +254,40 @@ func TestConnectErrors(t *testing.T) {
 			`unexpected login reply type "welcome"`, metrics.ConnectProtocol, `protocol error (unexpected login reply type "welcome")`},
 	}
 
+	// With a Poller the connection is dialled for the reactor (over
+	// TLS, the handshake made inside wsframe): it must fail in the same
+	// words.
+	links := []probe.Link{{}}
+	if poller, err := netpoll.New(); err == nil {
+		t.Cleanup(func() { poller.Close() })
+		links = append(links, probe.Link{Poller: poller})
+	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			drv, err := reference.New(reference.Options{URL: tt.url, Secret: tt.secret, DialTimeout: 500 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
+		for _, link := range links {
+			name := tt.name
+			if link.Poller != nil {
+				name += ", watchable"
 			}
-			_, err = drv.Connect(context.Background(), "u1", probe.Device{})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Connect() = %v, want an error containing %q", err, tt.want)
-			}
-			if strings.Contains(err.Error(), "s3cret") {
-				t.Errorf("Connect() = %v: the error shows the URL's query", err)
-			}
-			if got := probe.FailureReason(err); got != tt.reason {
-				t.Errorf("FailureReason(%v) = %q, want %q", err, got, tt.reason)
-			}
-			if got := probe.DescribeFailure(probe.FailureReason(err), err.Error()); !strings.Contains(got, tt.words) {
-				t.Errorf("DescribeFailure(%v) = %q, want it to contain %q", err, got, tt.words)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				drv, err := reference.New(reference.Options{URL: tt.url, Secret: tt.secret, DialTimeout: 500 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = drv.Connect(context.Background(), "u1", probe.Device{Link: link})
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("Connect() = %v, want an error containing %q", err, tt.want)
+				}
+				if strings.Contains(err.Error(), "s3cret") {
+					t.Errorf("Connect() = %v: the error shows the URL's query", err)
+				}
+				if got := probe.FailureReason(err); got != tt.reason {
+					t.Errorf("FailureReason(%v) = %q, want %q", err, got, tt.reason)
+				}
+				if got := probe.DescribeFailure(probe.FailureReason(err), err.Error()); !strings.Contains(got, tt.words) {
+					t.Errorf("DescribeFailure(%v) = %q, want it to contain %q", err, got, tt.words)
+				}
+			})
+		}
 	}
 }
 

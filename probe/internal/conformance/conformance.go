@@ -35,9 +35,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net/url"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -185,6 +187,7 @@ func (s Server) driver(t *testing.T, f Faults, via func(string) string) (probe.D
 	if in.Target.Heartbeat == 0 {
 		in.Target.Heartbeat = 500 * time.Millisecond
 	}
+	in.Target.Logger = dbgLog()
 	drv, err := s.Adapter.New(in.Target)
 	if err != nil {
 		t.Fatalf("%s: New: %v", s.Adapter.Config.Name, err)
@@ -566,7 +569,7 @@ func startOn(t *testing.T, s Server, drv probe.Driver, in Instance, o popOpts) *
 		},
 		Set: r.set, Prefix: prefix("r"), Users: o.users, GroupSize: o.groupSize, MessageSize: o.messageSize,
 		Rate: o.rate, Ramp: time.Second, Deadline: s.scaled(2 * time.Second), LostAfter: s.scaled(runLostAfter),
-		SlowReaders: o.slow,
+		SlowReaders: o.slow, Logger: dbgLog(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -794,4 +797,15 @@ func LoginAgain(t *testing.T, a probe.Adapter, tg probe.Target, user string, dev
 		t.Fatalf("the second login that kicks %s: %v", user, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+}
+
+// dbgLog is the logger of the suite's populations and drivers: none,
+// unless IMCANARYTEST_DEBUG_LOG is set, when it writes every debug line
+// to stderr (which messages a run lost, and what the adapter did about
+// them), for a failure that comes once in many runs.
+func dbgLog() *slog.Logger {
+	if os.Getenv("IMCANARYTEST_DEBUG_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

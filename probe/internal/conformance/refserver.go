@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 	"testing"
@@ -19,6 +20,13 @@ import (
 // which the adapter must report as a conflict.
 func Reference(t *testing.T, o refserver.Options, f Faults, via func(string) string, a probe.Adapter, tg probe.Target) Instance {
 	t.Helper()
+	return ReferenceTLS(t, nil, o, f, via, a, tg)
+}
+
+// ReferenceTLS is Reference over TLS of cfg (wss://), or plain if cfg is
+// nil. The adapter's driver must trust cfg's certificate.
+func ReferenceTLS(t *testing.T, cfg *tls.Config, o refserver.Options, f Faults, via func(string) string, a probe.Adapter, tg probe.Target) Instance {
+	t.Helper()
 	o.Secret = tg.Secret
 	o.Faults.Duplicate, o.Faults.DropPush = f.Duplicate, f.DropPush
 	o.MaxDevices = 1
@@ -30,11 +38,16 @@ func Reference(t *testing.T, o refserver.Options, f Faults, via func(string) str
 	if err != nil {
 		t.Fatal(err)
 	}
+	scheme := "ws://"
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+		scheme = "wss://"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	tg.URL = "ws://" + via(ln.Addr().String()) + "/ws"
+	tg.URL = scheme + via(ln.Addr().String()) + "/ws"
 	return Instance{
 		Target: tg,
 		Injected: func() (uint64, uint64) {

@@ -196,14 +196,20 @@ type Conn struct {
 func Dial(ctx context.Context, s *Settings, link probe.Link) (*Conn, error) {
 	d := s.dialer
 	var framed int64
-	if link.Poller != nil && strings.HasPrefix(s.URL, "ws://") {
-		// A plain connection a Poller can watch once it is logged in.
+	wss := strings.HasPrefix(s.URL, "wss://")
+	if link.Poller != nil && s.Dial == nil && (wss || strings.HasPrefix(s.URL, "ws://")) {
+		// A connection a Poller can watch once it is logged in.
 		// wsframe hands gorilla one frame at a time, so gorilla's own
 		// read buffer need hold no more than a frame header's worth.
 		framed = s.MaxFrame
 		d.ReadBufferSize = 128
 	}
-	d.NetDialContext = netDialer(link, framed)
+	d.NetDialContext = netDialer(link, framed, nil)
+	if framed > 0 && wss {
+		// TLS inside wsframe, where Ready can see the frames it
+		// decrypts: the handshake is made in the dial, not by gorilla.
+		d.NetDialTLSContext = netDialer(link, framed, s.TLS)
+	}
 	if s.Dial != nil {
 		d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := s.Dial(ctx, network, addr)

@@ -2,7 +2,9 @@ package wsconn
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
+	"net/http/httptrace"
 	"net/netip"
 	"syscall"
 	"time"
@@ -64,13 +66,14 @@ func (c *StampConn) Last() int64 {
 // source address dials from it (see bindNoPort), and a hostname then
 // resolves to its family only.
 func NetDialer(link probe.Link) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return netDialer(link, 0)
+	return netDialer(link, 0, nil)
 }
 
 // netDialer is NetDialer; with framed > 0 the connection is a
-// wsframe.Conn of that read limit (a plain WebSocket that a Poller may
-// watch once logged in) rather than a StampConn.
-func netDialer(link probe.Link, framed int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// wsframe.Conn of that read limit (a WebSocket that a Poller may watch
+// once logged in) rather than a StampConn, and with tc, TLS of that config
+// inside it, its handshake made here (see handshake).
+func netDialer(link probe.Link, framed int64, tc *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	var controls []func(network, address string, c syscall.RawConn) error
 	if link.Slow {
@@ -101,13 +104,54 @@ func netDialer(link probe.Link, framed int64) func(ctx context.Context, network,
 		if err != nil {
 			return nil, err
 		}
-		if framed > 0 {
+		switch {
+		case framed > 0 && tc != nil:
+			return handshake(ctx, c, framed, tc, addr)
+		case framed > 0:
 			if fc, err := wsframe.New(c, framed); err == nil {
 				return fc, nil
 			}
 		}
 		return &StampConn{Conn: c}, nil
 	}
+}
+
+// handshake makes c a wsframe.Conn over TLS of tc's and makes the TLS
+// handshake under ctx, for gorilla's Dialer.NetDialTLSContext: gorilla
+// then speaks WebSocket through it as it is. It tells ctx's httptrace
+// what gorilla's own handshake would (the connection, then the
+// handshake's start and end), so a watched wss connect's phases are
+// timed the same. c is closed if it fails.
+func handshake(ctx context.Context, c net.Conn, limit int64, tc *tls.Config, addr string) (net.Conn, error) {
+	cfg := tc.Clone()
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg.ServerName = host
+	}
+	fc, err := wsframe.NewTLS(c, cfg, limit)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	trace := httptrace.ContextClientTrace(ctx)
+	if trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{Conn: c})
+	}
+	if trace != nil && trace.TLSHandshakeStart != nil {
+		trace.TLSHandshakeStart()
+	}
+	err = fc.TLS().HandshakeContext(ctx)
+	if trace != nil && trace.TLSHandshakeDone != nil {
+		trace.TLSHandshakeDone(fc.TLS().ConnectionState(), err)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return fc, nil
 }
 
 // Stamper tells when a connection's bytes arrived: a StampConn, or the

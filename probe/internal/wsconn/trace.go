@@ -32,7 +32,14 @@ func (t *connectTrace) hooks() *httptrace.ClientTrace {
 		DNSDone: func(i httptrace.DNSDoneInfo) {
 			t.dnsDone, t.dnsOK = time.Now(), i.Err == nil
 		},
-		GotConn:           func(httptrace.GotConnInfo) { t.conn = time.Now() },
+		// A watched wss connection's dial tells of the connection
+		// before its TLS handshake, and gorilla again after it: the
+		// first is when TCP connected.
+		GotConn: func(httptrace.GotConnInfo) {
+			if t.conn.IsZero() {
+				t.conn = time.Now()
+			}
+		},
 		TLSHandshakeStart: func() { t.tlsStart = time.Now() },
 		TLSHandshakeDone: func(cs tls.ConnectionState, err error) {
 			t.tlsDone, t.tlsOK, t.tls = time.Now(), err == nil, cs

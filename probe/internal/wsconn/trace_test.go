@@ -21,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/imcanary/imcanary/internal/netpoll"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/refserver"
@@ -103,7 +104,9 @@ func refLogin(user string) func(c *Conn) error {
 // TestConnectPhases logs in to the reference server, over wss:// by name
 // and over ws:// by address, twice each, and checks which phases were
 // timed, that the second TLS handshake resumed the first's session, and
-// that the expiry gauge holds the certificate's NotAfter.
+// that the expiry gauge holds the certificate's NotAfter. With a Poller,
+// the wss connection's TLS is made inside wsframe, where the reactor can
+// watch it, and must be timed and resumed the same.
 func TestConnectPhases(t *testing.T) {
 	notAfter := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
 	cert, pool := selfSigned(t, notAfter)
@@ -115,11 +118,19 @@ func TestConnectPhases(t *testing.T) {
 		// phases are those a connect goes through.
 		phases []metrics.Phase
 		tls    bool
+		// watched dials with a Poller, for a connection it can watch.
+		watched bool
 	}{
 		{"wss by name", "wss://localhost:" + tlsPort + "/ws",
-			[]metrics.Phase{metrics.DNS, metrics.TCP, metrics.TLS, metrics.Upgrade, metrics.Login}, true},
+			[]metrics.Phase{metrics.DNS, metrics.TCP, metrics.TLS, metrics.Upgrade, metrics.Login}, true, false},
+		{"wss by name, watchable", "wss://localhost:" + tlsPort + "/ws",
+			[]metrics.Phase{metrics.DNS, metrics.TCP, metrics.TLS, metrics.Upgrade, metrics.Login}, true, true},
 		{"ws by address", "ws://127.0.0.1:" + plainPort + "/ws",
-			[]metrics.Phase{metrics.TCP, metrics.Upgrade, metrics.Login}, false},
+			[]metrics.Phase{metrics.TCP, metrics.Upgrade, metrics.Login}, false, false},
+	}
+	poller, err := netpoll.New()
+	if err == nil {
+		t.Cleanup(func() { poller.Close() })
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,11 +138,20 @@ func TestConnectPhases(t *testing.T) {
 			set := metrics.New(reg).For("t", metrics.SourceBackground)
 			s := NewSettings(Settings{URL: tt.url, TLS: &tls.Config{RootCAs: pool}})
 			link := probe.Link{Connect: &set.Connect}
+			if tt.watched {
+				if poller == nil {
+					t.Skip("no epoll here: nothing is watched")
+				}
+				link.Poller = poller
+			}
 			const connects = 2
 			for i := range connects {
 				c, err := Open(context.Background(), s, link, "u1", refLogin("u1"))
 				if err != nil {
 					t.Fatalf("Open(%s) #%d = %v", tt.url, i, err)
+				}
+				if c.Watchable() != tt.watched {
+					t.Errorf("Open(%s) #%d: Watchable() = %v, want %v", tt.url, i, c.Watchable(), tt.watched)
 				}
 				c.Abort()
 			}

@@ -54,7 +54,9 @@ type watch struct {
 // dialled with, handing p each frame as Serve does, and returns at once;
 // done gets Serve's result, once, after the socket is closed. It reports
 // false, having done nothing, if the connection cannot be watched (no
-// Poller, TLS, a session already closing): call Serve then.
+// Poller, a dialer of the Settings' own, a session already closing): call
+// Serve then. A wss connection is watched too: its TLS is inside the
+// wsframe.Conn the Poller reads.
 // Frames read during the login and still buffered are handed on first.
 func (c *Conn) Watch(p Protocol, done func(error)) bool {
 	fc, ok := c.ws.NetConn().(*wsframe.Conn)
