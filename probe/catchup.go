@@ -252,7 +252,16 @@ type Fetch struct {
 // Due appends to dst the fetches of up to n gaps open for at least the
 // grace and not asked for within the retry time, marks them asked at now,
 // and returns dst. It is cheap when nothing is missing.
-func (c *Catchup) Due(now int64, dst []Fetch, n int) []Fetch {
+func (c *Catchup) Due(now int64, dst []Fetch, n int) []Fetch { return c.due(now, dst, n, false) }
+
+// DueEach is Due with at most one fetch per conversation, for a server
+// whose answer to a request of several ranges holds one list per
+// conversation (OpenIM's PullMessageBySeqs keys its answer by
+// conversation, so a second range of one replaces the first's messages).
+// The conversation's other gaps come due at the next call.
+func (c *Catchup) DueEach(now int64, dst []Fetch, n int) []Fetch { return c.due(now, dst, n, true) }
+
+func (c *Catchup) due(now int64, dst []Fetch, n int, each bool) []Fetch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.open == 0 {
@@ -270,6 +279,9 @@ func (c *Catchup) Due(now int64, dst []Fetch, n int) []Fetch {
 			}
 			g.asked = now
 			dst = append(dst, Fetch{Conv: conv, After: g.lo - 1, N: int(min(g.hi-g.lo+1, MaxFetch))})
+			if each {
+				break
+			}
 		}
 	}
 	return dst

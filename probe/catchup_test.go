@@ -126,6 +126,45 @@ func TestCatchup(t *testing.T) {
 	}
 }
 
+// TestCatchupDueEach: two gaps in one conversation and one in another
+// come due as one fetch per conversation at a time, the conversation's
+// second gap at the next call, where Due gives all three at once. A
+// server that answers once per conversation (OpenIM) would otherwise
+// answer the first gap with the second's messages, and the first gap,
+// taken as answered, would never be fetched: its message counted lost.
+func TestCatchupDueEach(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	ms := int64(time.Millisecond)
+	gaps := func() *Catchup {
+		c := NewCatchup(grace)
+		c.Got([]byte("a"), 1, 0)
+		c.Got([]byte("a"), 3, 0)
+		c.Got([]byte("a"), 5, 0)
+		c.Got([]byte("b"), 1, 0)
+		c.Got([]byte("b"), 3, 0)
+		return c
+	}
+	byConv := func(fs []Fetch) map[string][]Fetch {
+		m := map[string][]Fetch{}
+		for _, f := range fs {
+			m[f.Conv] = append(m[f.Conv], f)
+		}
+		return m
+	}
+	if got := byConv(gaps().Due(200*ms, nil, 100)); len(got["a"]) != 2 || len(got["b"]) != 1 {
+		t.Fatalf("Due = %v, want both of a's gaps and b's", got)
+	}
+	c := gaps()
+	first := byConv(c.DueEach(200*ms, nil, 100))
+	if len(first["a"]) != 1 || len(first["b"]) != 1 || first["a"][0] != (Fetch{Conv: "a", After: 1, N: 1}) {
+		t.Fatalf("first DueEach = %v, want a's first gap (after 1) and b's", first)
+	}
+	second := c.DueEach(210*ms, nil, 100)
+	if want := []Fetch{{Conv: "a", After: 3, N: 1}}; !slices.Equal(second, want) {
+		t.Fatalf("second DueEach = %v, want %v", second, want)
+	}
+}
+
 // TestCatchupBounded: however a hostile or broken server scatters its
 // sequence numbers, a device keeps a bounded number of gaps, and a fetch
 // never asks for less than is missing.

@@ -467,7 +467,8 @@ func (s *session) pullDue(now int64) error {
 	if busy {
 		return nil
 	}
-	s.dues = s.cu.Due(now, s.dues[:0], pullRanges)
+	// One range per conversation: the answer holds one list of each.
+	s.dues = s.cu.DueEach(now, s.dues[:0], pullRanges)
 	if len(s.dues) == 0 {
 		return nil
 	}
