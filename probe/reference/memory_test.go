@@ -3,8 +3,12 @@ package reference_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -29,6 +33,19 @@ import (
 // connections in the same heap.
 const targetChildEnv = "IMCANARYTEST_TARGET_CHILD"
 
+// targetTLSEnv makes the child serve wss:// with httptest's certificate
+// (the same in every process), which localCert's pool trusts.
+const targetTLSEnv = "IMCANARYTEST_TARGET_TLS"
+
+// localCert returns httptest's certificate for 127.0.0.1 and a pool that
+// trusts it.
+func localCert() (tls.Certificate, *x509.CertPool) {
+	ts := httptest.NewUnstartedServer(nil)
+	ts.StartTLS()
+	ts.Close()
+	return ts.TLS.Certificates[0], ts.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(targetChildEnv) == "1" {
 		runTargetChild()
@@ -51,6 +68,10 @@ func runTargetChild() {
 		os.Exit(2)
 	}
 	fmt.Println(ln.Addr())
+	if os.Getenv(targetTLSEnv) == "1" {
+		cert, _ := localCert()
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
@@ -59,8 +80,9 @@ func runTargetChild() {
 	_ = srv.Serve(ctx, ln)
 }
 
-// childTarget starts the target in another process and returns its address.
-func childTarget(tb testing.TB) string {
+// childTarget starts the target in another process and returns its
+// address; over TLS (wss://) with tlsOn.
+func childTarget(tb testing.TB, tlsOn bool) string {
 	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -68,6 +90,9 @@ func childTarget(tb testing.TB) string {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), targetChildEnv+"=1")
+	if tlsOn {
+		cmd.Env = append(cmd.Env, targetTLSEnv+"=1")
+	}
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -90,32 +115,42 @@ func childTarget(tb testing.TB) string {
 // reports imcanary's memory per session: Go heap and stacks, and resident
 // set size. Budget: 12 KiB per idle session. IMCANARYTEST_HEAPPROFILE
 // names a file for a heap profile taken while the sessions are held.
+// The tls/ variants do the same over wss://.
 func BenchmarkSessionMemory(b *testing.B) {
 	n := 2000
 	if s := os.Getenv("IMCANARYTEST_SESSIONS"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
-	addr := childTarget(b)
-	// Side by side: each session read by a goroutine of its own, and by
-	// the population's poller (population.reactor).
-	for _, reactor := range []bool{false, true} {
-		name := "goroutine"
-		if reactor {
-			name = "reactor"
-		}
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-				heap, stack, rss := measureSessions(b, addr, n, reactor)
-				b.ReportMetric(heap+stack, "heap+stack-B/session")
-				b.ReportMetric(stack, "stack-B/session")
-				b.ReportMetric(rss, "rss-B/session")
+	_, roots := localCert()
+	for _, tlsOn := range []bool{false, true} {
+		addr := childTarget(b, tlsOn)
+		// Side by side: each session read by a goroutine of its own,
+		// and by the population's poller (population.reactor).
+		for _, reactor := range []bool{false, true} {
+			name := "goroutine"
+			if reactor {
+				name = "reactor"
 			}
-		})
+			url := "ws://" + addr + "/ws"
+			var tc *tls.Config
+			if tlsOn {
+				name, url, tc = "tls/"+name, "wss://"+addr+"/ws", &tls.Config{RootCAs: roots}
+			}
+			b.Run(name, func(b *testing.B) {
+				for b.Loop() {
+					heap, stack, rss, g := measureSessions(b, url, tc, n, reactor)
+					b.ReportMetric(g, "goroutines")
+					b.ReportMetric(heap+stack, "heap+stack-B/session")
+					b.ReportMetric(stack, "stack-B/session")
+					b.ReportMetric(rss, "rss-B/session")
+				}
+			})
+		}
 	}
 }
 
-func measureSessions(b *testing.B, addr string, n int, reactor bool) (heapPer, stackPer, rssPer float64) {
-	drv, err := reference.New(reference.Options{URL: "ws://" + addr + "/ws", Secret: secret, Heartbeat: time.Hour})
+func measureSessions(b *testing.B, url string, tc *tls.Config, n int, reactor bool) (heapPer, stackPer, rssPer, goroutines float64) {
+	drv, err := reference.New(reference.Options{URL: url, TLS: tc, Secret: secret, Heartbeat: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,11 +186,12 @@ func measureSessions(b *testing.B, addr string, n int, reactor bool) (heapPer, s
 	}
 	time.Sleep(500 * time.Millisecond)
 	h1, s1, r1 := memNow()
+	goroutines = float64(runtime.NumGoroutine())
 	if f := os.Getenv("IMCANARYTEST_HEAPPROFILE"); f != "" {
 		writeHeapProfile(b, f)
 	}
 	per := func(a, b int64) float64 { return float64(b-a) / float64(n) }
-	return per(h0, h1), per(s0, s1), per(r0, r1)
+	return per(h0, h1), per(s0, s1), per(r0, r1), goroutines
 }
 
 // writeHeapProfile writes what the held sessions keep live, for
