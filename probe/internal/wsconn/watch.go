@@ -165,10 +165,18 @@ func (w *watch) holdFor(d time.Duration) {
 	w.heldUntil.Store(until.UnixNano())
 	w.deadline.Store(until.Add(w.c.idle).UnixNano())
 	if w.holdTimer == nil {
-		w.holdTimer = time.AfterFunc(d, w.h.Wake)
+		w.holdTimer = time.AfterFunc(d, w.holdEnded)
 		return
 	}
 	w.holdTimer.Reset(d)
+}
+
+// holdEnded is the hold's timer: reading resumes whatever the wall clock
+// says (heldUntil only keeps out the readiness events that come during a
+// hold, and a clock stepped back must not stretch it).
+func (w *watch) holdEnded() {
+	w.heldUntil.Store(0)
+	w.h.Wake()
 }
 
 // extend moves the idle deadline to c.idle from now, unless closing.
