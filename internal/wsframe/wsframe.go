@@ -57,7 +57,8 @@ const (
 // whose Close sends its close_notify first).
 type Conn struct {
 	net.Conn
-	sock *socket
+	// sock is a value, not a pointer: one allocation a connection.
+	sock socket
 	// tls is the TLS connection over sock, nil for plain TCP.
 	tls *tls.Conn
 	// limit bounds the payload Ready buffers for one message; a larger
@@ -112,16 +113,18 @@ func (nothingYet) Error() string   { return "wsframe: nothing to read yet" }
 func (nothingYet) Timeout() bool   { return false }
 func (nothingYet) Temporary() bool { return true }
 
-func newSocket(c net.Conn) (*socket, error) {
+// init makes s the socket of c.
+func (s *socket) init(c net.Conn) error {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return nil, errors.New("wsframe: not a socket")
+		return errors.New("wsframe: not a socket")
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &socket{Conn: c, rc: rc}, nil
+	s.Conn, s.rc = c, rc
+	return nil
 }
 
 // Read reads the TCP connection, waiting under its deadline, or, with
@@ -166,23 +169,24 @@ func (s *socket) readNow(b []byte) (int, error) {
 // server's. limit is the largest message payload Ready waits for
 // (gorilla's read limit); one larger is handed on to be refused.
 func New(c net.Conn, limit int64) (*Conn, error) {
-	sock, err := newSocket(c)
-	if err != nil {
+	fc := &Conn{Conn: c, limit: limit, head: true}
+	if err := fc.sock.init(c); err != nil {
 		return nil, err
 	}
-	return &Conn{Conn: c, sock: sock, limit: limit, head: true}, nil
+	return fc, nil
 }
 
 // NewTLS wraps c, a *net.TCPConn (or any syscall.Conn), in a TLS client
 // connection of cfg, and that as New does. The handshake is the caller's
 // (TLS().HandshakeContext), before anything else is read or written.
 func NewTLS(c net.Conn, cfg *tls.Config, limit int64) (*Conn, error) {
-	sock, err := newSocket(c)
-	if err != nil {
+	fc := &Conn{limit: limit, head: true}
+	if err := fc.sock.init(c); err != nil {
 		return nil, err
 	}
-	tc := tls.Client(sock, cfg)
-	return &Conn{Conn: tc, sock: sock, tls: tc, limit: limit, head: true}, nil
+	fc.tls = tls.Client(&fc.sock, cfg)
+	fc.Conn = fc.tls
+	return fc, nil
 }
 
 // TLS is the TLS connection, nil for plain TCP.
@@ -253,7 +257,7 @@ func (c *Conn) fill() error {
 		return c.err
 	}
 	b := c.room(1)
-	var src io.Reader = c.sock
+	var src io.Reader = &c.sock
 	if c.tls != nil {
 		src = c.tls
 	}
