@@ -24,6 +24,9 @@ type conn struct {
 	s   *Server
 	ws  *websocket.Conn
 	log *slog.Logger
+	// p is the state of a connection the Poller reads (see poll.go),
+	// nil for one read by a goroutine, which uses the channels below.
+	p *polled
 
 	// send is the bounded send queue. Only the writer receives from it;
 	// senders never block on it (see Server.enqueue).
@@ -63,42 +66,50 @@ type conn struct {
 	heldAt     uint64
 }
 
-// serveWS upgrades the request and runs the connection on the handler's
-// own goroutine, which saves a goroutine per connection and lets Close wait
-// for handlers alone.
+// serveWS upgrades the request and hands the connection to the Poller
+// (see poll.go), returning at once; or, without one, runs it on the
+// handler's own goroutine, which saves a goroutine per connection and
+// lets Close wait for handlers alone.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !s.track() {
 		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	defer s.conns.Done()
-	ws, err := s.up.Upgrade(w, r, nil)
+	polled := false
+	defer func() {
+		if !polled {
+			s.conns.Done()
+		}
+	}()
+	up := &s.up
+	if s.polling() {
+		w, up = pollHijacker{ResponseWriter: w, limit: s.opts.MaxFrame + 1}, &s.pollUp
+	}
+	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
 		// Upgrade has already answered the request.
 		s.log.Debug("upgrade failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	if n := s.opts.SendBuffer; n > 0 {
-		if tc, ok := ws.NetConn().(*net.TCPConn); ok {
+		if tc, ok := tcpConn(ws.NetConn()); ok {
 			if err := tc.SetWriteBuffer(n); err != nil {
 				s.log.Debug("setting the send buffer", "remote", r.RemoteAddr, "err", err)
 			}
 		}
 	}
 	s.stats.connections.Add(1)
-	defer s.stats.connections.Add(-1)
-	c := &conn{
-		s:          s,
-		ws:         ws,
-		log:        s.log.With("remote", r.RemoteAddr),
-		send:       make(chan []byte, s.opts.SendQueue),
-		start:      make(chan [][]byte, 1),
-		quit:       make(chan struct{}),
-		writerDone: make(chan struct{}),
+	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr)}
+	polled = s.watch(c)
+	if !polled {
+		c.send = make(chan []byte, s.opts.SendQueue)
+		c.start = make(chan [][]byte, 1)
+		c.quit = make(chan struct{})
+		c.writerDone = make(chan struct{})
+		ws.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+		ws.SetPingHandler(c.onPing)
+		ws.SetPongHandler(func(string) error { c.extend(); return nil })
 	}
-	ws.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
-	ws.SetPingHandler(c.onPing)
-	ws.SetPongHandler(func(string) error { c.extend(); return nil })
 
 	s.mu.Lock()
 	closed := s.closed
@@ -109,10 +120,16 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	if closed {
 		c.closeWith(websocket.CloseGoingAway, "server shutting down")
 	}
+	if polled {
+		// Bytes that came before the registration.
+		c.p.h.Wake()
+		return
+	}
 
 	go c.writeLoop() // exits after quit, or on a write error
 	c.readLoop()
 	c.finish()
+	s.stats.connections.Add(-1)
 }
 
 // closeWith starts closing the connection with code and reason; code 0
@@ -148,6 +165,13 @@ func (c *conn) closeAfter(final []byte, code int, reason string) bool {
 	// but no longer than closeGrace.
 	c.ws.SetReadDeadline(c.closeBy)
 	c.mu.Unlock()
+	if p := c.p; p != nil {
+		c.arm()
+		p.wmu.Lock()
+		c.kick()
+		p.wmu.Unlock()
+		return true
+	}
 	close(c.quit)
 	return true
 }
@@ -172,10 +196,18 @@ func (c *conn) hurry() {
 		c.ws.SetReadDeadline(by)
 	}
 	c.mu.Unlock()
+	if c.p != nil {
+		c.arm()
+	}
 }
 
 // extend pushes the idle deadline out after any frame from the peer.
 func (c *conn) extend() {
+	if p := c.p; p != nil {
+		// The timer reads it when it fires (see expire).
+		p.deadline.Store(time.Now().Add(c.s.opts.IdleTimeout).UnixNano())
+		return
+	}
 	c.mu.Lock()
 	if !c.closing.Load() {
 		c.ws.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
@@ -199,20 +231,27 @@ func (c *conn) onPing(data string) error {
 // readLoop reads frames until the connection fails or, once closing, until
 // the peer echoes the close frame or closeGrace is up.
 func (c *conn) readLoop() {
+	for c.readOne() {
+	}
+}
+
+// readOne reads and handles one frame, and reports false once the
+// connection's reading is over (readFailed has been called).
+func (c *conn) readOne() bool {
 	s := c.s
-	for {
+	{
 		mt, r, err := c.ws.NextReader()
 		if err != nil {
 			c.readFailed(err)
-			return
+			return false
 		}
 		if c.closing.Load() {
-			continue // drain until the peer's close
+			return true // drain until the peer's close
 		}
 		c.extend()
 		if mt != websocket.TextMessage {
 			c.closeWith(websocket.ClosePolicyViolation, "binary frames are not supported")
-			continue
+			return true
 		}
 		// The limit is enforced here rather than with SetReadLimit, which
 		// answers with 1009 before the server can say 1008 (see doc.go).
@@ -223,7 +262,7 @@ func (c *conn) readLoop() {
 		if err != nil {
 			s.putBuf(buf)
 			c.readFailed(err)
-			return
+			return false
 		}
 		if int64(buf.Len()) > s.opts.MaxFrame {
 			c.closeWith(websocket.ClosePolicyViolation, fmt.Sprintf("frame too large: limit %d bytes", s.opts.MaxFrame))
@@ -231,6 +270,7 @@ func (c *conn) readLoop() {
 			c.handle(buf.Bytes())
 		}
 		s.putBuf(buf)
+		return true
 	}
 }
 
@@ -258,23 +298,7 @@ func (c *conn) readFailed(err error) {
 // reading.
 func (c *conn) finish() {
 	s := c.s
-	s.mu.Lock()
-	delete(s.live, c)
-	if c.user != "" {
-		sessions := slices.DeleteFunc(s.users[c.user], func(o *conn) bool { return o == c })
-		if len(sessions) == 0 {
-			delete(s.users, c.user)
-		} else {
-			s.users[c.user] = sessions
-		}
-	}
-	if c.held != nil {
-		// A held delivery was in flight, not lost: it goes to the user's
-		// sessions that logged in since, or to the next one.
-		s.releaseHeld(c)
-	}
-	s.mu.Unlock()
-
+	c.unregister()
 	_, _, by := c.closeInfo()
 	t := time.NewTimer(time.Until(by))
 	select {
@@ -294,6 +318,38 @@ func (c *conn) finish() {
 	<-c.writerDone
 	code, reason, _ := c.closeInfo()
 	c.log.Debug("connection closed", "user", c.user, "code", code, "reason", reason)
+}
+
+// unregister takes the connection out of the server's routing: a
+// delivery held for it goes on to the user's other sessions.
+func (c *conn) unregister() {
+	s := c.s
+	s.mu.Lock()
+	delete(s.live, c)
+	if c.user != "" {
+		sessions := slices.DeleteFunc(s.users[c.user], func(o *conn) bool { return o == c })
+		if len(sessions) == 0 {
+			delete(s.users, c.user)
+		} else {
+			s.users[c.user] = sessions
+		}
+	}
+	if c.held != nil {
+		// A held delivery was in flight, not lost: it goes to the user's
+		// sessions that logged in since, or to the next one.
+		s.releaseHeld(c)
+	}
+	s.mu.Unlock()
+}
+
+// abort closes the socket under the connection, which fails a write
+// stuck on it and ends its reading.
+func (c *conn) abort() {
+	c.ws.NetConn().Close()
+	if c.p != nil {
+		// A closed socket raises no event of its own.
+		c.p.h.Wake()
+	}
 }
 
 // writeLoop is the only goroutine that writes data frames. It exits after
@@ -339,7 +395,7 @@ func (c *conn) write(b []byte) bool {
 		c.log.Debug("write failed", "user", c.user, "err", err)
 		c.closeWith(0, "")
 		// Wake the reader: nobody reads what a broken socket would echo.
-		c.ws.NetConn().Close()
+		c.abort()
 		return false
 	}
 	return true
@@ -453,7 +509,11 @@ func (c *conn) login(f *inFrame) {
 	}
 	// Sent under mu, so nothing routed to c afterwards can overtake it;
 	// start has room for exactly this one batch.
-	c.start <- batch
+	if c.p != nil {
+		c.begin(batch)
+	} else {
+		c.start <- batch
+	}
 	s.mu.Unlock()
 	s.stats.logins.Add(1)
 	c.log.Debug("login", "user", f.User, "backlog", len(batch)-1)

@@ -140,12 +140,20 @@
 // second is up, then closes the socket. Frames still in the send queue are
 // discarded.
 //
+// An idle connection holds no goroutine: an epoll poller reads every
+// connection (see poll.go), and a connection has a goroutine only while it
+// has frames to write. About 3 KiB of heap a connection, against 33 KiB
+// with a reader and a writer goroutine each (Options.NoReactor;
+// BenchmarkServerMemory).
+//
 // # Bounds
 //
 // Memory stays bounded whatever the clients do; past each bound the server
 // drops, cuts or refuses as described above:
 //
-//   - per connection: the send queue (SendQueue frames, default 256), a
+//   - per connection: the send queue (SendQueue frames, default 256), and,
+//     with the reactor, up to 64 KiB written that the socket has not yet
+//     taken (a goroutine-read connection has one frame in its write); a
 //     read buffer of at most MaxFrame (default 64 KiB), one delivery held
 //     for reorder;
 //   - per user: MaxDevices sessions (default 5), the offline queue

@@ -168,19 +168,19 @@ func checkStalledStats(t *testing.T, s *Server, what string, want Stats) {
 }
 
 // wsPing sends a WebSocket ping from c and reads up to the server's
-// application pong with it, failing unless the WebSocket pong came first
-// and nothing else did: the stalled session's keepalives still work.
-func (c *client) wsPing() {
+// application pong with it, failing unless the WebSocket pong came first,
+// echoing the ping's payload, and nothing else did.
+func (c *client) wsPing(payload string) {
 	c.tb.Helper()
-	pongs := 0
-	c.ws.SetPongHandler(func(string) error { pongs++; return nil })
+	var pongs []string
+	c.ws.SetPongHandler(func(s string) error { pongs = append(pongs, s); return nil })
 	defer c.ws.SetPongHandler(nil)
-	if err := c.ws.WriteControl(websocket.PingMessage, []byte("stall?"), time.Now().Add(ioTimeout)); err != nil {
+	if err := c.ws.WriteControl(websocket.PingMessage, []byte(payload), time.Now().Add(ioTimeout)); err != nil {
 		c.tb.Fatalf("%s: ping: %v", c.user, err)
 	}
 	c.roundTrip()
-	if pongs != 1 {
-		c.tb.Fatalf("%s: %d WebSocket pongs to one ping, want 1", c.user, pongs)
+	if len(pongs) != 1 || pongs[0] != payload {
+		c.tb.Fatalf("%s: WebSocket pongs %q to one ping of %q, want it echoed once", c.user, pongs, payload)
 	}
 }
 
@@ -217,7 +217,7 @@ func TestStall(t *testing.T) {
 	}
 	// The acks above were sent after u2's deliveries were routed, so if
 	// any had reached u2's queue it would come before these pongs.
-	u2.wsPing()
+	u2.wsPing("stall?")
 	u2.roundTrip()
 	// u2's own sends are acked and delivered.
 	id := u2.sendTo("u1", "from the stalled one")

@@ -41,6 +41,13 @@ func startServer(tb testing.TB, opts Options) (*Server, string) {
 	return s, "ws://" + ln.Addr().String() + "/ws"
 }
 
+// bothModes runs test with connections read by the Poller (the default)
+// and by a goroutine each (Options.NoReactor).
+func bothModes(t *testing.T, test func(t *testing.T, noReactor bool)) {
+	t.Run("reactor", func(t *testing.T) { test(t, false) })
+	t.Run("goroutines", func(t *testing.T) { test(t, true) })
+}
+
 // frame is what a test client reads: the union of the server's frames.
 type frame struct {
 	Type    string `json:"type"`

@@ -59,11 +59,13 @@ func dialLogin(url, user string) (*websocket.Conn, error) {
 	return ws, nil
 }
 
-func TestCloseManyClients(t *testing.T) {
+func TestCloseManyClients(t *testing.T) { bothModes(t, testCloseManyClients) }
+
+func testCloseManyClients(t *testing.T, noReactor bool) {
 	const n = 500
 	before := runtime.NumGoroutine()
 
-	s, err := New(Options{})
+	s, err := New(Options{NoReactor: noReactor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +133,10 @@ func TestCloseManyClients(t *testing.T) {
 	}
 }
 
-func TestServeStopsOnContext(t *testing.T) {
-	s, err := New(Options{})
+func TestServeStopsOnContext(t *testing.T) { bothModes(t, testServeStopsOnContext) }
+
+func testServeStopsOnContext(t *testing.T, noReactor bool) {
+	s, err := New(Options{NoReactor: noReactor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +173,14 @@ func TestServeStopsOnContext(t *testing.T) {
 // TestManyConnections holds 2,000 logged-in connections at once (4,000
 // sockets in this process, well under its 20,000 files) and has every user
 // exchange a message with a partner.
-func TestManyConnections(t *testing.T) {
+func TestManyConnections(t *testing.T) { bothModes(t, testManyConnections) }
+
+func testManyConnections(t *testing.T, noReactor bool) {
 	if testing.Short() {
 		t.Skip("2,000 connections: skipped in -short")
 	}
 	const n = 2000
-	s, url := startServer(t, Options{})
+	s, url := startServer(t, Options{NoReactor: noReactor})
 	clients := make([]*websocket.Conn, n)
 	t.Cleanup(func() {
 		for _, ws := range clients {
@@ -228,12 +234,18 @@ func TestManyConnections(t *testing.T) {
 }
 
 // BenchmarkGroupFanout measures one sender's messages fanned out to a group
-// of 50 connected readers.
+// of 50 connected readers, with the reactor and with a goroutine per
+// connection.
 func BenchmarkGroupFanout(b *testing.B) {
+	b.Run("reactor", func(b *testing.B) { benchmarkGroupFanout(b, false) })
+	b.Run("goroutines", func(b *testing.B) { benchmarkGroupFanout(b, true) })
+}
+
+func benchmarkGroupFanout(b *testing.B, noReactor bool) {
 	const readers = 50
 	// Enough queue for the window below, so readers are never kicked.
 	const window = 64
-	s, url := startServer(b, Options{SendQueue: 4 * window})
+	s, url := startServer(b, Options{SendQueue: 4 * window, NoReactor: noReactor})
 	sender := login(b, url, "sender", "t")
 	members := []string{"sender"}
 	for i := range readers {
@@ -278,6 +290,8 @@ func BenchmarkGroupFanout(b *testing.B) {
 	})
 
 	msg, _ := json.Marshal(map[string]string{"type": "send", "id": "x", "group": "g", "body": "benchmark body of a typical probe size, 64 bytes or so........"})
+	// The login's write deadline would end a long run.
+	sender.ws.SetWriteDeadline(time.Time{})
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -303,5 +317,73 @@ func BenchmarkGroupFanout(b *testing.B) {
 	b.ReportMetric(float64(want)/elapsed.Seconds(), "deliveries/s")
 	if st := s.Stats(); st.SlowConsumerKicks != 0 {
 		b.Errorf("Stats().SlowConsumerKicks = %d, want 0", st.SlowConsumerKicks)
+	}
+}
+
+// TestIdleConnectionsHoldNoGoroutine: with the reactor, logged-in idle
+// connections hold no goroutine (the Poller's loop and a few workers are
+// the server's, whatever the count); read by a goroutine each, they hold
+// two each, which shows the count measures what it should.
+func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
+	const n = 300
+	for _, tt := range []struct {
+		name      string
+		noReactor bool
+		atLeast   int
+		below     int
+	}{
+		{"reactor", false, 0, n / 10},
+		{"goroutines", true, 2 * n, 3 * n},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, url := startServer(t, Options{NoReactor: tt.noReactor})
+			before := runtime.NumGoroutine()
+			clients := make([]*websocket.Conn, n)
+			t.Cleanup(func() {
+				for _, ws := range clients {
+					if ws != nil {
+						ws.Close()
+					}
+				}
+			})
+			if err := parallel(n, 32, func(i int) (err error) {
+				clients[i], err = dialLogin(url, "u"+strconv.Itoa(i))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// A ping each, answered: every connection has read and
+			// written since its login.
+			if err := parallel(n, 32, func(i int) error {
+				ws := clients[i]
+				ws.SetWriteDeadline(time.Now().Add(ioTimeout))
+				if err := ws.WriteJSON(map[string]string{"type": "ping", "id": "p"}); err != nil {
+					return err
+				}
+				f, err := readFrame(ws, ioTimeout)
+				if err == nil && f.Type != "pong" {
+					err = fmt.Errorf("got %s, want a pong", f.raw)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Stats().Connections; got != n {
+				t.Fatalf("Stats().Connections = %d, want %d", got, n)
+			}
+			// Writers and idle workers end on their own: wait for the
+			// count to settle below the bound, or report where it stays.
+			var grown int
+			for end := time.Now().Add(ioTimeout); ; time.Sleep(20 * time.Millisecond) {
+				grown = runtime.NumGoroutine() - before
+				if (grown >= tt.atLeast && grown < tt.below) || time.Now().After(end) {
+					break
+				}
+			}
+			t.Logf("%d idle connections: %d more goroutines", n, grown)
+			if grown < tt.atLeast || grown >= tt.below {
+				t.Errorf("%d idle connections added %d goroutines, want %d to %d", n, grown, tt.atLeast, tt.below-1)
+			}
+		})
 	}
 }

@@ -244,7 +244,7 @@ func (s *Server) history(c *conn, f *inFrame) {
 		// The page is cut to the room left in the send queue, less one
 		// for the ok, so that an answer never overflows it by itself:
 		// only a reader that leaves it full is a slow consumer.
-		room := max(cap(c.send)-len(c.send)-1, 0)
+		room := max(c.room()-1, 0)
 		frames, more = cv.page(c.user, f.After, min(limit, room))
 	}
 	for _, fr := range frames {
@@ -285,15 +285,21 @@ func (s *Server) seqs(c *conn, f *inFrame) {
 // the peer reads slower than it is written to: it is disconnected rather
 // than buffered for.
 func (s *Server) enqueue(c *conn, b []byte) bool {
-	select {
-	case c.send <- b:
-		return true
-	default:
-		if c.closeWith(CloseSlowConsumer, "slow consumer") {
-			s.stats.slowConsumerKicks.Add(1)
+	if c.p != nil {
+		if c.push(b) {
+			return true
 		}
-		return false
+	} else {
+		select {
+		case c.send <- b:
+			return true
+		default:
+		}
 	}
+	if c.closeWith(CloseSlowConsumer, "slow consumer") {
+		s.stats.slowConsumerKicks.Add(1)
+	}
+	return false
 }
 
 // push is one message on its way to a user's sessions: its frame, its

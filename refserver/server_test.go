@@ -236,8 +236,10 @@ func TestOfflineQueue(t *testing.T) {
 	}
 }
 
-func TestSlowConsumer(t *testing.T) {
-	s, url := startServer(t, Options{SendQueue: 8})
+func TestSlowConsumer(t *testing.T) { bothModes(t, testSlowConsumer) }
+
+func testSlowConsumer(t *testing.T, noReactor bool) {
+	s, url := startServer(t, Options{SendQueue: 8, NoReactor: noReactor})
 	// The victim never reads until it has been kicked. (Shrinking its
 	// receive buffer would make the kick come sooner, but a window below
 	// the loopback MSS stalls TCP on the persist timer afterwards.)
@@ -334,8 +336,10 @@ func TestMalformed(t *testing.T) {
 	}
 }
 
-func TestIdleTimeout(t *testing.T) {
-	_, url := startServer(t, Options{IdleTimeout: 300 * time.Millisecond})
+func TestIdleTimeout(t *testing.T) { bothModes(t, testIdleTimeout) }
+
+func testIdleTimeout(t *testing.T, noReactor bool) {
+	_, url := startServer(t, Options{IdleTimeout: 300 * time.Millisecond, NoReactor: noReactor})
 	silent := login(t, url, "silent", "t")
 	pinger := login(t, url, "pinger", "t")
 
@@ -354,4 +358,16 @@ func TestIdleTimeout(t *testing.T) {
 	if f := pinger.read(); f.Type != "pong" || f.ID != id {
 		t.Errorf("pinger got %s, want pong %q", f.raw, id)
 	}
+}
+
+// TestWebSocketPing: every WebSocket ping is answered with a pong that
+// echoes its payload, an empty one included (a prober's heartbeat).
+func TestWebSocketPing(t *testing.T) {
+	bothModes(t, func(t *testing.T, noReactor bool) {
+		_, url := startServer(t, Options{NoReactor: noReactor})
+		c := login(t, url, "u1", "t")
+		for _, payload := range []string{"", "heartbeat", strings.Repeat("p", 125), ""} {
+			c.wsPing(payload)
+		}
+	})
 }

@@ -36,6 +36,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		"a login past --max-devices: oldest (close the user's oldest session) or refuse (refuse the login); either closes with 4009")
 	history := fs.Int("history", refserver.DefaultHistoryLimit, "messages kept per conversation for history requests; 0 keeps none")
 	historyBytes := fs.Int64("history-bytes", refserver.DefaultHistoryBytes, "bytes the history of all conversations may hold; the oldest messages go first")
+	reactor := fs.Bool("reactor", true, "read connections with an epoll poller, a goroutine per connection only while it has frames to write; false: two goroutines per connection")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log.format", "text", "log format: text or json")
 	if err := parseFlags(fs, "refserver", args); err != nil {
@@ -86,6 +87,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	opts.Secret, opts.Faults, opts.Stall, opts.Logger = secret, f, stalled, log
 	opts.SendQueue, opts.SendBuffer, opts.OfflineQueue = *sendQueue, *sendBuffer, *offlineQueue
+	opts.NoReactor = !*reactor
 	srv, err := refserver.New(opts)
 	if err != nil {
 		return badConfig(err)
@@ -97,7 +99,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "imcanary refserver: ws://%s/ws\n", ln.Addr())
 	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "drop_push", f.DropPush, "skip_device", f.SkipDevice,
 		"duplicate", f.Duplicate, "reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue,
-		"max_devices", *maxDevices, "device_policy", *devicePolicy, "history", *history, "history_bytes", *historyBytes, "auth", secret != nil)
+		"max_devices", *maxDevices, "device_policy", *devicePolicy, "history", *history, "history_bytes", *historyBytes, "reactor", *reactor, "auth", secret != nil)
 	return srv.Serve(ctx, ln)
 }
 
