@@ -59,6 +59,27 @@ func dialLogin(url, user string) (*websocket.Conn, error) {
 	return ws, nil
 }
 
+// loginMany logs users u0 to u(n-1) in to url, 32 at a time; the
+// connections are closed when the test ends.
+func loginMany(tb testing.TB, url string, n int) []*websocket.Conn {
+	tb.Helper()
+	clients := make([]*websocket.Conn, n)
+	tb.Cleanup(func() {
+		for _, ws := range clients {
+			if ws != nil {
+				ws.Close()
+			}
+		}
+	})
+	if err := parallel(n, 32, func(i int) (err error) {
+		clients[i], err = dialLogin(url, "u"+strconv.Itoa(i))
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return clients
+}
+
 func TestCloseManyClients(t *testing.T) { bothModes(t, testCloseManyClients) }
 
 func testCloseManyClients(t *testing.T, noReactor bool) {
@@ -77,20 +98,7 @@ func testCloseManyClients(t *testing.T, noReactor bool) {
 	go func() { errc <- s.Serve(context.Background(), ln) }()
 	url := "ws://" + ln.Addr().String() + "/ws"
 
-	clients := make([]*websocket.Conn, n)
-	defer func() {
-		for _, ws := range clients {
-			if ws != nil {
-				ws.Close()
-			}
-		}
-	}()
-	if err := parallel(n, 32, func(i int) (err error) {
-		clients[i], err = dialLogin(url, "u"+strconv.Itoa(i))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	clients := loginMany(t, url, n)
 	if got := s.Stats().Connections; got != n {
 		t.Fatalf("Stats().Connections = %d, want %d", got, n)
 	}
@@ -181,21 +189,8 @@ func testManyConnections(t *testing.T, noReactor bool) {
 	}
 	const n = 2000
 	s, url := startServer(t, Options{NoReactor: noReactor})
-	clients := make([]*websocket.Conn, n)
-	t.Cleanup(func() {
-		for _, ws := range clients {
-			if ws != nil {
-				ws.Close()
-			}
-		}
-	})
+	clients := loginMany(t, url, n)
 	user := func(i int) string { return "u" + strconv.Itoa(i) }
-	if err := parallel(n, 64, func(i int) (err error) {
-		clients[i], err = dialLogin(url, user(i))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	if got := s.Stats().Connections; got != n {
 		t.Fatalf("Stats().Connections = %d, want %d", got, n)
 	}
@@ -338,20 +333,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s, url := startServer(t, Options{NoReactor: tt.noReactor})
 			before := runtime.NumGoroutine()
-			clients := make([]*websocket.Conn, n)
-			t.Cleanup(func() {
-				for _, ws := range clients {
-					if ws != nil {
-						ws.Close()
-					}
-				}
-			})
-			if err := parallel(n, 32, func(i int) (err error) {
-				clients[i], err = dialLogin(url, "u"+strconv.Itoa(i))
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			clients := loginMany(t, url, n)
 			// A ping each, answered: every connection has read and
 			// written since its login.
 			if err := parallel(n, 32, func(i int) error {

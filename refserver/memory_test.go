@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/internal/memtest"
 )
 
 // clientsChildEnv makes the test binary hold logged-in idle connections to
@@ -113,7 +113,7 @@ func measureServer(b *testing.B, n int, noReactor bool) (heapPer, stackPer, rssP
 	if err != nil {
 		b.Fatal(err)
 	}
-	h0, s0, r0 := memNow()
+	h0, s0, r0 := memtest.Now()
 	g0 := runtime.NumGoroutine()
 	s, err := New(Options{NoReactor: noReactor})
 	if err != nil {
@@ -153,40 +153,11 @@ func measureServer(b *testing.B, n int, noReactor bool) (heapPer, stackPer, rssP
 	// Writers that sent login_ok, and idle poller workers, end on their
 	// own within a few seconds.
 	time.Sleep(3 * time.Second)
-	h1, s1, r1 := memNow()
+	h1, s1, r1 := memtest.Now()
 	g1 := runtime.NumGoroutine()
 	if f := os.Getenv("IMCANARYTEST_HEAPPROFILE"); f != "" {
-		writeHeapProfile(b, f)
+		memtest.WriteHeapProfile(b, f)
 	}
 	per := func(a, b int64) float64 { return float64(b-a) / float64(n) }
 	return per(h0, h1), per(s0, s1), per(r0, r1), float64(g1-g0) / float64(n)
-}
-
-// writeHeapProfile writes what the held connections keep live: a
-// -memprofile is written after they are gone.
-func writeHeapProfile(b *testing.B, name string) {
-	f, err := os.Create(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		b.Fatal(err)
-	}
-}
-
-// memNow returns the Go heap in use, goroutine stacks, and the resident set
-// size, after a collection that returns freed pages.
-func memNow() (heap, stack, rss int64) {
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	heap, stack = int64(ms.HeapInuse), int64(ms.StackInuse)
-	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 1 {
-			pages, _ := strconv.ParseInt(f[1], 10, 64)
-			rss = pages * int64(os.Getpagesize())
-		}
-	}
-	return heap, stack, rss
 }

@@ -12,8 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/engine"
+	"github.com/imcanary/imcanary/internal/memtest"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe/reference"
 	"github.com/imcanary/imcanary/refserver"
@@ -174,7 +173,7 @@ func measureSessions(b *testing.B, url string, tc *tls.Config, n int, reactor bo
 	if err != nil {
 		b.Fatal(err)
 	}
-	h0, s0, r0 := memNow()
+	h0, s0, r0 := memtest.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = pop.Run(ctx) })
@@ -185,43 +184,11 @@ func measureSessions(b *testing.B, url string, tc *tls.Config, n int, reactor bo
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	h1, s1, r1 := memNow()
+	h1, s1, r1 := memtest.Now()
 	goroutines = float64(runtime.NumGoroutine())
 	if f := os.Getenv("IMCANARYTEST_HEAPPROFILE"); f != "" {
-		writeHeapProfile(b, f)
+		memtest.WriteHeapProfile(b, f)
 	}
 	per := func(a, b int64) float64 { return float64(b-a) / float64(n) }
 	return per(h0, h1), per(s0, s1), per(r0, r1), goroutines
-}
-
-// writeHeapProfile writes what the held sessions keep live, for
-// docs/performance.md: a -memprofile is written after they are gone.
-func writeHeapProfile(b *testing.B, name string) {
-	f, err := os.Create(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		b.Fatal(err)
-	}
-}
-
-// memNow returns the Go heap in use, goroutine stacks, and the resident set
-// size.
-func memNow() (heap, stack, rss int64) {
-	// FreeOSMemory collects and returns freed pages, so RSS shows what
-	// is held, not what the dial transiently used.
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	heap, stack = int64(ms.HeapInuse), int64(ms.StackInuse)
-	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
-		f := strings.Fields(string(b))
-		if len(f) > 1 {
-			pages, _ := strconv.ParseInt(f[1], 10, 64)
-			rss = pages * int64(os.Getpagesize())
-		}
-	}
-	return heap, stack, rss
 }
