@@ -110,13 +110,25 @@ func (c *Conn) Unwritten() int {
 
 // writeNow writes what the socket takes of b without waiting. A deadline
 // already passed or a closed socket fails it as a blocking write would.
-// Called with wr.mu held, which guards the arguments it leaves in the
-// socket for writeSys: a closure over them would be allocations per write.
 func (c *socket) writeNow(b []byte) (int, error) {
-	c.wb, c.wn, c.werr = b, 0, nil
-	err := c.rc.Write(c.writeFn)
-	n, werr := c.wn, c.werr
-	c.wb, c.werr = nil, nil
+	n := 0
+	var werr error
+	err := c.rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := unix.Write(int(fd), b[n:])
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return true
+			case err != nil:
+				werr = os.NewSyscallError("write", err)
+				return true
+			}
+			n += m
+		}
+		return true
+	})
 	if err == nil {
 		err = werr
 	}
@@ -124,24 +136,6 @@ func (c *socket) writeNow(b []byte) (int, error) {
 		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	}
 	return n, nil
-}
-
-// writeSys is writeNow's write, run by RawConn.Write.
-func (c *socket) writeSys(fd uintptr) bool {
-	for c.wn < len(c.wb) {
-		m, err := unix.Write(int(fd), c.wb[c.wn:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return true
-		case err != nil:
-			c.werr = os.NewSyscallError("write", err)
-			return true
-		}
-		c.wn += m
-	}
-	return true
 }
 
 // flush writes k's backlog, blocking under the socket's write deadline,

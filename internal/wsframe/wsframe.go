@@ -100,17 +100,6 @@ type socket struct {
 	// poll reads: set and cleared around it by the one reader.
 	nowait bool
 	wr     writer
-	// rb, rn and rerr are readNow's buffer and results, and readFn its
-	// read as a func value made once (see readNow); wb, wn, werr and
-	// writeFn the same of writeNow, under wr.mu.
-	rb      []byte
-	rn      int
-	rerr    error
-	readFn  func(uintptr) bool
-	wb      []byte
-	wn      int
-	werr    error
-	writeFn func(uintptr) bool
 }
 
 // errNothingYet is a socket's Read's error, while poll reads through
@@ -135,7 +124,6 @@ func (s *socket) init(c net.Conn) error {
 		return err
 	}
 	s.Conn, s.rc = c, rc
-	s.readFn, s.writeFn = s.readSys, s.writeSys
 	return nil
 }
 
@@ -156,10 +144,16 @@ func (s *socket) Read(b []byte) (int, error) {
 // has nothing; (0, nil) at the end of the stream; a deadline already
 // passed or a closed socket as the net package words them.
 func (s *socket) readNow(b []byte) (int, error) {
-	s.rb = b
-	err := s.rc.Read(s.readFn)
-	n, rerr := s.rn, s.rerr
-	s.rb, s.rerr = nil, nil
+	var n int
+	var rerr error
+	err := s.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			if rerr != unix.EINTR {
+				return true
+			}
+		}
+	})
 	switch {
 	case err != nil:
 		return 0, &net.OpError{Op: "read", Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
@@ -169,18 +163,6 @@ func (s *socket) readNow(b []byte) (int, error) {
 		return 0, &net.OpError{Op: "read", Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
 	}
 	return max(n, 0), nil
-}
-
-// readSys is readNow's read, run by RawConn.Read. Its arguments and results
-// are in the socket, which only its one reader uses: a closure over them
-// would be allocations per read.
-func (s *socket) readSys(fd uintptr) bool {
-	for {
-		s.rn, s.rerr = unix.Read(int(fd), s.rb)
-		if s.rerr != unix.EINTR {
-			return true
-		}
-	}
 }
 
 // New wraps c, a *net.TCPConn (or any syscall.Conn), client's or
