@@ -151,10 +151,8 @@
 // Memory stays bounded whatever the clients do; past each bound the server
 // drops, cuts or refuses as described above:
 //
-//   - per connection: the send queue (SendQueue frames, default 256), and,
-//     with the reactor, up to 64 KiB written that the socket has not yet
-//     taken (a goroutine-read connection has one frame in its write); a
-//     read buffer of at most MaxFrame (default 64 KiB), one delivery held
+//   - per connection: the send queue (SendQueue frames, default 256) and
+//     the frame being written; a read buffer of at most MaxFrame (default 64 KiB), one delivery held
 //     for reorder;
 //   - per user: MaxDevices sessions (default 5), the offline queue
 //     (OfflineQueue deliveries, default 1000), 65536 direct conversations

@@ -31,9 +31,8 @@ import (
 //     deadline's timeout did.
 //   - the writer: flush, a goroutine that exists only while the
 //     connection has frames to write, started by the first frame queued
-//     and ended when the queue is empty. Writes go through wsframe, which
-//     never waits for the network until 64 KiB is kept, so a flush to a
-//     reader that keeps up is a few system calls and ends.
+//     and ended when the queue is empty. Its writes wait for the socket,
+//     under the write timeout, as the writer's did.
 //   - the send queue: a slice, nil when empty, bounded by SendQueue frames
 //     as the channel was: a full queue is a slow consumer.
 //   - pongs: queued ahead of the frames, as WriteControl jumped the queue.
@@ -132,6 +131,10 @@ func (s *Server) watch(c *conn) bool {
 	if !ok {
 		return false
 	}
+	// Frames are written by the flush goroutine, which may wait: what
+	// the socket will not take stays in the send queue, where it counts
+	// towards the slow-consumer bound, not in a backlog of wsframe's.
+	fc.SetBlockingWrites()
 	p := &polled{fc: fc}
 	p.flushFn = c.flush
 	p.deadline.Store(time.Now().Add(s.opts.IdleTimeout).UnixNano())

@@ -51,6 +51,9 @@ type kept struct {
 // Over TLS, b goes through the TLS connection, whose records come to the
 // socket's Write.
 func (c *Conn) Write(b []byte) (int, error) {
+	if c.blocking {
+		return c.Conn.Write(b)
+	}
 	if c.tls != nil {
 		return c.tls.Write(b)
 	}
@@ -178,3 +181,10 @@ func (c *Conn) SetOnWriteError(f func(error)) {
 	w.onError = f
 	w.mu.Unlock()
 }
+
+// SetBlockingWrites makes Write wait for the socket, under its write
+// deadline, as a net.Conn's does, for a writer that has a goroutine of its
+// own: nothing is kept beyond what the kernel takes, so a peer that stops
+// reading backs up into the writer's own bounded queue at once. Call it
+// before the first Write meant to block.
+func (c *Conn) SetBlockingWrites() { c.blocking = true }

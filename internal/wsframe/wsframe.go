@@ -61,6 +61,8 @@ type Conn struct {
 	sock socket
 	// tls is the TLS connection over sock, nil for plain TCP.
 	tls *tls.Conn
+	// blocking says Write waits for the socket (SetBlockingWrites).
+	blocking bool
 	// limit bounds the payload Ready buffers for one message; a larger
 	// one is left to gorilla, whose read limit refuses it.
 	limit int64
