@@ -2,6 +2,7 @@ package reference_test
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -85,9 +86,9 @@ func TestLatencyExemplarsNameSlowMessages(t *testing.T) {
 		}
 		return len(ex) > 0
 	})
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, e := range ex {
+	// The metric and the test's observer are told of a delivery one
+	// after the other: give the observer a moment to catch up.
+	named := func(e *dto.Exemplar) (msgID, []time.Duration, bool) {
 		var id msgID
 		for _, l := range e.GetLabel() {
 			switch l.GetName() {
@@ -99,12 +100,23 @@ func TestLatencyExemplarsNameSlowMessages(t *testing.T) {
 				id.seq, _ = strconv.ParseUint(l.GetValue(), 10, 64)
 			}
 		}
-		found := false
-		for _, lat := range rec.lat[id] {
-			found = found || math.Abs(lat.Seconds()-e.GetValue()) < 1e-6
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		lats := slices.Clone(rec.lat[id])
+		for _, lat := range lats {
+			if math.Abs(lat.Seconds()-e.GetValue()) < 1e-6 {
+				return id, lats, true
+			}
 		}
-		if !found {
-			t.Errorf("exemplar %+v (%v s) names no message delivered with that latency (observed: %v)", id, e.GetValue(), rec.lat[id])
+		return id, lats, false
+	}
+	for _, e := range ex {
+		var found bool
+		for end := time.Now().Add(2 * time.Second); !found && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			_, _, found = named(e)
+		}
+		if id, lats, ok := named(e); !ok {
+			t.Errorf("exemplar %+v (%v s) names no message delivered with that latency (observed: %v)", id, e.GetValue(), lats)
 		}
 	}
 	t.Logf("%d exemplars of delayed deliveries, e.g. %v", len(ex), ex[0])
