@@ -71,7 +71,8 @@ type conn struct {
 // handler's own goroutine, which saves a goroutine per connection and
 // lets Close wait for handlers alone.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	if !s.track() {
+	poller, ok := s.track()
+	if !ok {
 		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -82,7 +83,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	up := &s.up
-	if s.polling() {
+	if poller != nil {
 		w, up = pollHijacker{ResponseWriter: w, limit: s.opts.MaxFrame + 1}, &s.pollUp
 	}
 	ws, err := up.Upgrade(w, r, nil)
@@ -100,7 +101,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	s.stats.connections.Add(1)
 	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr)}
-	polled = s.watch(c)
+	polled = s.watch(c, poller)
 	if !polled {
 		c.send = make(chan []byte, s.opts.SendQueue)
 		c.start = make(chan [][]byte, 1)

@@ -639,14 +639,15 @@ func (s *Server) authorized(user, token string) bool {
 	return hmac.Equal([]byte(token), []byte(Token(s.opts.Secret, user)))
 }
 
-// track counts a new connection handler, unless the server is closed. The
+// track counts a new connection handler, unless the server is closed, and
+// returns the Poller to read it with (nil: a goroutine reads it). The
 // count is taken under mu so that no handler starts after Close has begun
 // waiting.
-func (s *Server) track() bool {
+func (s *Server) track() (*netpoll.Poller, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return false
+		return nil, false
 	}
 	if s.poller == nil && !s.opts.NoReactor && !s.noPoller {
 		p, err := netpoll.New()
@@ -658,7 +659,7 @@ func (s *Server) track() bool {
 		s.poller = p
 	}
 	s.conns.Add(1)
-	return true
+	return s.poller, true
 }
 
 // getBuf and putBuf recycle read buffers. Buffers that grew for a large
