@@ -159,6 +159,7 @@ func (c *conn) ready() {
 	if p.ended {
 		return
 	}
+	p.fc.Woken()
 	for p.fc.Ready() {
 		if !c.readOne() {
 			p.ended = true

@@ -480,9 +480,9 @@ const maxHeader = 14
 // read a message each time it reports true.
 //
 // A read that took less than there was room for emptied the socket: until
-// Ready next reports false, it does not read again only to be told that
-// nothing more came (edge-triggered readiness says so), which would cost
-// a system call per event.
+// Ready next reports false, or Woken is called, it does not read again
+// only to be told that nothing more came (edge-triggered readiness says
+// so), which would cost a system call per message.
 func (c *Conn) Ready() bool {
 	ready := c.ready()
 	if !ready {
@@ -490,6 +490,13 @@ func (c *Conn) Ready() bool {
 	}
 	return ready
 }
+
+// Woken forgets that a read emptied the socket: call it at each readiness
+// event, before its first Ready. What came since that read is announced
+// by the event, not by a later one; a reader that stopped calling Ready
+// before it said false (a held slow reader) would otherwise never read it,
+// and a peer blocked on a full window sends nothing to wake it again.
+func (c *Conn) Woken() { c.emptied = false }
 
 func (c *Conn) ready() bool {
 	for {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"golang.org/x/sys/unix"
 
 	"github.com/imcanary/imcanary/internal/netpoll"
 	"github.com/imcanary/imcanary/internal/testwait"
@@ -265,6 +266,60 @@ func TestReadyOnlyWhenWhole(t *testing.T) {
 	if len(pings) != 1 {
 		t.Errorf("a ping between fragments went to OnControl: %q", pings)
 	}
+}
+
+// A reader that stops calling Ready while it still says true (a slow
+// reader's hold) may have seen its last read empty the socket; what came
+// since is announced by the next readiness event, and after Woken the
+// first Ready must read it: edge-triggered readiness does not announce it
+// again, and a peer whose window is full has nothing more to send.
+func TestWokenReadsWhatCameMeanwhile(t *testing.T) {
+	steps := make(chan []byte)
+	url := rawServer(t, func(c net.Conn, upgrade []byte) {
+		c.Write(upgrade)
+		for b := range steps {
+			c.Write(b)
+		}
+	})
+	t.Cleanup(func() { close(steps) })
+	ws, fc := dial(t, url, 1<<10)
+	steps <- text("first")
+	if !untilBuffered(t, fc, len(text("first"))) {
+		t.Fatal("first message buffered whole and not ready")
+	}
+	if got, err := readNow(t, ws); got != "first" || err != nil {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	// The reader stops here, Ready's last answer true. The second
+	// message comes while it does not look.
+	steps <- text("second")
+	testwait.For(t, 5*time.Second, "the second message in the socket's receive queue", func() bool {
+		return inQueue(t, fc) >= len(text("second"))
+	})
+	fc.Woken()
+	if !fc.Ready() {
+		t.Fatal("after Woken, Ready = false with a whole message in the socket")
+	}
+	if got, err := readNow(t, ws); got != "second" || err != nil {
+		t.Fatalf("read %q, %v", got, err)
+	}
+}
+
+// inQueue is how many bytes the kernel holds for fc's socket, unread.
+func inQueue(t *testing.T, fc *wsframe.Conn) int {
+	t.Helper()
+	rc, err := fc.Socket().SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A close frame, a hangup and a message over the limit are each ready:

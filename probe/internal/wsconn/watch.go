@@ -129,6 +129,7 @@ func (w *watch) ready() {
 		}
 		w.heldUntil.Store(0)
 	}
+	w.fc.Woken()
 	for w.fc.Ready() {
 		bp, err := c.read()
 		if err != nil {

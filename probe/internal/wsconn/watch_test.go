@@ -109,6 +109,12 @@ func (h *holder) Ended(err error) *probe.Disconnect { return Ended(err, nil) }
 // sender starts a WebSocket server that writes each of frames as soon as
 // a client connects, then reads until the client goes.
 func sender(t *testing.T, frames ...string) string {
+	return gatedSender(t, nil, frames...)
+}
+
+// gatedSender is sender, with frame i written only once gates[i], if
+// there is one and it is not nil, is closed.
+func gatedSender(t *testing.T, gates []chan struct{}, frames ...string) string {
 	t.Helper()
 	up := websocket.Upgrader{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +123,10 @@ func sender(t *testing.T, frames ...string) string {
 			return
 		}
 		defer c.Close()
-		for _, f := range frames {
+		for i, f := range frames {
+			if i < len(gates) && gates[i] != nil {
+				<-gates[i]
+			}
 			if c.WriteMessage(websocket.TextMessage, []byte(f)) != nil {
 				return
 			}
@@ -182,6 +191,38 @@ func TestHold(t *testing.T) {
 		t.Fatalf("session ended during a %v hold with a %v idle deadline: %v", hold, idle, err)
 	case <-time.After(time.Minute):
 		t.Fatal("second frame not read a minute after a 600 ms hold")
+	}
+}
+
+// TestHoldReadsWhatCameDuringIt: the frame behind the held one comes
+// during the hold, after the first's read had emptied the socket; it is
+// read when the hold ends. (It was not: the watch trusted that the socket
+// was still empty, and the server, its window full, never sent more to
+// wake it. A slow reader then stayed silent for good, and its loss was
+// never counted.)
+func TestHoldReadsWhatCameDuringIt(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	// The first frame comes once the connection is watched, so that a
+	// read of the watch's takes it and empties the socket; the second,
+	// once the hold has begun.
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	p := &holder{hold: hold, held: make(chan bool, 1), frames: make(chan time.Time, 2)}
+	_, done := watchHeld(t, gatedSender(t, gates, "first", "second"), time.Hour, p)
+	close(gates[0])
+	if !<-p.held {
+		t.Fatal("Hold said false on a watched connection's frame")
+	}
+	first := <-p.frames
+	close(gates[1])
+	select {
+	case second := <-p.frames:
+		if gap := second.Sub(first); gap < hold {
+			t.Errorf("second frame read %v after the first, within its %v hold", gap, hold)
+		}
+	case err := <-done:
+		t.Fatalf("session ended during the hold: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("second frame, sent during a %v hold, not read 10 s later", hold)
 	}
 }
 
