@@ -137,9 +137,9 @@ func (p *Population) oweGroup(st *sendStream, seq uint64, intended, ackAt int64)
 	}
 	deadline := int64(p.opts.Deadline)
 	g := st.grp
-	for i, r := range st.recipients {
+	for r, pos := range st.recipients() {
 		ru := p.users[r]
-		judged := g.at(st.rpos[i], ackAt, deadline)
+		judged := g.at(pos, ackAt, deadline)
 		for _, dev := range ru.devices {
 			owed := judged == member
 			if judged != member && !dev.inbox.Excuse(st.key, st.kind, seq, intended) {

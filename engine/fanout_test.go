@@ -67,7 +67,7 @@ func sendGroup(tb testing.TB, p *Population, from, g int) {
 // recipientDevices returns the devices group g of user from delivers to.
 func recipientDevices(p *Population, from, g int) []*device {
 	var devs []*device
-	for _, r := range p.users[from].groups[g].recipients {
+	for r := range p.users[from].groups[g].recipients() {
 		devs = append(devs, p.users[r].devices...)
 	}
 	return devs

@@ -74,7 +74,7 @@ func ack(p *Population, st *sendStream, seq uint64, t time.Time) {
 // deliver hands seq of st to its recipient's inbox at t.
 func deliver(p *Population, st *sendStream, seq uint64, intended, t time.Time) {
 	h := probe.Header{Run: []byte("r1"), Sender: p.users[st.from].nameB, Stream: st.name, Seq: seq, Intended: intended.UnixNano()}
-	p.users[st.recipients[0]].devices[0].inbox.Receive(probe.AppendBody(nil, &h, 0), t.UnixNano())
+	p.users[st.recipientList()[0]].devices[0].inbox.Receive(probe.AppendBody(nil, &h, 0), t.UnixNano())
 }
 
 func histSum(o prometheus.Observer) (count uint64, sum float64) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,7 +212,7 @@ func (p *Population) layout() {
 		// No recipients here: the peer's own process receives it, on
 		// however many devices it has; each process has the same.
 		peer := o.CrossPeer
-		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, to: peer, fanout: o.Devices}
+		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, peer: peer, fanout: o.Devices, dst: -1}
 	}
 	p.layoutOwed()
 }
@@ -266,7 +267,7 @@ func (p *Population) layoutDirect() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, to: pn, kind: metrics.Direct, recipients: []int{peer}}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, peer: pn, kind: metrics.Direct, dst: peer}
 		}
 	}
 }
@@ -281,16 +282,11 @@ func (p *Population) layoutGroups() {
 			grp.Members = append(grp.Members, p.users[m].name)
 		}
 		gs := newGroupState(len(p.groups), members)
+		nameS := "g." + grp.Name
+		name := []byte(nameS)
 		for pos, m := range members {
-			others := make([]int, 0, len(members)-1)
-			rpos := make([]int, 0, len(members)-1)
-			for j, r := range members {
-				if r != m {
-					others, rpos = append(others, r), append(rpos, j)
-				}
-			}
-			st := &sendStream{name: []byte("g." + grp.Name), nameS: "g." + grp.Name, group: grp.Name, kind: metrics.Group, recipients: others,
-				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: pos, rpos: rpos}
+			st := &sendStream{name: name, nameS: nameS, peer: grp.Name, kind: metrics.Group,
+				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: pos, dst: -1}
 			p.users[m].groups = append(p.users[m].groups, st)
 		}
 		p.groups = append(p.groups, grp)
@@ -325,11 +321,7 @@ func (p *Population) layoutOwed() {
 					st.slowFanout++
 				}
 			}
-			for i, r := range st.recipients {
-				pos := -1
-				if st.rpos != nil {
-					pos = st.rpos[i]
-				}
+			for r, pos := range st.recipients() {
 				for _, dev := range p.users[r].devices {
 					owe(dev, pos)
 				}
@@ -348,6 +340,13 @@ func (p *Population) layoutOwed() {
 				st.fanout += len(u.devices) - 1
 				st.mirrored = len(u.devices) - 1
 			}
+		}
+	}
+	// Each device's links were grown by appends, to up to twice what
+	// they hold; they are kept for the run, so at their size.
+	for _, u := range p.users {
+		for _, dev := range u.devices {
+			dev.incoming = slices.Clone(dev.incoming)
 		}
 	}
 }
@@ -437,7 +436,7 @@ func (p *Population) Plan() probe.Plan {
 	for i, u := range p.users {
 		users[i] = u.name
 		if u.direct != nil {
-			direct = append(direct, probe.Pair{From: u.name, To: u.direct.to})
+			direct = append(direct, probe.Pair{From: u.name, To: u.direct.peer})
 		}
 	}
 	if o := p.opts; o.CrossPeer != "" {

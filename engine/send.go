@@ -131,7 +131,7 @@ func (p *Population) SendNow(i int, group bool) (Sent, error) {
 	now := time.Now()
 	u.mu.Lock()
 	_, s, err := p.sendOn(u, st, now.UnixNano(), nil)
-	s.Intended = now
+	s.Intended, s.Recipients = now, st.recipientList()
 	return s, err
 }
 
@@ -171,9 +171,14 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 		st.fan.start(h.Seq, intended, p.onlineDevices(st))
 	}
 
-	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == metrics.Group, Fanout: st.fanout, Recipients: st.recipients}
+	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == metrics.Group, Fanout: st.fanout}
 	buf = probe.AppendBody(buf[:0], &h, p.bodySize(u))
-	m := probe.Message{Ref: ref, To: st.to, Group: st.group, Body: buf}
+	m := probe.Message{Ref: ref, Body: buf}
+	if st.kind == metrics.Group {
+		m.Group = st.peer
+	} else {
+		m.To = st.peer
+	}
 	if err := sess.Send(&m); err != nil {
 		u.mu.Lock()
 		if f, ok := u.take(ref); ok {
@@ -210,8 +215,8 @@ func (u *user) sender() *device {
 // group costs the sender time linear in its members and no garbage.
 func (p *Population) onlineDevices(st *sendStream) int {
 	n := 0
-	for k, i := range st.recipients {
-		if p.churn && !st.grp.present[st.rpos[k]].Load() {
+	for i, pos := range st.recipients() {
+		if p.churn && !st.grp.present[pos].Load() {
 			continue
 		}
 		for _, dev := range p.users[i].devices {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"iter"
 	"sync"
 	"sync/atomic"
 
@@ -83,11 +84,14 @@ type device struct {
 // sendStream is one of a user's outgoing sequences. Its fields are guarded
 // by the sending user's mu.
 type sendStream struct {
-	name  []byte // "d.PEER" or "g.GROUP"
-	nameS string // name, for Sent without an allocation per send
-	to    string
-	group string
-	kind  metrics.Kind
+	// name is "d.PEER" or "g.GROUP", and nameS the same as a string; a
+	// group's members share them, since nothing writes them.
+	name  []byte
+	nameS string
+	// peer is the user a direct stream sends to, or the group a group
+	// stream sends to.
+	peer string
+	kind metrics.Kind
 	// fanout is how many devices the server owes each message to: every
 	// device of every recipient, and the sender's other devices where
 	// the protocol mirrors a user's messages to them.
@@ -100,11 +104,14 @@ type sendStream struct {
 	fan *fanout
 	// mirrored is how much of fanout is the sender's own other devices.
 	mirrored int
-	// grp is the group's membership, pos the sender's place in it and
-	// rpos each recipient's; nil for direct streams.
-	grp  *groupState
-	pos  int
-	rpos []int
+	// grp is the group's membership and pos the sender's place in it;
+	// nil for direct streams. A group stream's recipients are the other
+	// members (see recipients).
+	grp *groupState
+	pos int
+	// dst is a direct stream's recipient, as a user index: -1 for one
+	// whose recipient is another process's (the cross-shard stream).
+	dst int
 	// key is the inbox key of the stream ("RUN SENDER NAME"), from the
 	// index of its sender.
 	key  string
@@ -115,10 +122,7 @@ type sendStream struct {
 	// acks is made by the first ack: a stream that never sends holds none.
 	acked uint64
 	acks  *[ackRing]ackStamp
-	// recipients are the indices of the users this stream delivers to,
-	// the sender not among them.
-	recipients []int
-	seq        uint64
+	seq   uint64
 	// voids are the spans of seqs written but never acknowledged, sorted
 	// and disjoint; voidTurn picks which one the next message carries.
 	voids    []voidCarry
@@ -126,6 +130,35 @@ type sendStream struct {
 	// fate tells this process's recipients which messages the server
 	// acknowledged and which were written off.
 	fate *fate
+}
+
+// recipients yields the user index of each user st delivers to, the
+// sender not among them, with its place in the group (-1 on a direct
+// stream). A group's are its other members, derived rather than kept: a
+// list per member would cost each member the whole group again.
+func (st *sendStream) recipients() iter.Seq2[int, int] {
+	return func(yield func(user, pos int) bool) {
+		if st.grp == nil {
+			if st.dst >= 0 {
+				yield(st.dst, -1)
+			}
+			return
+		}
+		for pos, m := range st.grp.members {
+			if pos != st.pos && !yield(m, pos) {
+				return
+			}
+		}
+	}
+}
+
+// recipientList is recipients as a new slice of user indices.
+func (st *sendStream) recipientList() []int {
+	var out []int
+	for r := range st.recipients() {
+		out = append(out, r)
+	}
+	return out
 }
 
 // ackedAt records the server's ack of seq at now (Unix ns). Called with the
