@@ -58,13 +58,12 @@ type Ledger struct {
 	// health, if set, says whether the prober is saturated: deliveries
 	// recorded meanwhile are counted as such.
 	health Health
-	// fanouts are the fan-out trackers of this run's group streams, by
-	// inbox key; written before the population runs, only read after.
-	fanouts map[string]*fanout
-	// fates are the ack records of this run's send streams, by inbox key;
-	// written before the population runs, only read after. A stream
-	// without one (another process's) counts every first delivery.
-	fates map[string]*fate
+	// sends are this run's send streams, by inbox key: a receiving
+	// stream takes its sender's ack record (fate) and, for a group, its
+	// fan-out tracker from there. Written before the population runs,
+	// only read after. A stream without one (another process's) counts
+	// every first delivery.
+	sends map[string]*sendStream
 	// slow (ns) is the latency above which a delivery's observation
 	// carries an exemplar naming its message, through the gate of its
 	// histogram.
@@ -146,6 +145,24 @@ func (l *Ledger) NewInbox() *Inbox {
 	return &Inbox{l: l}
 }
 
+// fateOf is the ack record of this run's send stream of key, nil for
+// another process's.
+func (l *Ledger) fateOf(key string) *fate {
+	if st := l.sends[key]; st != nil {
+		return st.fate
+	}
+	return nil
+}
+
+// fanoutOf is the fan-out tracker of this run's group stream of key, nil
+// for a direct stream or another process's.
+func (l *Ledger) fanoutOf(key string) *fanout {
+	if st := l.sends[key]; st != nil {
+		return st.fan
+	}
+	return nil
+}
+
 // track adds st to the inbox's streams, making the map for the first.
 func (in *Inbox) track(st *stream) {
 	if in.streams == nil {
@@ -203,9 +220,9 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		st = &stream{kind: metrics.KindOf(h.Stream[0] == 'g'), base: h.Seq, key: string(key)}
 		if bytes.Equal(h.Run, l.run) {
 			st.base, st.own = 1, true
-			st.fate = l.fates[st.key]
+			st.fate = l.fateOf(st.key)
 			if !own {
-				st.fan = l.fanouts[st.key]
+				st.fan = l.fanoutOf(st.key)
 			}
 		}
 		in.track(st)
@@ -409,7 +426,7 @@ func (in *Inbox) Sent(key string, kind metrics.Kind, seq uint64, intended int64,
 		if len(in.streams) >= maxStreams {
 			return
 		}
-		st = &stream{kind: kind, base: 1, own: true, key: key, fate: in.l.fates[key]}
+		st = &stream{kind: kind, base: 1, own: true, key: key, fate: in.l.fateOf(key)}
 		in.track(st)
 	}
 	if voidHi != 0 {
@@ -437,7 +454,7 @@ func (in *Inbox) Excuse(key string, kind metrics.Kind, seq uint64, intended int6
 		if len(in.streams) >= maxStreams {
 			return true
 		}
-		st = &stream{kind: kind, base: 1, own: true, fan: in.l.fanouts[key], key: key, fate: in.l.fates[key]}
+		st = &stream{kind: kind, base: 1, own: true, fan: in.l.fanoutOf(key), key: key, fate: in.l.fateOf(key)}
 		in.track(st)
 	}
 	switch {

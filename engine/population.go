@@ -267,7 +267,7 @@ func (p *Population) layoutDirect() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, peer: pn, kind: metrics.Direct, dst: peer}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, peer: pn, kind: metrics.Direct, dst: int32(peer)}
 		}
 	}
 }
@@ -286,7 +286,7 @@ func (p *Population) layoutGroups() {
 		name := []byte(nameS)
 		for pos, m := range members {
 			st := &sendStream{name: name, nameS: nameS, peer: grp.Name, kind: metrics.Group,
-				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: pos, dst: -1}
+				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: int32(pos), dst: -1}
 			p.users[m].groups = append(p.users[m].groups, st)
 		}
 		p.groups = append(p.groups, grp)
@@ -299,21 +299,19 @@ func (p *Population) layoutGroups() {
 // other devices.
 func (p *Population) layoutOwed() {
 	o, mirror := p.opts, p.mirror
-	p.ledger.fanouts = make(map[string]*fanout)
-	p.ledger.fates = make(map[string]*fate)
+	p.ledger.sends = make(map[string]*sendStream)
 	gates := map[prometheus.Observer]*exemplarGate{}
 	for _, u := range p.users {
 		for _, st := range u.streams() {
-			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
+			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, int32(u.idx)
 			if st.fan != nil {
 				if gates[st.fan.obs] == nil {
 					gates[st.fan.obs] = &exemplarGate{}
 				}
 				st.fan.key, st.fan.slow, st.fan.gate = st.key, p.ledger.slow, gates[st.fan.obs]
-				p.ledger.fanouts[st.key] = st.fan
 			}
 			st.fate = &fate{}
-			p.ledger.fates[st.key] = st.fate
+			p.ledger.sends[st.key] = st
 			owe := func(dev *device, pos int) {
 				dev.incoming = append(dev.incoming, link{st: st, pos: pos})
 				st.fanout++
@@ -329,7 +327,7 @@ func (p *Population) layoutOwed() {
 			if mirror && st != u.cross {
 				pos := -1
 				if st.grp != nil {
-					pos = st.pos
+					pos = int(st.pos)
 				}
 				// Every device of the sender may send, so every
 				// one receives the stream; each message is owed to

@@ -108,14 +108,15 @@ type sendStream struct {
 	// nil for direct streams. A group stream's recipients are the other
 	// members (see recipients).
 	grp *groupState
-	pos int
+	pos int32
 	// dst is a direct stream's recipient, as a user index: -1 for one
 	// whose recipient is another process's (the cross-shard stream).
-	dst int
+	dst int32
 	// key is the inbox key of the stream ("RUN SENDER NAME"), from the
 	// index of its sender.
-	key  string
-	from int
+	key      string
+	from     int32
+	voidTurn uint32
 	// acked is the highest seq the server acknowledged; acks holds the
 	// time of the last few acks, by seq modulo its length, so that a
 	// recipient's lag is timed from the ack of the first message it misses.
@@ -124,9 +125,9 @@ type sendStream struct {
 	acks  *[ackRing]ackStamp
 	seq   uint64
 	// voids are the spans of seqs written but never acknowledged, sorted
-	// and disjoint; voidTurn picks which one the next message carries.
-	voids    []voidCarry
-	voidTurn int
+	// and disjoint; voidTurn (beside from, where it packs) picks which
+	// one the next message carries.
+	voids []voidCarry
 	// fate tells this process's recipients which messages the server
 	// acknowledged and which were written off.
 	fate *fate
@@ -140,12 +141,12 @@ func (st *sendStream) recipients() iter.Seq2[int, int] {
 	return func(yield func(user, pos int) bool) {
 		if st.grp == nil {
 			if st.dst >= 0 {
-				yield(st.dst, -1)
+				yield(int(st.dst), -1)
 			}
 			return
 		}
 		for pos, m := range st.grp.members {
-			if pos != st.pos && !yield(m, pos) {
+			if pos != int(st.pos) && !yield(m, pos) {
 				return
 			}
 		}
@@ -275,7 +276,7 @@ func (st *sendStream) takeVoid() (lo, hi uint64) {
 	if len(st.voids) == 0 {
 		return 0, 0
 	}
-	i := st.voidTurn % len(st.voids)
+	i := int(st.voidTurn % uint32(len(st.voids)))
 	st.voidTurn++
 	v := &st.voids[i]
 	lo, hi = v.lo, v.hi

@@ -330,7 +330,7 @@ func benchReceive(b *testing.B, lat time.Duration, acked bool) {
 	start := time.Now()
 	l := NewLedger(set, "run1", start, testDeadline, testLostAfter)
 	f := &fate{}
-	l.fates = map[string]*fate{"run1 imcanary-u17 g.imcanary-g3": f}
+	l.sends = map[string]*sendStream{"run1 imcanary-u17 g.imcanary-g3": {fate: f}}
 	in := l.NewInbox()
 	h := probe.Header{Run: []byte("run1"), Sender: []byte("imcanary-u17"), Stream: []byte("g.imcanary-g3")}
 	buf := make([]byte, 0, 128)
