@@ -65,12 +65,19 @@ func parsePortRange(b []byte) (portRange, error) {
 	return portRange{lo: uint16(lo), hi: uint16(hi)}, nil
 }
 
-// readSockets appends the sockets of a /proc/net/tcp{,6} file to dst. It
-// parses lines in place rather than with procfs's NetTCP (deprecated), which
-// allocates a net.IP and a struct per socket: at a few hundred thousand
-// sockets every portEvery Checks, that is garbage the prober does not need.
-func readSockets(r io.Reader, dst []socket) ([]socket, error) {
+// scanBuffer is the size of the reads of a socket file: the kernel fills
+// each read with as many whole lines as fit, so a larger read means fewer
+// system calls for the same lines.
+const scanBuffer = 64 << 10
+
+// scanSockets hands f each socket of a /proc/net/tcp{,6} file, in the
+// file's order, keeping none. It parses lines in place rather than with
+// procfs's NetTCP (deprecated), which allocates a net.IP and a struct per
+// socket: at a few hundred thousand sockets every portEvery Checks, that
+// is garbage the prober does not need.
+func scanSockets(r io.Reader, f func(socket)) error {
 	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, scanBuffer), scanBuffer)
 	header := true
 	for sc.Scan() {
 		if header { // sl local_address rem_address st ...
@@ -79,18 +86,13 @@ func readSockets(r io.Reader, dst []socket) ([]socket, error) {
 		}
 		s, err := parseSocket(sc.Bytes())
 		if err != nil {
-			return dst, err
+			return err
 		}
-		dst = append(dst, s)
+		f(s)
 	}
-	return dst, sc.Err()
+	return sc.Err()
 }
 
-// parseSocket parses a line such as
-//
-//	0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 ...
-//
-// for its local address, local port and state.
 func parseSocket(line []byte) (socket, error) {
 	_, rest := field(line) // sl
 	local, rest := field(rest)
@@ -197,43 +199,84 @@ func parseHexAddr(b []byte) (netip.Addr, bool) {
 	return netip.AddrFrom16(a).Unmap(), true
 }
 
-// countPorts counts, for each destination, the sockets holding a port of
-// the ephemeral range r toward it. A socket on a listening port is the
-// server side of an accepted connection: it shares the listener's port and
-// takes none of the range, though an in-process server listening on port
-// 0 is given one from it. A listener on a wildcard address serves its port
-// on every address. A socket bound to a port of the range but not
-// connected holds that port toward every destination of its address.
-// Only the sockets keep accepts are counted (nil: all).
+// portCount counts, for each destination, the sockets holding a port of
+// the ephemeral range r toward it, as they are read: it keeps no list of
+// sockets, which at the 400,000 sockets of a bench host (every connection
+// has both its ends on loopback) was 29 MB a prober, and about 1.4 KiB a
+// session of its resident set (measured 2026-12-06).
+//
+// A socket on a listening port is the server side of an accepted
+// connection: it shares the listener's port and takes none of the range,
+// though an in-process server listening on port 0 is given one from it. A
+// listener on a wildcard address serves its port on every address. A
+// socket bound to a port of the range but not connected holds that port
+// toward every destination of its address. Only the sockets keep accepts
+// are counted (nil: all).
+//
+// The kernel lists a file's listeners before its other sockets, so each
+// accepted socket is known as served when it is read. A listener made
+// while a file is read may come after some of its accepted sockets; each
+// of those is then counted toward its own client, a destination of one
+// socket, nowhere near any limit.
+type portCount struct {
+	r      portRange
+	keep   func(socket) bool
+	listen map[netip.AddrPort]bool
+	used   map[dest]int
+	bound  map[netip.Addr]int
+}
+
+func newPortCount(r portRange, keep func(socket) bool) *portCount {
+	return &portCount{r: r, keep: keep, listen: map[netip.AddrPort]bool{}, used: map[dest]int{}, bound: map[netip.Addr]int{}}
+}
+
+// add counts s.
+func (c *portCount) add(s socket) {
+	if s.state == tcpListen {
+		c.listen[netip.AddrPortFrom(s.addr, s.port)] = true
+		return
+	}
+	if s.port < c.r.lo || s.port > c.r.hi || c.served(s) || (c.keep != nil && !c.keep(s)) {
+		return
+	}
+	if !s.remote.IsValid() {
+		c.bound[s.addr]++
+	}
+	c.used[dest{s.addr, s.remote}]++
+}
+
+func (c *portCount) served(s socket) bool {
+	return c.listen[netip.AddrPortFrom(s.addr, s.port)] ||
+		c.listen[netip.AddrPortFrom(netip.IPv4Unspecified(), s.port)] ||
+		c.listen[netip.AddrPortFrom(netip.IPv6Unspecified(), s.port)]
+}
+
+// result is the count of each destination, the sockets bound on its
+// local address but not connected included.
+func (c *portCount) result() map[dest]int {
+	for d := range c.used {
+		if d.remote.IsValid() {
+			c.used[d] += c.bound[d.local]
+		}
+	}
+	return c.used
+}
+
+// countPorts is a portCount of socks, its listeners taken first wherever
+// they are in the list.
 func countPorts(socks []socket, r portRange, keep func(socket) bool) map[dest]int {
-	listen := map[netip.AddrPort]bool{}
+	c := newPortCount(r, keep)
 	for _, s := range socks {
 		if s.state == tcpListen {
-			listen[netip.AddrPortFrom(s.addr, s.port)] = true
+			c.add(s)
 		}
 	}
-	served := func(s socket) bool {
-		return listen[netip.AddrPortFrom(s.addr, s.port)] ||
-			listen[netip.AddrPortFrom(netip.IPv4Unspecified(), s.port)] ||
-			listen[netip.AddrPortFrom(netip.IPv6Unspecified(), s.port)]
-	}
-	used := map[dest]int{}
-	bound := map[netip.Addr]int{}
 	for _, s := range socks {
-		if s.state == tcpListen || s.port < r.lo || s.port > r.hi || served(s) || (keep != nil && !keep(s)) {
-			continue
-		}
-		if !s.remote.IsValid() {
-			bound[s.addr]++
-		}
-		used[dest{s.addr, s.remote}]++
-	}
-	for d := range used {
-		if d.remote.IsValid() {
-			used[d] += bound[d.local]
+		if s.state != tcpListen {
+			c.add(s)
 		}
 	}
-	return used
+	return c.result()
 }
 
 // samplePorts counts the ephemeral ports used toward each destination in
@@ -251,23 +294,11 @@ func (m *Monitor) samplePorts() portReading {
 		m.unavailable("ports", err)
 		return portReading{}
 	}
-	socks := m.socks[:0]
-	for _, name := range []string{"net/tcp", "net/tcp6"} {
-		socks, err = readSocketFile(filepath.Join(m.procRoot, name), socks)
-		if err != nil {
-			m.unavailable("ports", err)
-			return portReading{}
-		}
+	used, err := m.scanPorts(rng, nil)
+	if err != nil {
+		m.unavailable("ports", err)
+		return portReading{}
 	}
-	defer func() {
-		if cap(socks) <= keepSockets {
-			m.socks = socks
-		} else {
-			m.socks = nil
-		}
-	}()
-
-	used := countPorts(socks, rng, nil)
 	fullest := map[netip.Addr]int{}
 	for d, n := range used {
 		fullest[d.local] = max(fullest[d.local], n)
@@ -294,7 +325,18 @@ func (m *Monitor) samplePorts() portReading {
 	for addr, g := range m.portGauges {
 		g.Set(float64(fullest[addr]) / float64(rng.size()))
 	}
-	return m.judgePorts(socks, used, rng)
+	return m.judgePorts(used, rng)
+}
+
+// scanPorts is a portCount of the namespace's TCP sockets.
+func (m *Monitor) scanPorts(rng portRange, keep func(socket) bool) (map[dest]int, error) {
+	c := newPortCount(rng, keep)
+	for _, name := range []string{"net/tcp", "net/tcp6"} {
+		if err := scanSocketFile(filepath.Join(m.procRoot, name), c.add); err != nil {
+			return nil, err
+		}
+	}
+	return c.result(), nil
 }
 
 // judgePorts returns the fullest destination over MaxPorts that the
@@ -303,8 +345,9 @@ func (m *Monitor) samplePorts() portReading {
 // full it fails the prober's next connects there, but a destination only
 // other programs use is none of the prober's business. Which sockets are
 // the prober's is read from /proc/self/fd, about 6 µs a descriptor, and
-// only once some destination is over the limit.
-func (m *Monitor) judgePorts(socks []socket, used map[dest]int, rng portRange) portReading {
+// only once some destination is over the limit; the sockets are read
+// again then, to count the prober's own.
+func (m *Monitor) judgePorts(used map[dest]int, rng portRange) portReading {
 	r := portReading{known: true, size: rng.size()}
 	var over []dest
 	for d, n := range used {
@@ -323,7 +366,10 @@ func (m *Monitor) judgePorts(socks []socket, used map[dest]int, rng portRange) p
 	}
 	mine := used
 	if own != nil {
-		mine = countPorts(socks, rng, func(s socket) bool { return own[s.inode] })
+		if mine, err = m.scanPorts(rng, func(s socket) bool { return own[s.inode] }); err != nil {
+			m.unavailable("ports", err)
+			return portReading{}
+		}
 	}
 	slices.SortFunc(over, func(a, b dest) int {
 		if c := cmp.Compare(used[b], used[a]); c != 0 {
@@ -367,16 +413,16 @@ func (m *Monitor) ownSockets() (map[uint64]bool, error) {
 	return own, nil
 }
 
-// readSocketFile appends a socket file's sockets to dst. A missing
+// scanSocketFile hands f each socket of a socket file. A missing
 // /proc/net/tcp6 is a kernel without IPv6: no sockets.
-func readSocketFile(path string, dst []socket) ([]socket, error) {
-	f, err := os.Open(path)
+func scanSocketFile(path string, f func(socket)) error {
+	file, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) && strings.HasSuffix(path, "6") {
-		return dst, nil
+		return nil
 	}
 	if err != nil {
-		return dst, err
+		return err
 	}
-	defer f.Close()
-	return readSockets(f, dst)
+	defer file.Close()
+	return scanSockets(file, f)
 }

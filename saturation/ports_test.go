@@ -237,20 +237,21 @@ func sockLE(hex string, port uint16, st uint8) socket {
 	return socket{addr: netip.AddrFrom4(b), port: port, state: st, inode: 1}
 }
 
-func TestReadSockets(t *testing.T) {
+func TestScanSockets(t *testing.T) {
 	const file = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
    1: 0100007F:B000 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
 `
-	got, err := readSockets(strings.NewReader(file), nil)
-	if err != nil || len(got) != 2 {
-		t.Fatalf("readSockets() = %v, %v, want 2 sockets", got, err)
+	var got []socket
+	collect := func(s socket) { got = append(got, s) }
+	if err := scanSockets(strings.NewReader(file), collect); err != nil || len(got) != 2 {
+		t.Fatalf("scanSockets() gave %v, %v, want 2 sockets", got, err)
 	}
 	if got[0].state != tcpListen || got[0].port != 0x1F90 || got[1].port != 0xB000 {
-		t.Errorf("readSockets() = %v, want a listener on 8080 and a socket on 45056", got)
+		t.Errorf("scanSockets() gave %v, want a listener on 8080 and a socket on 45056", got)
 	}
-	if _, err := readSockets(strings.NewReader("header\ngarbage\n"), nil); err == nil {
-		t.Error("readSockets(garbage) = nil error, want one")
+	if err := scanSockets(strings.NewReader("header\ngarbage\n"), collect); err == nil {
+		t.Error("scanSockets(garbage) = nil error, want one")
 	}
 }
 
@@ -305,7 +306,7 @@ func FuzzParseSocket(f *testing.F) {
 
 // fakeProc writes a port range and a socket table under a directory that
 // stands in for /proc.
-func fakeProc(t *testing.T, root string, socks []socket) {
+func fakeProc(t testing.TB, root string, socks []socket) {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n")
@@ -338,7 +339,7 @@ func fakeProc(t *testing.T, root string, socks []socket) {
 
 // fakeOwn makes the process under root (self/fd) hold the sockets of the
 // given inodes, and a file that is not a socket.
-func fakeOwn(t *testing.T, root string, inodes ...uint64) {
+func fakeOwn(t testing.TB, root string, inodes ...uint64) {
 	t.Helper()
 	dir := filepath.Join(root, "self/fd")
 	if err := os.RemoveAll(dir); err != nil {
@@ -511,5 +512,35 @@ func TestPortsOfOtherPrograms(t *testing.T) {
 				t.Errorf("port usage of %s = %v, past the whole range", busy, got)
 			}
 		})
+	}
+}
+
+// BenchmarkSamplePorts counts the ports of a host with 200,000 loopback
+// connections, both ends of each in the table as on a bench host (the
+// server's ends on a listening port), none over the limit: what one port
+// count costs a prober, in time and in bytes allocated.
+func BenchmarkSamplePorts(b *testing.B) {
+	const conns = 200000
+	root := b.TempDir()
+	server := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 40050)
+	socks := []socket{{addr: server.Addr(), port: server.Port(), state: tcpListen}}
+	for i := range conns {
+		client := netip.AddrFrom4([4]byte{127, 0, 1, byte(i / 50)})
+		port := 40000 + uint16(i%50)
+		socks = append(socks,
+			socket{addr: client, port: port, state: stEstablished, remote: server},
+			socket{addr: server.Addr(), port: server.Port(), state: stEstablished, remote: netip.AddrPortFrom(client, port)})
+	}
+	fakeProc(b, root, socks)
+	fakeOwn(b, root)
+	m, err := newMonitor(healthy(), metrics.New(prometheus.NewRegistry()).Probe("b"), slog.New(slog.DiscardHandler), root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := m.samplePorts(); !r.known {
+			b.Fatal("ports not counted")
+		}
 	}
 }

@@ -57,10 +57,6 @@ const (
 	// the host is busy, and its addresses still count towards the cause.
 	maxPortAddrs = 64
 
-	// keepSockets is the largest socket buffer kept between port samples,
-	// so that one burst of sockets does not pin its memory for good.
-	keepSockets = 1 << 16
-
 	schedLatencies = "/sched/latencies:seconds"
 	gcPauses       = "/sched/pauses/total/gc:seconds"
 )
@@ -175,8 +171,7 @@ type Monitor struct {
 	procErr  error
 
 	ports     portReading // the last port sample, kept between samples
-	socks     []socket
-	portsNext time.Time // when ports are next counted
+	portsNext time.Time   // when ports are next counted
 	// clock times the port count; tests replace it.
 	clock      func() time.Time
 	portGauges map[netip.Addr]prometheus.Gauge
