@@ -10,10 +10,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/imcanary/imcanary/saturation"
 )
 
 // child is one worker process: a reference server, a prober, or the bare
@@ -140,12 +143,23 @@ func killAll(groups ...[]*child) {
 	}
 }
 
-// tailBuffer keeps the last tailLines lines written to it.
+// tailBuffer keeps the last tailLines lines written to it, and the last
+// line in which a prober said it saturated, which names each cause with
+// its figures (the port pool and its use, the scheduler's p99): a step's
+// report carries it, since the tail is gone when the bench ends.
 type tailBuffer struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
+	mu        sync.Mutex
+	partial   []byte
+	lines     []string
+	saturated string
 }
+
+// saturatedMsgs are the saturation monitor's lines that list the causes
+// in force, as its text log writes them.
+var saturatedMsgs = []string{`msg="` + saturation.LogSaturated + `"`, `msg="` + saturation.LogCausesChanged + `"`}
+
+// maxSaturatedLine bounds the saturation line kept.
+const maxSaturatedLine = 2000
 
 func (t *tailBuffer) Write(b []byte) (int, error) {
 	t.mu.Lock()
@@ -156,8 +170,12 @@ func (t *tailBuffer) Write(b []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		t.lines = append(t.lines, string(t.partial[:i]))
+		line := string(t.partial[:i])
+		t.lines = append(t.lines, line)
 		t.partial = t.partial[i+1:]
+		if slices.ContainsFunc(saturatedMsgs, func(m string) bool { return strings.Contains(line, m) }) {
+			t.saturated = line[:min(len(line), maxSaturatedLine)]
+		}
 		if len(t.lines) > tailLines {
 			t.lines = t.lines[len(t.lines)-tailLines:]
 		}
@@ -167,6 +185,14 @@ func (t *tailBuffer) Write(b []byte) (int, error) {
 		t.partial = t.partial[len(t.partial)-4096:]
 	}
 	return len(b), nil
+}
+
+// lastSaturated is the last line in which the worker said it saturated,
+// "" if none.
+func (t *tailBuffer) lastSaturated() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.saturated
 }
 
 // suffix is ": " and the kept lines, for an error message.

@@ -252,6 +252,10 @@ type Step struct {
 	Saturated  bool     `json:"saturated"`
 	Causes     []string `json:"causes"`
 	Discounted []string `json:"discounted"`
+	// Fired is, for a step with a cause, each prober's last log line
+	// that listed its causes in force, with their figures: which port
+	// pool was full, how late the scheduler was.
+	Fired []string `json:"fired,omitempty"`
 	// Attempts is how often the step ran: one saturated while other
 	// processes were busy on more than a quarter of the cores is run
 	// again, up to three times, and only the last attempt is kept.
@@ -432,7 +436,7 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "  %-4d %8s %8s %9s %9s %9s %10s %8.2fµs %7.1f %5s %7s %9s %9s %7.2f  %s\n",
 			i+1, count(float64(st.SessionsPerProcess)), count(float64(st.Sessions)), count(st.LoginsPerSecond),
 			count(st.LoginCPUSeconds*1e6)+"/"+count(st.TargetLoginCPUSeconds*1e6), bytesIEC(st.BytesPerSession), bytesIEC(st.HeapBytesPerSession),
-			st.CPUSecondsPerSessionSecond*1e6, st.GCPerMinute, gcShare(st), count(float64(st.Goroutines)), count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturation(st))
+			st.CPUSecondsPerSessionSecond*1e6, st.GCPerMinute, gcShare(st), count(float64(st.Goroutines)), count(st.DeliveriesPerSecond), lag(st), st.OtherCores, saturationCell(st))
 	}
 	b.WriteString("  (login µs: CPU per login in imcanary/in the target; RSS/sess and heap/sess: imcanary's, over the\n" +
 		"   baseline; CPU/sess: CPU time per session per second; GC/min: collections per minute of one prober;\n" +
@@ -442,6 +446,9 @@ func WriteText(w io.Writer, r *Report) error {
 		if st.GCBusy {
 			fmt.Fprintf(&b, "  step %d: the collector took %.0f%% of the probers' CPU at %.1f collections a minute: its CPU figures measure the collector, not the sessions\n",
 				i+1, 100*st.GCShare, st.GCPerMinute)
+		}
+		for _, f := range st.Fired {
+			fmt.Fprintf(&b, "  step %d, %s\n", i+1, f)
 		}
 	}
 	if l := r.Logins; l.LoginsPerSecond > 0 {
@@ -469,7 +476,7 @@ func WriteText(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "Self-noise at %s sessions, %s of %s deliveries/s: receive lag p99 %s (%.2f%% over 2 ms), send lag p99 %s,\n",
 		count(float64(n.Sessions)), count(n.DeliveriesPerSecond), count(s.NoiseDeliveriesPerSecond), lag(n), 100*n.ReceiveLagOver2ms, ms(n.SendLagP99Seconds))
 	fmt.Fprintf(&b, "  %s deliveries per core-second end to end, %s RSS per session, other processes on %.2f cores; saturated: %s\n\n",
-		count(n.DeliveriesPerCoreSecond), bytesIEC(n.BytesPerSession), n.OtherCores, saturation(n))
+		count(n.DeliveriesPerCoreSecond), bytesIEC(n.BytesPerSession), n.OtherCores, saturationCell(n))
 
 	p := r.Plan
 	fmt.Fprintf(&b, "Capacity plan\n")
@@ -556,7 +563,7 @@ func lag(s Step) string {
 	return ms(s.ReceiveLagP99Seconds)
 }
 
-func saturation(s Step) string {
+func saturationCell(s Step) string {
 	out := "no"
 	if s.Saturated {
 		out = "yes (" + strings.Join(s.Causes, ", ") + ")"

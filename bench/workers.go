@@ -315,6 +315,13 @@ func (b *bench) measure(ctx context.Context, ps []*prober, targets []*child, st 
 	st.OtherCores = max(0, st.MachineCores-st.CPUCores-st.TargetCores-finite((self1-self0)/elapsed))
 	st.Load1 = load1()
 	b.judge(st, w.causes)
+	if st.Saturated || len(st.Discounted) > 0 {
+		for _, p := range ps {
+			if l := p.tail.lastSaturated(); l != "" {
+				st.Fired = append(st.Fired, p.name+": "+l)
+			}
+		}
+	}
 	return nil
 }
 

@@ -33,6 +33,14 @@ import (
 
 var _ engine.Health = (*Monitor)(nil)
 
+// The messages of the lines that say the prober is saturated and list its
+// causes with their figures. imcanary bench picks them out of its probers'
+// logs.
+const (
+	LogSaturated     = "prober saturated: its latency and loss numbers may be its own"
+	LogCausesChanged = "prober saturation causes changed"
+)
+
 const (
 	// maxSteps bounds the ring: the monitor keeps a snapshot, with two
 	// runtime histograms, per step. The configuration's own limit is the
@@ -528,10 +536,10 @@ func (m *Monitor) publish(now time.Time, r *readings) {
 	switch {
 	case is && !was:
 		m.since = now
-		m.log.Warn("prober saturated: its latency and loss numbers may be its own",
+		m.log.Warn(LogSaturated,
 			append([]any{"causes", causes}, m.details(r, causes)...)...)
 	case is && was && !slices.Equal(causes, m.causes):
-		m.log.Info("prober saturation causes changed",
+		m.log.Info(LogCausesChanged,
 			append([]any{"causes", causes, "since", m.since}, m.details(r, causes)...)...)
 	case !is && was:
 		m.log.Info("prober no longer saturated", "lasted", now.Sub(m.since), "causes", m.causes)
