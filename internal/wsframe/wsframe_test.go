@@ -214,11 +214,10 @@ func TestFramesWithTheUpgrade(t *testing.T) {
 	}
 }
 
-// A message is ready only once its last byte is in, across a split
-// header, a split payload and fragments; pings at the front go to
-// OnControl, pings between fragments stay with gorilla.
-func TestReadyOnlyWhenWhole(t *testing.T) {
-	msg := []byte("a message in several pieces")
+// stepServer dials a server that answers the upgrade, then writes each
+// byte slice sent on steps as it comes.
+func stepServer(t *testing.T) (chan<- []byte, *websocket.Conn, *wsframe.Conn) {
+	t.Helper()
 	steps := make(chan []byte)
 	url := rawServer(t, func(c net.Conn, upgrade []byte) {
 		c.Write(upgrade)
@@ -228,6 +227,15 @@ func TestReadyOnlyWhenWhole(t *testing.T) {
 	})
 	t.Cleanup(func() { close(steps) })
 	ws, fc := dial(t, url, 1<<10)
+	return steps, ws, fc
+}
+
+// A message is ready only once its last byte is in, across a split
+// header, a split payload and fragments; pings at the front go to
+// OnControl, pings between fragments stay with gorilla.
+func TestReadyOnlyWhenWhole(t *testing.T) {
+	msg := []byte("a message in several pieces")
+	steps, ws, fc := stepServer(t)
 	var pings []string
 	fc.OnControl = func(op int, payload []byte) {
 		if op == wsframe.OpPing {
@@ -274,15 +282,7 @@ func TestReadyOnlyWhenWhole(t *testing.T) {
 // first Ready must read it: edge-triggered readiness does not announce it
 // again, and a peer whose window is full has nothing more to send.
 func TestWokenReadsWhatCameMeanwhile(t *testing.T) {
-	steps := make(chan []byte)
-	url := rawServer(t, func(c net.Conn, upgrade []byte) {
-		c.Write(upgrade)
-		for b := range steps {
-			c.Write(b)
-		}
-	})
-	t.Cleanup(func() { close(steps) })
-	ws, fc := dial(t, url, 1<<10)
+	steps, ws, fc := stepServer(t)
 	steps <- text("first")
 	if !untilBuffered(t, fc, len(text("first"))) {
 		t.Fatal("first message buffered whole and not ready")
