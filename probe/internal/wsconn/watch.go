@@ -72,14 +72,21 @@ func (c *Conn) Watch(p Protocol, done func(error)) bool {
 	w := &watch{c: c, fc: fc, p: p, done: done}
 	w.deadline.Store(time.Now().Add(c.idle).UnixNano())
 	fc.OnControl = w.control
+	// Frames already in the socket are read as soon as Add arms it, on a
+	// worker: ready waits for mu until the watch is published, so that
+	// their handler finds it (a slow reader's Hold on the first frame
+	// said false without this, and its pause slept on the worker).
+	w.mu.Lock()
 	h, err := c.poller.Add(fc.Socket(), w.ready)
 	if err != nil {
+		w.mu.Unlock()
 		fc.OnControl = nil
 		return false
 	}
 	w.h = h
 	w.timer = time.AfterFunc(c.idle, w.expire)
 	c.watching.Store(w)
+	w.mu.Unlock()
 	if c.guard.Closing() {
 		// Close came between the check above and the store: it may not
 		// have seen the watch to shorten its timer.
