@@ -93,6 +93,11 @@ func scanSockets(r io.Reader, f func(socket)) error {
 	return sc.Err()
 }
 
+// parseSocket parses a line such as
+//
+//	0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 ...
+//
+// for its local address, local port and state.
 func parseSocket(line []byte) (socket, error) {
 	_, rest := field(line) // sl
 	local, rest := field(rest)
