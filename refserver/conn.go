@@ -205,8 +205,12 @@ func (c *conn) hurry() {
 // extend pushes the idle deadline out after any frame from the peer.
 func (c *conn) extend() {
 	if p := c.p; p != nil {
-		// The timer reads it when it fires (see expire).
-		p.deadline.Store(time.Now().Add(c.s.opts.IdleTimeout).UnixNano())
+		// A store, which the Poller's clock reads when it comes.
+		p.h.SetDeadline(time.Now().Add(c.s.opts.IdleTimeout).UnixNano())
+		if c.closing.Load() {
+			// A close began meanwhile: its deadline, not this one.
+			c.arm()
+		}
 		return
 	}
 	c.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -27,9 +26,9 @@ import (
 //   - the reader: ready, run by the Poller; it reads as readLoop did, one
 //     frame at a time through readOne, and finishes the connection the
 //     same way.
-//   - the idle deadline: a timer per connection (expire) that a frame only
-//     moves by a store, and that, once it has passed, closes as the read
-//     deadline's timeout did.
+//   - the idle deadline: kept by the Poller's clock (Handle.SetDeadline),
+//     which a frame only moves by a store; once it has passed, ready
+//     closes as the read deadline's timeout did (expire).
 //   - the writer: flush, a goroutine that exists only while the
 //     connection has frames to write, started by the first frame queued
 //     and ended when the queue is empty. Its writes wait for the socket,
@@ -50,14 +49,10 @@ type polled struct {
 	rmu   sync.Mutex
 	ended bool
 
-	// deadline is when the connection is idle (Unix ns); extend stores
-	// it, and the timer looks at it when it fires.
-	deadline atomic.Int64
-	// tmu makes reading the state the timer is armed for and arming it
+	// tmu makes reading the state a deadline is set for and setting it
 	// one step, so that a close's shorter deadline is never overwritten
 	// by an idle one computed before it.
-	tmu   sync.Mutex
-	timer *time.Timer
+	tmu sync.Mutex
 
 	// wmu guards the write side.
 	wmu sync.Mutex
@@ -131,33 +126,34 @@ func (s *Server) watch(c *conn, poller *netpoll.Poller) bool {
 	fc.SetBlockingWrites()
 	p := &polled{fc: fc}
 	p.flushFn = c.flush
-	p.deadline.Store(time.Now().Add(s.opts.IdleTimeout).UnixNano())
 	c.p = p
-	fc.OnControl = c.control
-	p.timer = time.AfterFunc(s.opts.IdleTimeout, c.expire)
+	fc.OnControl = c
 	// ready may run as soon as Add returns: it waits for the Handle.
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
-	h, err := poller.Add(fc.Socket(), c.ready)
+	h, err := poller.Add(fc.Socket(), c)
 	if err != nil {
-		p.timer.Stop()
 		c.p, fc.OnControl = nil, nil
 		s.log.Debug("not polled", "err", err)
 		return false
 	}
 	p.h = h
+	h.SetDeadline(time.Now().Add(s.opts.IdleTimeout).UnixNano())
 	return true
 }
 
-// ready reads every whole frame buffered or waiting on the socket, and
+// Ready reads every whole frame buffered or waiting on the socket, and
 // finishes the connection when its read fails (a close, a deadline, a
 // broken socket).
-func (c *conn) ready() {
+func (c *conn) Ready() {
 	p := c.p
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
 	if p.ended {
 		return
+	}
+	if d := p.h.Deadline(); d != 0 && time.Now().UnixNano() >= d {
+		c.expire()
 	}
 	p.fc.Woken()
 	for p.fc.Ready() {
@@ -169,9 +165,9 @@ func (c *conn) ready() {
 	}
 }
 
-// control answers a ping read between frames, and counts it and a pong
+// Control answers a ping read between frames, and counts it and a pong
 // as the peer's sign of life.
-func (c *conn) control(op int, payload []byte) {
+func (c *conn) Control(op int, payload []byte) {
 	c.extend()
 	if op != wsframe.OpPing {
 		return
@@ -183,12 +179,11 @@ func (c *conn) control(op int, payload []byte) {
 	p.wmu.Unlock()
 }
 
-// expire runs when the timer fires: at the idle deadline it closes the
-// connection as idle, at a close's deadline it closes the socket, and the
-// reader, woken, finishes. A deadline
-// that moved meanwhile arms the timer again.
+// expire runs in ready once the deadline has passed: at the idle deadline
+// it closes the connection as idle, at a close's deadline it closes the
+// socket, and the reader, woken, finishes. A close's deadline that moved
+// meanwhile is set again.
 func (c *conn) expire() {
-	p := c.p
 	now := time.Now()
 	if c.closing.Load() {
 		if _, _, by := c.closeInfo(); by.After(now) {
@@ -201,24 +196,18 @@ func (c *conn) expire() {
 		c.abort()
 		return
 	}
-	if p.deadline.Load() > now.UnixNano() {
-		c.arm()
-		return
-	}
 	c.closeWith(CloseIdle, "idle timeout")
 }
 
-// arm sets the timer for the deadline that now applies: a close's, or
-// else the idle one.
+// arm sets a closing connection's deadline to its close's.
 func (c *conn) arm() {
 	p := c.p
 	p.tmu.Lock()
 	defer p.tmu.Unlock()
-	due := time.Unix(0, p.deadline.Load())
 	if c.closing.Load() {
-		_, _, due = c.closeInfo()
+		_, _, due := c.closeInfo()
+		p.h.SetDeadline(due.UnixNano())
 	}
-	p.timer.Reset(max(time.Until(due), 0))
 }
 
 // kick starts a flush unless one runs or the write side is done. Called
@@ -359,7 +348,7 @@ func (c *conn) finishPolled() {
 // its writing are over.
 func (c *conn) release() {
 	s := c.s
-	c.p.timer.Stop()
+	c.p.h.SetDeadline(0)
 	c.ws.Close()
 	s.stats.connections.Add(-1)
 	code, reason, _ := c.closeInfo()

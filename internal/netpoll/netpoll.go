@@ -12,8 +12,8 @@
 // through net.Conn as before, and an epoll instance of ours only watches
 // them beside it (a descriptor may be in several).
 //
-// The contract of Add's ready function is the one of edge-triggered epoll:
-// it must read until the socket has nothing left (a read that would block),
+// The contract of a Reader's Ready is the one of edge-triggered epoll: it
+// must read until the socket has nothing left (a read that would block),
 // and data that arrives after that read runs it again. It never runs twice
 // at once for one Handle.
 package netpoll
@@ -38,19 +38,32 @@ var ErrClosed = errors.New("netpoll: poller closed")
 // connections are then read by a goroutine each.
 var ErrUnsupported = errors.New("netpoll: not supported on this system")
 
+// Reader is what a Poller runs when a socket has something to read: the
+// connection's owner, which reads it (see the package's contract). An
+// interface, not a func: a method value would be an allocation per socket.
+type Reader interface{ Ready() }
+
+// ReadyFunc is a func as a Reader.
+type ReadyFunc func()
+
+// Ready calls f.
+func (f ReadyFunc) Ready() { f() }
+
 // Handle is one socket's registration.
 type Handle struct {
 	p     *Poller
 	token uint64
 	rc    syscall.RawConn
-	ready func()
-	// loopFn is loop as a func value, made once: a method value made at
-	// each event would be an allocation per event.
-	loopFn func()
+	r     Reader
 	// state orders ready's runs: idle, running, or running with an
 	// event that came meanwhile (again), which runs it once more.
 	state   atomic.Int32
 	removed atomic.Bool
+	// deadline is when ready is to run with nothing to read (Unix ns,
+	// 0 for none); sched is when the Poller's clock next looks at it (0
+	// when it does not). See SetDeadline.
+	deadline atomic.Int64
+	sched    atomic.Int64
 }
 
 const (
@@ -68,7 +81,7 @@ func (h *Handle) fire() {
 		switch s := h.state.Load(); s {
 		case idle:
 			if h.state.CompareAndSwap(idle, running) {
-				h.p.workers.run(h.loopFn)
+				h.p.workers.run(h)
 				return
 			}
 		case running:
@@ -81,11 +94,12 @@ func (h *Handle) fire() {
 	}
 }
 
-// loop runs ready until no event came while it ran.
-func (h *Handle) loop() {
+// run is the Handle's task on a worker: Ready until no event came while
+// it ran.
+func (h *Handle) run() {
 	for {
 		if !h.removed.Load() {
-			h.ready()
+			h.r.Ready()
 		}
 		if h.state.CompareAndSwap(running, idle) {
 			return
@@ -128,6 +142,7 @@ type Poller struct {
 	closed  bool
 
 	workers workers
+	clock   clock
 	done    chan struct{}
 }
 
@@ -156,20 +171,20 @@ func newPoller(idle time.Duration) (*Poller, error) {
 		done:    make(chan struct{}),
 	}
 	p.workers.init(runtime.GOMAXPROCS(0), idle)
+	p.clock.init()
 	go p.loop() // exits when Close closes file
 	return p, nil
 }
 
-// Add watches c's socket for reading, running ready on a worker each time
-// data comes, the peer hangs up or the socket fails. c is the connection
-// itself (a *net.TCPConn), not a wrapper of it.
-func (p *Poller) Add(c syscall.Conn, ready func()) (*Handle, error) {
+// Add watches c's socket for reading, running r.Ready on a worker each
+// time data comes, the peer hangs up or the socket fails. c is the
+// connection itself (a *net.TCPConn), not a wrapper of it.
+func (p *Poller) Add(c syscall.Conn, r Reader) (*Handle, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("netpoll: %w", err)
 	}
-	h := &Handle{p: p, rc: rc, ready: ready}
-	h.loopFn = h.loop
+	h := &Handle{p: p, rc: rc, r: r}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -266,6 +281,7 @@ func (p *Poller) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
+	p.clock.stop()
 	err := p.file.Close()
 	<-p.done
 	p.workers.stop()
@@ -295,7 +311,7 @@ type workers struct {
 	mu      sync.Mutex
 	idle    []*worker // oldest first
 	all     []*worker // alive, idle or busy
-	queue   []func()  // waiting for a worker, oldest first from head
+	queue   []task    // waiting for a worker, oldest first from head
 	head    int
 	stopped bool
 	// watching is whether the watchdog's timer is set: it is while
@@ -311,9 +327,12 @@ type workers struct {
 	spawned atomic.Int64
 }
 
+// task is what a worker runs: a Handle's readiness.
+type task interface{ run() }
+
 type worker struct {
-	tasks chan func() // one at most: a worker is on the stack or running
-	since time.Time   // idle since
+	tasks chan task // one at most: a worker is on the stack or running
+	since time.Time // idle since
 	// started is when the running task began (Unix ns), 0 between tasks.
 	started atomic.Int64
 }
@@ -334,13 +353,13 @@ func (w *workers) init(core int, idleFor time.Duration) {
 	go w.sweep() // exits on stop
 }
 
-func (w *workers) run(f func()) {
+func (w *workers) run(f task) {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
 		// A Wake after Close (a deadline's timer): nothing may start
 		// now, and the task is its owner's last.
-		f()
+		f.run()
 		return
 	}
 	if n := len(w.idle); n > 0 {
@@ -367,7 +386,7 @@ func (w *workers) run(f func()) {
 
 // spawnLocked accounts for a new worker; the caller starts it.
 func (w *workers) spawnLocked() *worker {
-	k := &worker{tasks: make(chan func(), 1)}
+	k := &worker{tasks: make(chan task, 1)}
 	w.all = append(w.all, k)
 	w.wg.Add(1)
 	w.n.Add(1)
@@ -375,7 +394,7 @@ func (w *workers) spawnLocked() *worker {
 }
 
 // popLocked takes the oldest queued task, or nil.
-func (w *workers) popLocked() func() {
+func (w *workers) popLocked() task {
 	if w.head == len(w.queue) {
 		return nil
 	}
@@ -420,13 +439,13 @@ func (w *workers) check() {
 	w.watch.Reset(stuckAfter)
 }
 
-func (w *workers) work(k *worker, f func()) {
+func (w *workers) work(k *worker, f task) {
 	defer w.wg.Done()
 	defer w.n.Add(-1)
 	defer w.leave(k)
 	for f != nil {
 		k.started.Store(time.Now().UnixNano())
-		f()
+		f.run()
 		k.started.Store(0)
 		w.mu.Lock()
 		if w.stopped {
@@ -495,7 +514,7 @@ func (w *workers) stop() {
 	w.stopped = true
 	idle := w.idle
 	w.idle = nil
-	var left []func()
+	var left []task
 	for f := w.popLocked(); f != nil; f = w.popLocked() {
 		left = append(left, f)
 	}
@@ -505,7 +524,7 @@ func (w *workers) stop() {
 		k.tasks <- nil
 	}
 	for _, f := range left {
-		f()
+		f.run()
 	}
 	close(w.quit)
 	w.wg.Wait()

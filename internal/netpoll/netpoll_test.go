@@ -17,6 +17,11 @@ import (
 	"github.com/imcanary/imcanary/internal/testwait"
 )
 
+// taskFunc is a func as a workers' task.
+type taskFunc func()
+
+func (f taskFunc) run() { f() }
+
 // pair is a loopback TCP connection: the client end and the server end.
 func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	t.Helper()
@@ -91,14 +96,14 @@ func TestReadyOnDataAndHangup(t *testing.T) {
 		eof  bool
 		runs atomic.Int32
 	)
-	_, err := p.Add(server, func() {
+	_, err := p.Add(server, ReadyFunc(func() {
 		runs.Add(1)
 		b, e := drain(t, server)
 		mu.Lock()
 		got = append(got, b...)
 		eof = eof || e
 		mu.Unlock()
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,13 +142,13 @@ func marker(t *testing.T, p *Poller) {
 	t.Helper()
 	client, server := pair(t)
 	ran := make(chan struct{}, 1)
-	h, err := p.Add(server, func() {
+	h, err := p.Add(server, ReadyFunc(func() {
 		drain(t, server)
 		select {
 		case ran <- struct{}{}:
 		default:
 		}
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +170,7 @@ func TestQuietWithoutData(t *testing.T) {
 	var runs atomic.Int32
 	for range 20 {
 		_, server := pair(t)
-		if _, err := p.Add(server, func() { runs.Add(1) }); err != nil {
+		if _, err := p.Add(server, ReadyFunc(func() { runs.Add(1) })); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +190,7 @@ func TestNeverConcurrent(t *testing.T) {
 	client, server := pair(t)
 	var inside, overlaps, runs atomic.Int32
 	var total atomic.Int64
-	h, err := p.Add(server, func() {
+	h, err := p.Add(server, ReadyFunc(func() {
 		if inside.Add(1) > 1 {
 			overlaps.Add(1)
 		}
@@ -194,7 +199,7 @@ func TestNeverConcurrent(t *testing.T) {
 		b, _ := drain(t, server)
 		total.Add(int64(len(b)))
 		inside.Add(-1)
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +226,7 @@ func TestRemove(t *testing.T) {
 	p := startPoller(t)
 	client, server := pair(t)
 	var runs atomic.Int32
-	h, err := p.Add(server, func() { runs.Add(1); drain(t, server) })
+	h, err := p.Add(server, ReadyFunc(func() { runs.Add(1); drain(t, server) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +250,7 @@ func TestRemove(t *testing.T) {
 	var h2 *Handle
 	var hmu sync.Mutex
 	hmu.Lock()
-	h2, err = p.Add(server2, func() {
+	h2, err = p.Add(server2, ReadyFunc(func() {
 		hmu.Lock()
 		defer hmu.Unlock()
 		server2.Close()
@@ -256,7 +261,7 @@ func TestRemove(t *testing.T) {
 		default:
 			close(removed)
 		}
-	})
+	}))
 	hmu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -287,13 +292,13 @@ func TestWorkersGoIdle(t *testing.T) {
 		client, server := pair(t)
 		conns = append(conns, client)
 		var once sync.Once
-		if _, err := p.Add(server, func() {
+		if _, err := p.Add(server, ReadyFunc(func() {
 			drain(t, server)
 			once.Do(func() {
 				wg.Done()
 				<-gate // all n run at once: n workers
 			})
-		}); err != nil {
+		})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,13 +314,13 @@ func TestWorkersGoIdle(t *testing.T) {
 	// read, reuses one worker: the rest idle out.
 	read := make(chan struct{}, 1)
 	trickle, server := pair(t)
-	if _, err := p.Add(server, func() {
+	if _, err := p.Add(server, ReadyFunc(func() {
 		drain(t, server)
 		select {
 		case read <- struct{}{}:
 		default:
 		}
-	}); err != nil {
+	})); err != nil {
 		t.Fatal(err)
 	}
 	for stop := time.Now().Add(3 * idle); time.Now().Before(stop); {
@@ -332,7 +337,7 @@ func TestWorkersGoIdle(t *testing.T) {
 		c.Close()
 	}
 	testwait.For(t, 10*time.Second, "goroutines back", func() bool { return runtime.NumGoroutine() <= before+2 })
-	if _, err := p.Add(conns[0], func() {}); !errors.Is(err, ErrClosed) {
+	if _, err := p.Add(conns[0], ReadyFunc(func() {})); !errors.Is(err, ErrClosed) {
 		t.Errorf("Add after Close: %v, want ErrClosed", err)
 	}
 }
@@ -346,7 +351,7 @@ func TestWakeAfterClose(t *testing.T) {
 	}
 	_, server := pair(t)
 	ran := make(chan struct{}, 1)
-	h, err := p.Add(server, func() { ran <- struct{}{} })
+	h, err := p.Add(server, ReadyFunc(func() { ran <- struct{}{} }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,11 +395,11 @@ func TestWorkersCoreAndStuck(t *testing.T) {
 				var started, done atomic.Int64
 				peak := int64(0)
 				for range tc.tasks {
-					w.run(func() {
+					w.run(taskFunc(func() {
 						started.Add(1)
 						tc.task(gate)
 						done.Add(1)
-					})
+					}))
 					peak = max(peak, w.n.Load())
 				}
 				time.Sleep(time.Second)

@@ -61,37 +61,53 @@ type Conn struct {
 	sock socket
 	// tls is the TLS connection over sock, nil for plain TCP.
 	tls *tls.Conn
-	// blocking says Write waits for the socket (SetBlockingWrites).
-	blocking bool
 	// limit bounds the payload Ready buffers for one message; a larger
 	// one is left to gorilla, whose read limit refuses it.
 	limit int64
 
 	buf  *[]byte // pooled, nil when nothing is buffered
 	r, w int     // buf[r:w] is read and not yet handed on
-	// head is true until the HTTP header has been handed on; crlf counts
-	// the bytes of its "\r\n\r\n" end matched so far.
-	head bool
-	crlf int
 	// left is how much of the current frame gorilla has still to be
 	// handed.
 	left int64
 	// err is a failed non-blocking read's error, returned once
 	// everything buffered before it has been read.
 	err error
+	// last is when a read last brought data (Unix ns).
+	last int64
+
+	// The flags share a word (a Conn is held per idle connection).
+	//
+	// blocking says Write waits for the socket (SetBlockingWrites).
+	blocking bool
+	// head is true until the HTTP header has been handed on; crlf counts
+	// the bytes of its "\r\n\r\n" end matched so far.
+	head bool
+	crlf uint8
 	// stale says a non-blocking read found the deadline passed or the
 	// socket closed: gorilla's next read, a blocking one, says which.
 	stale bool
-	// last is when a read last brought data (Unix ns).
-	last int64
 	// emptied says the last read of the socket left nothing in it (see
 	// Ready).
 	emptied bool
 
 	// OnControl receives each ping and pong read between messages, its
 	// payload unmasked and valid only during the call. Ready calls it.
-	OnControl func(op int, payload []byte)
+	OnControl Controller
 }
+
+// Controller is given the control frames a Conn reads between messages
+// (OnControl): the connection's owner. An interface, not a func, so that
+// setting it allocates nothing per connection.
+type Controller interface {
+	Control(op int, payload []byte)
+}
+
+// ControlFunc is a func as a Controller.
+type ControlFunc func(op int, payload []byte)
+
+// Control calls f.
+func (f ControlFunc) Control(op int, payload []byte) { f(op, payload) }
 
 // socket is the TCP connection under a Conn: its reads, which poll makes
 // without waiting, and its writes, which never wait (see writer).
@@ -407,7 +423,7 @@ func (c *Conn) headPart(b []byte) []byte {
 		default:
 			c.crlf = 0
 		}
-		if c.crlf == len(end) {
+		if int(c.crlf) == len(end) {
 			c.head = false
 			return b[:i+1]
 		}
@@ -570,8 +586,8 @@ func (c *Conn) scan() (need int, ready bool) {
 
 // control hands OnControl the payload of the control frame f, whose
 // header is hdr bytes long, unmasked where it lies: the frame is consumed,
-// and a copy would be an allocation per ping or pong (OnControl is a func
-// value, so a local array escapes).
+// and a copy would be an allocation per ping or pong (OnControl is an
+// interface, so a local array escapes).
 func (c *Conn) control(op byte, f []byte, hdr int) {
 	payload := f[hdr:]
 	if f[1]&0x80 != 0 {
@@ -581,6 +597,6 @@ func (c *Conn) control(op byte, f []byte, hdr int) {
 		}
 	}
 	if c.OnControl != nil {
-		c.OnControl(int(op), payload)
+		c.OnControl.Control(int(op), payload)
 	}
 }

@@ -237,11 +237,11 @@ func TestReadyOnlyWhenWhole(t *testing.T) {
 	msg := []byte("a message in several pieces")
 	steps, ws, fc := stepServer(t)
 	var pings []string
-	fc.OnControl = func(op int, payload []byte) {
+	fc.OnControl = wsframe.ControlFunc(func(op int, payload []byte) {
 		if op == wsframe.OpPing {
 			pings = append(pings, string(payload))
 		}
-	}
+	})
 	whole := text(string(msg))
 	sent := 0
 	send := func(b []byte, wantReady bool) {
@@ -426,7 +426,7 @@ func torture(t *testing.T, server, client *tls.Config) {
 		ended  = make(chan error, 1)
 		closed bool
 	)
-	h, err := p.Add(fc.Socket(), func() {
+	h, err := p.Add(fc.Socket(), netpoll.ReadyFunc(func() {
 		mu.Lock()
 		defer mu.Unlock()
 		for !closed && fc.Ready() {
@@ -442,7 +442,7 @@ func torture(t *testing.T, server, client *tls.Config) {
 				t.Errorf("message %d is message %d", i, int(m[len(m)-2])|int(m[len(m)-1])<<8)
 			}
 		}
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -404,8 +404,8 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	if w := c.watching.Load(); w != nil {
-		// No read waits on the deadline Begin set: the watch's timer
-		// must come at it.
+		// No read waits on the deadline Begin set: the watch's must
+		// come at it.
 		w.closeBy(grace)
 	}
 	if c.s.Farewell == nil {

@@ -17,8 +17,9 @@ import (
 // watch is Serve without a goroutine: the Poller runs ready when the
 // socket has data, ready reads every whole message there is (wsframe.Conn
 // says, without blocking, whether one is) and returns. The idle deadline
-// that Serve's blocking read would meet is a timer, which wakes ready to
-// read the deadline's error once it has passed: a dead peer, a timeout and
+// that Serve's blocking read would meet is kept by the Poller's clock
+// (Handle.SetDeadline), which wakes ready to read the deadline's error
+// once it has passed: a dead peer, a timeout and
 // a close end the session as they end Serve's, through the same error
 // paths and classes.
 type watch struct {
@@ -33,12 +34,6 @@ type watch struct {
 	// one worker to the next goes through the kernel.
 	mu    sync.Mutex
 	ended bool
-
-	// deadline is when the session is dead if nothing is read (Unix
-	// ns); the timer looks at it when it fires and sleeps again if it
-	// has moved, so a frame costs a store, not a timer reset.
-	deadline atomic.Int64
-	timer    *time.Timer
 
 	// hold (ns) is how long the handler of the frame being read asked
 	// reading to stop (Hold); heldUntil (Unix ns) is when a hold ends,
@@ -63,33 +58,35 @@ func (c *Conn) Watch(p Protocol, done func(error)) bool {
 	if !ok || c.poller == nil || c.guard.Closing() {
 		return false
 	}
-	// The login's reads left a deadline; from now on the timer keeps
-	// it, and sets the socket's own only once it has passed. (A Close
-	// meanwhile shortens the timer: see below.)
+	// The login's reads left a deadline; from now on the Poller's clock
+	// keeps it, and ready sets the socket's own only once it has passed.
+	// (A Close meanwhile brings it forward: see below.)
 	if c.ws.SetReadDeadline(time.Time{}) != nil {
 		return false
 	}
 	w := &watch{c: c, fc: fc, p: p, done: done}
-	w.deadline.Store(time.Now().Add(c.idle).UnixNano())
-	fc.OnControl = w.control
+	fc.OnControl = w
 	// Frames already in the socket are read as soon as Add arms it, on a
 	// worker: ready waits for mu until the watch is published, so that
 	// their handler finds it (a slow reader's Hold on the first frame
 	// said false without this, and its pause slept on the worker).
 	w.mu.Lock()
-	h, err := c.poller.Add(fc.Socket(), w.ready)
+	h, err := c.poller.Add(fc.Socket(), w)
 	if err != nil {
 		w.mu.Unlock()
 		fc.OnControl = nil
 		return false
 	}
 	w.h = h
-	w.timer = time.AfterFunc(c.idle, w.expire)
+	// The session is dead when nothing is read until then; each frame
+	// moves it on (extend), a store that the Poller's clock finds when
+	// it comes.
+	h.SetDeadline(time.Now().Add(c.idle).UnixNano())
 	c.watching.Store(w)
 	w.mu.Unlock()
 	if c.guard.Closing() {
 		// Close came between the check above and the store: it may not
-		// have seen the watch to shorten its timer.
+		// have seen the watch to bring its deadline forward.
 		w.closeBy(c.s.CloseGrace)
 	}
 	// Bytes that came with the login's last frame, or before Add.
@@ -121,8 +118,8 @@ func (c *Conn) Hold(d time.Duration) bool {
 	return true
 }
 
-// ready reads every whole message buffered or waiting on the socket.
-func (w *watch) ready() {
+// Ready reads every whole message buffered or waiting on the socket.
+func (w *watch) Ready() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ended {
@@ -135,6 +132,12 @@ func (w *watch) ready() {
 			return
 		}
 		w.heldUntil.Store(0)
+	}
+	if d := w.h.Deadline(); d != 0 && time.Now().UnixNano() >= d {
+		// The idle deadline (or a close's grace) has passed: the
+		// socket's own is set in the past, and the read below fails
+		// as Serve's would.
+		_ = w.fc.SetReadDeadline(time.Now())
 	}
 	w.fc.Woken()
 	for w.fc.Ready() {
@@ -171,7 +174,7 @@ func (w *watch) ready() {
 func (w *watch) holdFor(d time.Duration) {
 	until := time.Now().Add(d)
 	w.heldUntil.Store(until.UnixNano())
-	w.deadline.Store(until.Add(w.c.idle).UnixNano())
+	w.h.SetDeadline(until.Add(w.c.idle).UnixNano())
 	if w.holdTimer == nil {
 		w.holdTimer = time.AfterFunc(d, w.holdEnded)
 		return
@@ -190,13 +193,13 @@ func (w *watch) holdEnded() {
 // extend moves the idle deadline to c.idle from now, unless closing.
 func (w *watch) extend() {
 	if !w.c.guard.Closing() {
-		w.deadline.Store(time.Now().Add(w.c.idle).UnixNano())
+		w.h.SetDeadline(time.Now().Add(w.c.idle).UnixNano())
 	}
 }
 
-// control answers a ping and takes a pong as a sign of life, as gorilla's
+// Control answers a ping and takes a pong as a sign of life, as gorilla's
 // handlers do for Serve.
-func (w *watch) control(op int, payload []byte) {
+func (w *watch) Control(op int, payload []byte) {
 	switch op {
 	case wsframe.OpPong:
 		w.extend()
@@ -209,23 +212,10 @@ func (w *watch) control(op int, payload []byte) {
 	}
 }
 
-// expire runs when the timer fires: before the deadline (it moved), it
-// sleeps again; after, it sets the socket's deadline in the past and
-// wakes ready, whose read then fails as Serve's would.
-func (w *watch) expire() {
-	if d := time.Until(time.Unix(0, w.deadline.Load())); d > 0 {
-		w.timer.Reset(d)
-		return
-	}
-	_ = w.fc.SetReadDeadline(time.Now())
-	w.h.Wake()
-}
-
 // closeBy brings the deadline to grace from now: Close has begun, and the
 // server's reply is waited for that long.
 func (w *watch) closeBy(grace time.Duration) {
-	w.deadline.Store(time.Now().Add(grace).UnixNano())
-	w.timer.Reset(grace)
+	w.h.SetDeadline(time.Now().Add(grace).UnixNano())
 	if w.heldUntil.Swap(0) != 0 {
 		// The server's reply to the close is read now, not after the
 		// hold.
@@ -236,7 +226,7 @@ func (w *watch) closeBy(grace time.Duration) {
 // end closes the connection and reports why the session ended, once.
 func (w *watch) end(err error) {
 	w.ended = true
-	w.timer.Stop()
+	w.h.SetDeadline(0)
 	if w.holdTimer != nil {
 		w.holdTimer.Stop()
 	}
@@ -298,7 +288,10 @@ func (s Session) Watch(done func(error)) bool {
 			return true
 		}
 	}
-	end := func(err error) { done(s.finish(err)) }
+	end := done
+	if s.Finish != nil {
+		end = func(err error) { done(s.Finish(err)) }
+	}
 	if !s.Conn.Watch(s.Proto, end) {
 		end(s.Conn.Serve(s.Proto))
 	}
