@@ -663,26 +663,34 @@ const maxRamp = 365 * 24 * time.Hour
 // over it so that the requests do not arrive at the server in a burst:
 // the heartbeat's pings, catch-up's syncs.
 func (p *Population) every(ctx context.Context, period time.Duration, do func(*device, probe.Session) error) {
-	var devs []*device
+	// The devices are walked in place, user by user, rather than listed
+	// in a slice of their own: a list per loop was 60 bytes a session.
+	n := 0
 	for _, u := range p.users {
-		devs = append(devs, u.devices...)
+		n += len(u.devices)
+	}
+	if n == 0 {
+		return
 	}
 	tick := min(period/10, time.Second)
 	// Rounded up, so that every session is served at least once per
 	// period.
-	perTick := max(1, int((int64(len(devs))*int64(tick)+int64(period)-1)/int64(period)))
+	perTick := max(1, int((int64(n)*int64(tick)+int64(period)-1)/int64(period)))
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	next := 0
+	ui, di := 0, 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		for range min(perTick, len(devs)) {
-			dev := devs[next]
-			next = (next + 1) % len(devs)
+		for range min(perTick, n) {
+			for di >= len(p.users[ui].devices) {
+				ui, di = (ui+1)%len(p.users), 0
+			}
+			dev := p.users[ui].devices[di]
+			di++
 			dev.u.mu.Lock()
 			sess := dev.sess
 			dev.u.mu.Unlock()

@@ -72,8 +72,31 @@ type cursor struct {
 	// stands (Behind).
 	known bool
 	seq   uint64
-	mark  string
-	gaps  []gap
+	// x is the marker and the gaps, nil until there is one: most
+	// conversations of an idle device never have either, and the two
+	// inline cost it 32 bytes a conversation (2026-12-06).
+	x *cursorX
+}
+
+type cursorX struct {
+	mark string
+	gaps []gap
+}
+
+// ext returns cur's marker and gaps, making them.
+func (cur *cursor) ext() *cursorX {
+	if cur.x == nil {
+		cur.x = &cursorX{}
+	}
+	return cur.x
+}
+
+// gaps returns cur's open gaps.
+func (cur *cursor) gaps() []gap {
+	if cur.x == nil {
+		return nil
+	}
+	return cur.x.gaps
 }
 
 // gap is a span of sequences the device lacks: since is when it was seen
@@ -226,7 +249,10 @@ func (c *Catchup) Position(conv string) (seq uint64, mark string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cur := c.lookup(conv); cur != nil {
-		return cur.seq, cur.mark
+		if cur.x != nil {
+			mark = cur.x.mark
+		}
+		return cur.seq, mark
 	}
 	return 0, ""
 }
@@ -236,8 +262,8 @@ func (c *Catchup) Position(conv string) (seq uint64, mark string) {
 func (c *Catchup) SetMark(conv, mark string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur := c.conv([]byte(conv)); cur != nil {
-		cur.mark = mark
+	if cur := c.conv([]byte(conv)); cur != nil && (mark != "" || cur.x != nil) {
+		cur.ext().mark = mark
 	}
 }
 
@@ -268,9 +294,9 @@ func (c *Catchup) due(now int64, dst []Fetch, n int, each bool) []Fetch {
 		return dst
 	}
 	for k := range c.convs {
-		conv, cur := c.convs[k].name, &c.convs[k].cursor
-		for i := range cur.gaps {
-			g := &cur.gaps[i]
+		conv, gaps := c.convs[k].name, c.convs[k].gaps()
+		for i := range gaps {
+			g := &gaps[i]
 			if now-g.since < c.grace || (g.asked != 0 && now-g.asked < c.retry) {
 				continue
 			}
@@ -294,7 +320,7 @@ func (c *Catchup) Missing() uint64 {
 	defer c.mu.Unlock()
 	var n uint64
 	for k := range c.convs {
-		for _, g := range c.convs[k].gaps {
+		for _, g := range c.convs[k].gaps() {
 			n += g.hi - g.lo + 1
 		}
 	}
@@ -304,55 +330,60 @@ func (c *Catchup) Missing() uint64 {
 // addGap opens [lo, hi] in cur, merging the two closest gaps past
 // maxConvGaps.
 func (c *Catchup) addGap(cur *cursor, lo, hi uint64, since int64) {
-	cur.gaps = append(cur.gaps, gap{lo: lo, hi: hi, since: since})
+	x := cur.ext()
+	x.gaps = append(x.gaps, gap{lo: lo, hi: hi, since: since})
 	c.open++
-	if len(cur.gaps) <= maxConvGaps {
+	if len(x.gaps) <= maxConvGaps {
 		return
 	}
 	j := 0
-	for k := 1; k+1 < len(cur.gaps); k++ {
-		if cur.gaps[k+1].lo-cur.gaps[k].hi < cur.gaps[j+1].lo-cur.gaps[j].hi {
+	for k := 1; k+1 < len(x.gaps); k++ {
+		if x.gaps[k+1].lo-x.gaps[k].hi < x.gaps[j+1].lo-x.gaps[j].hi {
 			j = k
 		}
 	}
-	a, b := cur.gaps[j], cur.gaps[j+1]
-	cur.gaps[j] = gap{lo: a.lo, hi: b.hi, since: min(a.since, b.since)}
-	cur.gaps = append(cur.gaps[:j+1], cur.gaps[j+2:]...)
+	a, b := x.gaps[j], x.gaps[j+1]
+	x.gaps[j] = gap{lo: a.lo, hi: b.hi, since: min(a.since, b.since)}
+	x.gaps = append(x.gaps[:j+1], x.gaps[j+2:]...)
 	c.open--
 }
 
 // fill removes [lo, hi] from cur's gaps, splitting a gap it falls inside.
 func (c *Catchup) fill(cur *cursor, lo, hi uint64) {
-	for i := 0; i < len(cur.gaps); i++ {
-		g := cur.gaps[i]
+	x := cur.x
+	if x == nil {
+		return // no gaps
+	}
+	for i := 0; i < len(x.gaps); i++ {
+		g := x.gaps[i]
 		if hi < g.lo || lo > g.hi {
 			continue
 		}
 		switch {
 		case lo <= g.lo && hi >= g.hi:
-			cur.gaps = append(cur.gaps[:i], cur.gaps[i+1:]...)
+			x.gaps = append(x.gaps[:i], x.gaps[i+1:]...)
 			c.open--
 			i--
 		case lo <= g.lo:
-			cur.gaps[i].lo = hi + 1
+			x.gaps[i].lo = hi + 1
 		case hi >= g.hi:
-			cur.gaps[i].hi = lo - 1
+			x.gaps[i].hi = lo - 1
 		default:
 			// Inside: split in two, the upper half after the lower.
 			up := g
 			up.lo = hi + 1
-			cur.gaps[i].hi = lo - 1
-			cur.gaps = append(cur.gaps, gap{})
-			copy(cur.gaps[i+2:], cur.gaps[i+1:])
-			cur.gaps[i+1] = up
+			x.gaps[i].hi = lo - 1
+			x.gaps = append(x.gaps, gap{})
+			copy(x.gaps[i+2:], x.gaps[i+1:])
+			x.gaps[i+1] = up
 			c.open++
 			i++
-			if len(cur.gaps) > maxConvGaps {
+			if len(x.gaps) > maxConvGaps {
 				// Merge back rather than forget: the fetch
 				// re-asks a seq held, which the ledger
 				// ignores, and loses nothing.
-				cur.gaps[i-1].hi = cur.gaps[i].hi
-				cur.gaps = append(cur.gaps[:i], cur.gaps[i+1:]...)
+				x.gaps[i-1].hi = x.gaps[i].hi
+				x.gaps = append(x.gaps[:i], x.gaps[i+1:]...)
 				c.open--
 				i--
 			}

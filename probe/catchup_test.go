@@ -173,7 +173,7 @@ func TestCatchupBounded(t *testing.T) {
 	for i := range uint64(1000) {
 		c.Got([]byte("c"), 1+i*3, 0)
 	}
-	if n := len(c.lookup("c").gaps); n > maxConvGaps {
+	if n := len(c.lookup("c").gaps()); n > maxConvGaps {
 		t.Errorf("%d gaps kept, want at most %d", n, maxConvGaps)
 	}
 	if got, want := c.Missing(), uint64(999*2); got < want {

@@ -18,3 +18,27 @@ func TestMemberships(t *testing.T) {
 		}
 	}
 }
+
+// TestPack: every key gets room for its count, and appending up to it
+// never touches another key's.
+func TestPack(t *testing.T) {
+	counts := map[string]int{"a": 2, "b": 1, "c": 3}
+	p := Pack[int](counts)
+	for k, n := range counts {
+		if len(p[k]) != 0 || cap(p[k]) != n {
+			t.Fatalf("%s: len %d cap %d, want 0 and %d", k, len(p[k]), cap(p[k]), n)
+		}
+	}
+	for k, n := range counts {
+		for i := range n {
+			p[k] = append(p[k], int(k[0])*100+i)
+		}
+	}
+	for k, n := range counts {
+		for i := range n {
+			if p[k][i] != int(k[0])*100+i {
+				t.Errorf("%s[%d] = %d, overwritten", k, i, p[k][i])
+			}
+		}
+	}
+}

@@ -157,17 +157,24 @@ func New(o Options) (*Driver, error) {
 // short-lived session of a provisioning user, and again at each member's
 // login.
 func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
-	groupsOf := make(map[string][]probe.Group)
+	// Counted first, so that each user's lists are parts of one array.
+	nGroups, nConvs := map[string]int{}, map[string]int{}
 	for _, g := range plan.Groups {
 		for _, m := range g.Members {
-			groupsOf[m] = append(groupsOf[m], g)
+			nGroups[m]++
+			nConvs[m]++
 		}
 	}
-	d.groupsOf.Replace(plan.Users, groupsOf)
-	convsOf := make(map[string][]string)
+	for _, pr := range plan.Direct {
+		nConvs[pr.From]++
+		nConvs[pr.To]++
+	}
+	groupsOf, convsOf := probe.Pack[probe.Group](nGroups), probe.Pack[string](nConvs)
 	for _, g := range plan.Groups {
+		conv := "g:" + g.Name // one string, shared by the members
 		for _, m := range g.Members {
-			convsOf[m] = append(convsOf[m], "g:"+g.Name)
+			groupsOf[m] = append(groupsOf[m], g)
+			convsOf[m] = append(convsOf[m], conv)
 		}
 	}
 	for _, pr := range plan.Direct {
@@ -175,6 +182,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		convsOf[pr.From] = append(convsOf[pr.From], c)
 		convsOf[pr.To] = append(convsOf[pr.To], c)
 	}
+	d.groupsOf.Replace(plan.Users, groupsOf)
 	d.convsOf.Replace(plan.Users, convsOf)
 	if len(plan.Groups) == 0 {
 		return nil
@@ -396,7 +404,15 @@ func (s *session) Serve(h probe.Handler) error { return s.run(h).Serve() }
 
 // Watch implements probe.Watcher: the session read by the Poller of its
 // link, without a goroutine of its own.
-func (s *session) Watch(h probe.Handler, done func(error)) bool { return s.run(h).Watch(done) }
+func (s *session) Watch(h probe.Handler, done func(error)) bool {
+	if !s.conn.Watchable() {
+		return false
+	}
+	// Set here rather than by run's Begin: that closure was 32 bytes a
+	// session.
+	s.h = h
+	return wsconn.Session{Conn: s.conn, Proto: s}.Watch(done)
+}
 
 // Hold implements probe.Holder: a watched slow reader's pause.
 func (s *session) Hold(d time.Duration) bool { return s.conn.Hold(d) }
