@@ -224,7 +224,7 @@ func (p *Population) layoutUsers() {
 	p.users = make([]*user, o.Users)
 	for i := range p.users {
 		name := fmt.Sprintf("%s-u%d", o.Prefix, o.Offset+i)
-		u := &user{p: p, idx: i, name: name, nameB: []byte(name)}
+		u := &user{p: p, idx: int32(i), name: name, nameB: []byte(name)}
 		// Half the users start with a group message: if all alternated
 		// in phase, group fan-out would come in bursts every other
 		// interval.
@@ -240,14 +240,14 @@ func (p *Population) layoutUsers() {
 			u.interval = int64(float64(time.Second) / o.Rate)
 		}
 		if len(o.Behaviours) > 0 {
-			u.class = classOf(i, o.Behaviours)
+			u.class = int32(classOf(i, o.Behaviours))
 			u.interval = p.classes[u.class].interval
 		}
 		for d := range o.Devices {
 			in := p.ledger.NewInbox()
 			in.user, in.cohort, in.self, in.ownOwed = i, metrics.CohortOf(u.slow), u.nameB, mirror
 			in.dev = d
-			dev := &device{u: u, idx: d, inbox: in}
+			dev := &device{u: u, idx: int32(d), inbox: in}
 			if o.CatchUp {
 				dev.catchup = probe.NewCatchup(p.catchupGrace())
 			}
@@ -303,7 +303,7 @@ func (p *Population) layoutOwed() {
 	gates := map[prometheus.Observer]*exemplarGate{}
 	for _, u := range p.users {
 		for _, st := range u.streams() {
-			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, int32(u.idx)
+			st.key, st.from = o.Run+" "+u.name+" "+st.nameS, u.idx
 			if st.fan != nil {
 				if gates[st.fan.obs] == nil {
 					gates[st.fan.obs] = &exemplarGate{}

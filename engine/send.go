@@ -80,8 +80,8 @@ func (p *Population) send(u *user, intended int64, buf []byte) []byte {
 		// Not to a group the user has left: the server would refuse
 		// it, and rightly.
 		for range len(u.groups) {
-			g := u.groups[u.groupTurn%len(u.groups)]
-			u.groupTurn++
+			g := u.groups[int(u.groupTurn)%len(u.groups)]
+			u.groupTurn = uint32((int(u.groupTurn) + 1) % len(u.groups))
 			if g.inGroup() {
 				st = g
 				break
@@ -200,9 +200,9 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 func (u *user) sender() *device {
 	n := len(u.devices)
 	for k := range n {
-		dev := u.devices[(u.devTurn+k)%n]
+		dev := u.devices[(int(u.devTurn)+k)%n]
 		if dev.sess != nil {
-			u.devTurn += k + 1
+			u.devTurn = uint32((int(u.devTurn) + k + 1) % n)
 			return dev
 		}
 	}

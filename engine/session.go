@@ -120,7 +120,7 @@ func (p *Population) startDevice(ctx context.Context, dev *device, start time.Ti
 	u := dev.u
 	var at time.Time
 	if all := o.Users * o.Devices; all > 1 && o.Ramp > 0 {
-		slot := u.idx*o.Devices + dev.idx
+		slot := int(u.idx)*o.Devices + int(dev.idx)
 		at = start.Add(time.Duration(int64(o.Ramp) * int64(slot) / int64(all)))
 	}
 	if u.late && start.Add(o.LateAfter).After(at) {
@@ -210,7 +210,7 @@ func (p *Population) connected(ctx context.Context, dev *device, attempt int, t0
 func (p *Population) counted(ctx context.Context, dev *device, t0 time.Time, err error) bool {
 	u := dev.u
 	if obs := p.opts.Observer; obs != nil && ctx.Err() == nil {
-		obs.Login(u.idx, time.Since(t0), err)
+		obs.Login(int(u.idx), time.Since(t0), err)
 	}
 	if m := dev.storm.Load(); m != nil && ctx.Err() == nil {
 		dev.stormAttempt(m, t0, err)
@@ -314,9 +314,10 @@ func afterCtx(ctx context.Context, d time.Duration, f, cancelled func()) {
 
 // live is one session of a device, online: what its end undoes.
 type live struct {
-	dev     *device
-	sess    probe.Session
-	began   time.Time
+	dev  *device
+	sess probe.Session
+	// began is when the session logged in (Unix ns).
+	began   int64
 	churned atomic.Bool
 	// lifetime churns the session, if the population churns.
 	lifetime *time.Timer
@@ -329,12 +330,12 @@ func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Sessi
 	u := dev.u
 	o.Set.ConnectOK.Inc()
 	o.Reach.Succeeded()
-	l := &live{dev: dev, sess: sess, began: time.Now()}
+	l := &live{dev: dev, sess: sess, began: time.Now().UnixNano()}
 	u.mu.Lock()
 	dev.sess = sess
-	dev.sessStart = l.began.UnixNano()
+	dev.sessStart = l.began
 	u.mu.Unlock()
-	dev.inbox.onlineSince.Store(l.began.UnixNano())
+	dev.inbox.onlineSince.Store(l.began)
 	dev.online.Store(true)
 	dev.nextPause = 0
 	u.everOnline.Store(true)
@@ -378,7 +379,7 @@ func (p *Population) goOffline(ctx context.Context, l *live, err error, attempt 
 	}
 	o.Set.Disconnects[reason].Inc()
 	if obs != nil {
-		obs.Disconnect(u.idx, reason, err)
+		obs.Disconnect(int(u.idx), reason, err)
 	}
 	dev.endSession()
 	if ctx.Err() != nil {
@@ -388,7 +389,7 @@ func (p *Population) goOffline(ctx context.Context, l *live, err error, attempt 
 	// A session that held for a while earns a fresh backoff; one the
 	// server kills at once keeps backing off, so a flapping server
 	// is not stormed.
-	if time.Since(l.began) > o.BackoffMax || reason == metrics.ReasonChurn {
+	if time.Since(time.Unix(0, l.began)) > o.BackoffMax || reason == metrics.ReasonChurn {
 		attempt = 0
 	}
 	return attempt, true
@@ -415,9 +416,9 @@ func (p *Population) linkOf(dev *device) probe.Device {
 	u := dev.u
 	// Slow readers dial as a slow link; a device keeps its source address
 	// across reconnects.
-	d := probe.Device{Index: dev.idx, Link: probe.Link{Slow: u.slow, Connect: &p.opts.Set.Connect, Poller: p.poller}, Catchup: dev.catchup}
+	d := probe.Device{Index: int(dev.idx), Link: probe.Link{Slow: u.slow, Connect: &p.opts.Set.Connect, Poller: p.poller}, Catchup: dev.catchup}
 	if a := p.opts.SourceAddrs; len(a) > 0 {
-		d.Link.Source = a[(u.idx*p.opts.Devices+dev.idx)%len(a)]
+		d.Link.Source = a[(int(u.idx)*p.opts.Devices+int(dev.idx))%len(a)]
 	}
 	return d
 }

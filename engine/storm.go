@@ -63,7 +63,7 @@ func (p *Population) Drop(fraction float64, obs StormObserver) (online, dropped 
 	// the time it takes to mark.
 	m := &stormMark{obs: obs}
 	for _, v := range victims {
-		obs.Dropped(v.dev.u.idx, v.dev.idx)
+		obs.Dropped(int(v.dev.u.idx), int(v.dev.idx))
 		v.dev.storm.Store(m)
 	}
 	for _, v := range victims {
@@ -78,5 +78,5 @@ func (dev *device) stormAttempt(m *stormMark, start time.Time, err error) {
 	if err == nil {
 		dev.storm.CompareAndSwap(m, nil)
 	}
-	m.obs.Attempt(dev.u.idx, start, time.Now(), err)
+	m.obs.Attempt(int(dev.u.idx), start, time.Now(), err)
 }

@@ -16,39 +16,41 @@ import (
 // user is one simulated user: its devices, its send streams and what it
 // has in flight.
 type user struct {
-	p     *Population
-	idx   int
-	name  string
-	nameB []byte
+	p *Population
+	// idx is the user's place in the population. class is its behaviour
+	// class, -1 without a mix; interval is the time between its sends
+	// (ns), 0 for a user who does not send.
+	idx, class int32
+	name       string
+	nameB      []byte
 	// devices are the user's sessions' owners, population.devices of
 	// them, each logged in on its own.
-	devices []*device
-	// late users log in only LateAfter after the start.
-	late bool
+	devices  []*device
+	interval int64
 	// everOnline is set at the user's first login on any device.
 	everOnline atomic.Bool
+	// late users log in only LateAfter after the start.
+	late bool
 	// slow users read deliberately slowly (a drill) and do not send.
 	slow bool
-	// class is the user's behaviour class, -1 without a mix; interval is
-	// the time between its sends (ns), 0 for a user who does not send.
-	class    int
-	interval int64
+	// toggle, guarded by mu, alternates direct and group messages.
+	toggle bool
 	// outOf is the group stream of the group the user has left, nil
 	// while it is in all of its groups; owned by the regroup loop.
 	outOf *sendStream
 
-	// mu guards the fields below and each device's sess and sessStart:
-	// the sender, the read loops (acks) and the sweeper (ack timeouts)
-	// all touch them.
+	// mu guards the fields below, toggle, and each device's sess and
+	// sessStart: the sender, the read loops (acks) and the sweeper (ack
+	// timeouts) all touch them.
 	mu       sync.Mutex
 	direct   *sendStream
 	groups   []*sendStream
 	cross    *sendStream // to Options.CrossPeer, user 0 only
 	inflight []flight
-	toggle   bool
 	// groupTurn picks the group of the next group message; devTurn the
-	// device that sends the next message.
-	groupTurn, devTurn int
+	// device that sends the next message. Both are kept below the
+	// number they pick among.
+	groupTurn, devTurn uint32
 
 	// next is the intended time of the next send, owned by the sender.
 	next int64
@@ -59,13 +61,15 @@ type user struct {
 // the sessions.
 type device struct {
 	u     *user
-	idx   int // among the user's devices
 	inbox *Inbox
 	// catchup is nil when catch-up is off.
 	catchup *probe.Catchup
 	// online is set while the device has a session, for the sender's
 	// count of the member devices a group message is owed to at once.
 	online atomic.Bool
+	// idx is the device's among the user's; beside online, so that the
+	// two share a word (a device is held per session).
+	idx int32
 	// nextPause (Unix ns) is when a slow reader next pauses; 0 is at its
 	// next delivery. Owned by the read loop.
 	nextPause int64

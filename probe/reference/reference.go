@@ -293,11 +293,25 @@ type session struct {
 	// convs are its user's conversations.
 	cu    *probe.Catchup
 	convs []string
-	// asked are the history requests in flight, Serve's alone; nextFetch
-	// numbers them; due is scratch for Catchup.Due.
-	asked     []fetch
-	nextFetch uint64
-	due       []probe.Fetch
+	// fx is the history requests' state, made at the first: most
+	// sessions never fetch, and it inline was 48 bytes a session.
+	fx *fetches
+}
+
+// fetches are a session's history requests: asked are those in flight,
+// Serve's alone; next numbers them; due is scratch for Catchup.Due.
+type fetches struct {
+	asked []fetch
+	next  uint64
+	due   []probe.Fetch
+}
+
+// fetches returns s's history requests' state, making it.
+func (s *session) fetches() *fetches {
+	if s.fx == nil {
+		s.fx = &fetches{}
+	}
+	return s.fx
 }
 
 // fetch is one history request in flight: its id, what it asked for, and
@@ -461,7 +475,7 @@ func (s *session) frame(b []byte, at int64, sc *scratch) error {
 				// An answer to a history request, not a push.
 				d.Recovered = true
 				if i := s.findAsked(id); i >= 0 {
-					s.asked[i].got = max(s.asked[i].got, f.seq)
+					s.fx.asked[i].got = max(s.fx.asked[i].got, f.seq)
 				}
 			}
 			gaps := s.cu.Got(f.conv, f.seq, at)
@@ -507,9 +521,9 @@ func (s *session) frame(b []byte, at int64, sc *scratch) error {
 			// Refused (no longer a member): not asked again, and
 			// what it would have brought is lost.
 			if i := s.findAsked(id); i >= 0 {
-				a := s.asked[i]
+				a := s.fx.asked[i]
 				s.cu.Answered(a.conv, a.after, a.after+probe.MaxFetch)
-				s.asked = append(s.asked[:i], s.asked[i+1:]...)
+				s.fx.asked = append(s.fx.asked[:i], s.fx.asked[i+1:]...)
 			}
 		}
 	}
@@ -534,8 +548,8 @@ func (s *session) answered(id uint64, f *frame, at int64) error {
 	if i < 0 {
 		return nil
 	}
-	a := s.asked[i]
-	s.asked = append(s.asked[:i], s.asked[i+1:]...)
+	a := s.fx.asked[i]
+	s.fx.asked = append(s.fx.asked[:i], s.fx.asked[i+1:]...)
 	if f.more && a.got > a.after {
 		s.cu.Answered(a.conv, a.after, a.got)
 		return s.ask(probe.Fetch{Conv: a.conv, After: a.got, N: probe.MaxFetch})
@@ -546,11 +560,12 @@ func (s *session) answered(id uint64, f *frame, at int64) error {
 
 // fetchDue asks for every gap of the device that is due, within maxAsked.
 func (s *session) fetchDue(now int64) error {
-	if len(s.asked) >= maxAsked {
+	fx := s.fetches()
+	if len(fx.asked) >= maxAsked {
 		return nil
 	}
-	s.due = s.cu.Due(now, s.due[:0], maxAsked-len(s.asked))
-	for _, f := range s.due {
+	fx.due = s.cu.Due(now, fx.due[:0], maxAsked-len(fx.asked))
+	for _, f := range fx.due {
 		if err := s.ask(f); err != nil {
 			return err
 		}
@@ -560,8 +575,9 @@ func (s *session) fetchDue(now int64) error {
 
 // ask writes one history request.
 func (s *session) ask(f probe.Fetch) error {
-	s.nextFetch++
-	id := s.nextFetch
+	fx := s.fetches()
+	fx.next++
+	id := fx.next
 	b := append([]byte(`{"type":"history","id":"h`), strconv.FormatUint(id, 10)...)
 	b = append(b, `","conv":`...)
 	b = jsonscan.AppendString(b, f.Conv)
@@ -570,12 +586,15 @@ func (s *session) ask(f probe.Fetch) error {
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, int64(f.N), 10)
 	b = append(b, '}')
-	s.asked = append(s.asked, fetch{id: id, conv: f.Conv, after: f.After})
+	fx.asked = append(fx.asked, fetch{id: id, conv: f.Conv, after: f.After})
 	return s.conn.Write(b)
 }
 
 func (s *session) findAsked(id uint64) int {
-	for i, a := range s.asked {
+	if s.fx == nil {
+		return -1
+	}
+	for i, a := range s.fx.asked {
 		if a.id == id {
 			return i
 		}
