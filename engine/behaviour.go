@@ -133,7 +133,7 @@ func (g *groupState) settled(pos int, now, deadline int64) bool {
 // miss. Without membership churn every member is owed, at no cost.
 func (p *Population) oweGroup(st *sendStream, seq uint64, intended, ackAt int64) (normal, slow int) {
 	if !p.churn {
-		return st.fanout - st.slowFanout, st.slowFanout
+		return int(st.fanout - st.slowFanout), int(st.slowFanout)
 	}
 	deadline := int64(p.opts.Deadline)
 	g := st.grp
@@ -158,7 +158,7 @@ func (p *Population) oweGroup(st *sendStream, seq uint64, intended, ackAt int64)
 	}
 	// The sender's other devices, where the server mirrors: the sender
 	// is in the group, since it sends to it.
-	return normal + st.mirrored, slow
+	return normal + int(st.mirrored), slow
 }
 
 // membershipEvent is a user's next leave or rejoin.

@@ -119,8 +119,8 @@ func (l *Ledger) Streams() int64 { return l.streams.Load() }
 // counts it twice.
 type Inbox struct {
 	l    *Ledger
-	user int // the receiving user's index, for the observer
-	dev  int // the device's index among its user's, for the lost log
+	user int32 // the receiving user's index, for the observer
+	dev  int32 // the device's index among its user's, for the lost log
 	// cohort is the receiving user's.
 	cohort metrics.Cohort
 	// self is the receiving user's name: its own messages are owed to
@@ -475,7 +475,7 @@ func (in *Inbox) observe(h *probe.Header, now int64, o Outcome) {
 		// A copy, so that h does not escape to the heap on every
 		// delivery: only populations with an observer pay for one.
 		hc := *h
-		in.l.obs.Received(in.user, &hc, time.Duration(now-h.Intended), o)
+		in.l.obs.Received(int(in.user), &hc, time.Duration(now-h.Intended), o)
 	}
 }
 

@@ -64,7 +64,7 @@ func (ll *lostLog) note(in *Inbox, key string, lo, hi uint64, before int64) {
 	ll.log.LogAttrs(context.Background(), slog.LevelWarn, "messages lost",
 		slog.String("run", run), slog.String("sender", sender), slog.String("stream", stream),
 		slog.Uint64("first_seq", lo), slog.Uint64("last_seq", hi), slog.Uint64("count", hi-lo+1),
-		slog.String("recipient", string(in.self)), slog.Int("device", in.dev),
+		slog.String("recipient", string(in.self)), slog.Int("device", int(in.dev)),
 		slog.Time("sent_before", time.Unix(0, before)))
 }
 

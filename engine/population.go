@@ -212,7 +212,7 @@ func (p *Population) layout() {
 		// No recipients here: the peer's own process receives it, on
 		// however many devices it has; each process has the same.
 		peer := o.CrossPeer
-		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, peer: peer, fanout: o.Devices, dst: -1}
+		p.users[0].cross = &sendStream{name: []byte("d." + peer), nameS: "d." + peer, fanout: int32(o.Devices), dst: -1}
 	}
 	p.layoutOwed()
 }
@@ -245,8 +245,8 @@ func (p *Population) layoutUsers() {
 		}
 		for d := range o.Devices {
 			in := p.ledger.NewInbox()
-			in.user, in.cohort, in.self, in.ownOwed = i, metrics.CohortOf(u.slow), u.nameB, mirror
-			in.dev = d
+			in.user, in.cohort, in.self, in.ownOwed = int32(i), metrics.CohortOf(u.slow), u.nameB, mirror
+			in.dev = int32(d)
 			dev := &device{u: u, idx: int32(d), inbox: in}
 			if o.CatchUp {
 				dev.catchup = probe.NewCatchup(p.catchupGrace())
@@ -267,7 +267,7 @@ func (p *Population) layoutDirect() {
 		}
 		if peer >= 0 && peer != i {
 			pn := p.users[peer].name
-			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, peer: pn, kind: metrics.Direct, dst: int32(peer)}
+			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, kind: metrics.Direct, dst: int32(peer)}
 		}
 	}
 }
@@ -285,7 +285,7 @@ func (p *Population) layoutGroups() {
 		nameS := "g." + grp.Name
 		name := []byte(nameS)
 		for pos, m := range members {
-			st := &sendStream{name: name, nameS: nameS, peer: grp.Name, kind: metrics.Group,
+			st := &sendStream{name: name, nameS: nameS, kind: metrics.Group,
 				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: int32(pos), dst: -1}
 			p.users[m].groups = append(p.users[m].groups, st)
 		}
@@ -335,8 +335,8 @@ func (p *Population) layoutOwed() {
 				for _, dev := range u.devices {
 					dev.incoming = append(dev.incoming, link{st: st, pos: pos})
 				}
-				st.fanout += len(u.devices) - 1
-				st.mirrored = len(u.devices) - 1
+				st.fanout += int32(len(u.devices) - 1)
+				st.mirrored = int32(len(u.devices) - 1)
 			}
 		}
 	}
@@ -434,7 +434,7 @@ func (p *Population) Plan() probe.Plan {
 	for i, u := range p.users {
 		users[i] = u.name
 		if u.direct != nil {
-			direct = append(direct, probe.Pair{From: u.name, To: u.direct.peer})
+			direct = append(direct, probe.Pair{From: u.name, To: u.direct.peer()})
 		}
 	}
 	if o := p.opts; o.CrossPeer != "" {

@@ -28,7 +28,7 @@ func (dev *device) OnAck(ref uint64, _ probe.Ack) {
 		return
 	}
 	u.p.opts.Set.Kind[f.st.kind].AckLatency.Observe(float64(now-f.sentAt) / 1e9)
-	normal, slow := f.st.fanout-f.st.slowFanout, f.st.slowFanout
+	normal, slow := int(f.st.fanout-f.st.slowFanout), int(f.st.slowFanout)
 	if f.st.grp != nil {
 		normal, slow = u.p.oweGroup(f.st, f.seq, f.intended, now)
 	}

@@ -171,13 +171,13 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 		st.fan.start(h.Seq, intended, p.onlineDevices(st))
 	}
 
-	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == metrics.Group, Fanout: st.fanout}
+	sent := Sent{Ref: ref, Sender: u.name, Stream: st.nameS, Seq: h.Seq, Group: st.kind == metrics.Group, Fanout: int(st.fanout)}
 	buf = probe.AppendBody(buf[:0], &h, p.bodySize(u))
 	m := probe.Message{Ref: ref, Body: buf}
 	if st.kind == metrics.Group {
-		m.Group = st.peer
+		m.Group = st.peer()
 	} else {
-		m.To = st.peer
+		m.To = st.peer()
 	}
 	if err := sess.Send(&m); err != nil {
 		u.mu.Lock()

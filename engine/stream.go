@@ -85,6 +85,10 @@ type device struct {
 	storm atomic.Pointer[stormMark]
 }
 
+// peer is the user a direct stream sends to, or the group a group stream
+// sends to: its name without the "d." or "g.", which holds no copy.
+func (st *sendStream) peer() string { return st.nameS[len("d."):] }
+
 // sendStream is one of a user's outgoing sequences. Its fields are guarded
 // by the sending user's mu.
 type sendStream struct {
@@ -92,34 +96,31 @@ type sendStream struct {
 	// group's members share them, since nothing writes them.
 	name  []byte
 	nameS string
-	// peer is the user a direct stream sends to, or the group a group
-	// stream sends to.
-	peer string
-	kind metrics.Kind
+	kind  metrics.Kind
 	// fanout is how many devices the server owes each message to: every
 	// device of every recipient, and the sender's other devices where
 	// the protocol mirrors a user's messages to them.
-	fanout int
+	fanout int32
 	// slowFanout is how many of those devices are slow readers': their
 	// expected deliveries are counted in the slow_reader cohort.
-	slowFanout int
+	slowFanout int32
 	// fan times the fan-out of a group stream's messages; nil for direct
 	// streams.
 	fan *fanout
 	// mirrored is how much of fanout is the sender's own other devices.
-	mirrored int
+	mirrored int32
 	// grp is the group's membership and pos the sender's place in it;
 	// nil for direct streams. A group stream's recipients are the other
 	// members (see recipients).
-	grp *groupState
 	pos int32
+	grp *groupState
 	// dst is a direct stream's recipient, as a user index: -1 for one
 	// whose recipient is another process's (the cross-shard stream).
 	dst int32
-	// key is the inbox key of the stream ("RUN SENDER NAME"), from the
-	// index of its sender.
+	// from is the index of the stream's sender.
+	from int32
+	// key is the inbox key of the stream ("RUN SENDER NAME").
 	key      string
-	from     int32
 	voidTurn uint32
 	// acked is the highest seq the server acknowledged; acks holds the
 	// time of the last few acks, by seq modulo its length, so that a
