@@ -19,10 +19,10 @@ func TestGCPercent(t *testing.T) {
 		want int
 	}{
 		{0, 100},
-		{10 * mib, 100}, // small: Go's default
-		{16 * mib, 100},
-		{32 * mib, 50}, // room stays paceRoom
-		{96 * mib, 17}, // rounded up: never less room than paceRoom
+		{5 * mib, 100}, // small: Go's default
+		{8 * mib, 100},
+		{16 * mib, 50}, // room stays paceRoom
+		{48 * mib, 17}, // rounded up: never less room than paceRoom
 		{160 * mib, paceMinPercent},
 		{4 << 30, paceMinPercent}, // huge: a share still, never a cap
 	} {
@@ -49,10 +49,10 @@ func TestPacer(t *testing.T) {
 		held int64
 		want []int
 	}{
-		{"a small process keeps Go's default", 10 * mib, nil},
+		{"a small process keeps Go's default", 5 * mib, nil},
 		{"a large one is paced", 200 * mib, []int{paceMinPercent}},
 		{"drift of a few MiB changes nothing", 190 * mib, []int{paceMinPercent}},
-		{"sessions gone: back towards the default", 20 * mib, []int{paceMinPercent, 80}},
+		{"sessions gone: back towards the default", 10 * mib, []int{paceMinPercent, 80}},
 	} {
 		held = step.held
 		p.pace()
