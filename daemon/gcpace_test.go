@@ -26,13 +26,34 @@ func TestGCPercent(t *testing.T) {
 		{160 * mib, paceMinPercent},
 		{4 << 30, paceMinPercent}, // huge: a share still, never a cap
 	} {
-		if got := gcPercent(tc.held); got != tc.want {
+		if got := gcPercent(tc.held, 0); got != tc.want {
 			t.Errorf("gcPercent(%d MiB) = %d, want %d", tc.held/mib, got, tc.want)
 		}
 		// Whatever is held, the room is a share of it: the collector
 		// cannot be left without room.
-		if room := tc.held * int64(gcPercent(tc.held)) / 100; room < tc.held*paceMinPercent/100 {
+		if room := tc.held * int64(gcPercent(tc.held, 0)) / 100; room < tc.held*paceMinPercent/100 {
 			t.Errorf("held %d MiB: room %d bytes, less than %d%% of it", tc.held/mib, room, paceMinPercent)
+		}
+	}
+}
+
+// TestGCPercentFollowsRate: a busy process's room is paceSpan of its
+// allocation, up to Go's default; an idle one's stays paceRoom.
+func TestGCPercentFollowsRate(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		held int64
+		rate float64
+		want int
+	}{
+		{160 * mib, 0, paceMinPercent},
+		{160 * mib, 100 << 10, paceMinPercent},                  // 4.4 MiB in 45 s: the least room
+		{160 * mib, 1 << 20, 29},                                // 45 MiB of 160
+		{160 * mib, 8 << 20, 100},                               // more than is held: Go's default
+		{400 * mib, float64(paceRoom) / 45 * 2, paceMinPercent}, // 16 MiB of 400: the floor
+	} {
+		if got := gcPercent(tc.held, tc.rate); got != tc.want {
+			t.Errorf("gcPercent(%d MiB, %.0f B/s) = %d, want %d", tc.held/mib, tc.rate, got, tc.want)
 		}
 	}
 }
@@ -88,8 +109,28 @@ func TestPacerRun(t *testing.T) {
 		var ready atomic.Bool
 		var sets []int
 		var frees atomic.Int32
+		// allocs grows 100 KiB a second while idle, 8 MiB while busy.
+		var allocs atomic.Uint64
+		var busy atomic.Bool
 		p := &pacer{log: slog.New(slog.NewTextHandler(io.Discard, nil)), read: held.Load,
-			set: func(n int) int { sets = append(sets, n); return 0 }, free: func() { frees.Add(1) }, cur: 100}
+			set: func(n int) int { sets = append(sets, n); return 0 }, free: func() { frees.Add(1) },
+			allocs: allocs.Load, cur: 100}
+		stopAlloc := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stopAlloc:
+					return
+				case <-time.After(paceEvery):
+				}
+				if busy.Load() {
+					allocs.Add(8 << 20)
+				} else {
+					allocs.Add(100 << 10)
+				}
+			}
+		}()
+		defer close(stopAlloc)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { p.run(ctx, ready.Load); close(done) }()
@@ -105,6 +146,18 @@ func TestPacerRun(t *testing.T) {
 		synctest.Wait()
 		if frees.Load() != 1 {
 			t.Errorf("%d frees once ready, want 1", frees.Load())
+		}
+		if len(sets) != 1 {
+			t.Errorf("an idle population's pace moved: GOGC set to %v", sets)
+		}
+		// Busy: 8 MiB a second, 360 MiB in paceSpan, more than the 200
+		// held: the pace rises towards Go's default as the average
+		// catches up (to within the eighth that pace ignores).
+		busy.Store(true)
+		time.Sleep(120 * paceEvery)
+		synctest.Wait()
+		if last := sets[len(sets)-1]; last < 100-100/8 || !slices.IsSorted(sets[1:]) {
+			t.Errorf("busy: GOGC set to %v, want it to rise to about 100", sets)
 		}
 		cancel()
 		<-done
