@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/imcanary/imcanary/internal/minheap"
 )
 
 // sendMessage accepts a send frame: it assigns the message its id and
@@ -523,53 +525,21 @@ type delayed struct {
 	gen     uint64
 }
 
-// delayHeap is a min-heap by (at, n). It is hand-rolled rather than
-// container/heap so a push does not box its entry.
+// delayHeap is a min-heap by (at, n) (see minheap).
 type delayHeap []delayed
 
-func (h delayHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+func delayedLess(a, b delayed) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].n < h[j].n
+	return a.n < b.n
 }
 
-func (h *delayHeap) push(d delayed) {
-	*h = append(*h, d)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !q.less(i, p) {
-			break
-		}
-		q[i], q[p] = q[p], q[i]
-		i = p
-	}
-}
+func (h *delayHeap) push(d delayed) { *h = minheap.Push(*h, d, delayedLess) }
 
-func (h *delayHeap) pop() delayed {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q[last] = delayed{} // let the frame go
-	q = q[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(q) && q.less(l, m) {
-			m = l
-		}
-		if r < len(q) && q.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		q[i], q[m] = q[m], q[i]
-		i = m
-	}
-	*h = q
-	return top
+func (h *delayHeap) pop() (d delayed) {
+	d, *h = minheap.Pop(*h, delayedLess)
+	return d
 }
 
 func (s *Server) now() int64 { return int64(time.Since(s.epoch)) }

@@ -5,6 +5,8 @@ package netpoll
 import (
 	"sync"
 	"time"
+
+	"github.com/imcanary/imcanary/internal/minheap"
 )
 
 // Deadlines: a Handle may ask to be woken at a time with nothing to read
@@ -42,46 +44,15 @@ type due struct {
 	h  *Handle
 }
 
-// dueQueue is a min-heap of due by time. It is written out rather than
-// used through container/heap, whose Push and Pop box each entry: an
-// allocation every time a moved deadline is scheduled again.
+// dueQueue is a min-heap of due by time (see minheap).
 type dueQueue []due
 
-func (q *dueQueue) push(e due) {
-	*q = append(*q, e)
-	a := *q
-	for i := len(a) - 1; i > 0; {
-		up := (i - 1) / 2
-		if a[up].at <= a[i].at {
-			break
-		}
-		a[up], a[i] = a[i], a[up]
-		i = up
-	}
-}
+func dueLess(a, b due) bool { return a.at < b.at }
 
-func (q *dueQueue) pop() due {
-	a := *q
-	e := a[0]
-	n := len(a) - 1
-	a[0] = a[n]
-	a[n] = due{}
-	a = a[:n]
-	for i := 0; ; {
-		l, small := 2*i+1, i
-		if l < n && a[l].at < a[small].at {
-			small = l
-		}
-		if r := l + 1; r < n && a[r].at < a[small].at {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		a[i], a[small] = a[small], a[i]
-		i = small
-	}
-	*q = a
+func (q *dueQueue) push(e due) { *q = minheap.Push(*q, e, dueLess) }
+
+func (q *dueQueue) pop() (e due) {
+	e, *q = minheap.Pop(*q, dueLess)
 	return e
 }
 
