@@ -81,6 +81,12 @@ func TestDeadlineWakesOnceAfterIt(t *testing.T) {
 	h.SetDeadline(d)
 	r.wait(t, "deadline")
 	after(t, p, time.Now().Add(50*time.Millisecond).UnixNano())
+	r.onceAfter(t, d)
+}
+
+// onceAfter checks that ready ran once, not before d, and saw d.
+func (r *runs) onceAfter(t *testing.T, d int64) {
+	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.at) != 1 {
@@ -88,6 +94,9 @@ func TestDeadlineWakesOnceAfterIt(t *testing.T) {
 	}
 	if r.at[0] < d {
 		t.Errorf("ready ran %v before the deadline", time.Duration(d-r.at[0]))
+	}
+	if r.deadline[0] != d {
+		t.Errorf("ready saw deadline %d, want %d", r.deadline[0], d)
 	}
 }
 
@@ -110,17 +119,7 @@ func TestDeadlineMovedLater(t *testing.T) {
 	}
 	r.wait(t, "moved deadline")
 	after(t, p, time.Now().Add(30*time.Millisecond).UnixNano())
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.at) != 1 {
-		t.Fatalf("ready ran %d times", len(r.at))
-	}
-	if r.at[0] < last {
-		t.Errorf("ready ran %v before the last deadline", time.Duration(last-r.at[0]))
-	}
-	if r.deadline[0] != last {
-		t.Errorf("ready saw deadline %d, want %d", r.deadline[0], last)
-	}
+	r.onceAfter(t, last)
 }
 
 func TestDeadlineBroughtForward(t *testing.T) {
