@@ -34,18 +34,16 @@ func (m *Memberships[T]) Replace(users []string, of map[string][]T) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	kept := m.ents[:0]
+	// A new slice, not compacted in place: readers hold none of it, but
+	// the old array would keep the dropped users' lists alive.
+	ents := make([]membership[T], 0, len(m.ents)+len(of))
 	for _, e := range m.ents {
-		if _, ok := drop[e.user]; !ok {
-			if _, ok := of[e.user]; !ok {
-				kept = append(kept, e)
-			}
+		_, dropped := drop[e.user]
+		_, replaced := of[e.user]
+		if !dropped && !replaced {
+			ents = append(ents, e)
 		}
 	}
-	clear(m.ents[len(kept):])
-	n := len(kept) + len(of)
-	ents := make([]membership[T], len(kept), n)
-	copy(ents, kept)
 	for u, v := range of {
 		if len(v) > 0 {
 			ents = append(ents, membership[T]{user: u, of: v})

@@ -154,9 +154,9 @@ func (c *clock) stop() {
 	c.q = nil
 }
 
-// Scheduled is the number of deadlines on the clock, stale entries
+// scheduled is the number of deadlines on the clock, stale entries
 // included: memory the clock holds.
-func (p *Poller) Scheduled() int {
+func (p *Poller) scheduled() int {
 	p.clock.mu.Lock()
 	defer p.clock.mu.Unlock()
 	return len(p.clock.q)

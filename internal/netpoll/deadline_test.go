@@ -112,7 +112,7 @@ func TestDeadlineMovedLater(t *testing.T) {
 	for range 20 {
 		last = time.Now().Add(200 * time.Millisecond).UnixNano()
 		h.SetDeadline(last)
-		if n := p.Scheduled(); n > 2 {
+		if n := p.scheduled(); n > 2 {
 			t.Fatalf("%d entries on the clock for one handle", n)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -159,7 +159,7 @@ func TestDeadlineClearedOrRemoved(t *testing.T) {
 	if n := rr.count(); n != 0 {
 		t.Errorf("a removed handle's deadline ran ready %d times", n)
 	}
-	if n := p.Scheduled(); n != 0 {
+	if n := p.scheduled(); n != 0 {
 		t.Errorf("%d entries left on the clock", n)
 	}
 }
@@ -206,7 +206,7 @@ func TestDeadlinesManyInOrder(t *testing.T) {
 		}
 		r.mu.Unlock()
 	}
-	if s := p.Scheduled(); s != 0 {
+	if s := p.scheduled(); s != 0 {
 		t.Errorf("%d entries left on the clock", s)
 	}
 }
@@ -217,7 +217,7 @@ func TestDeadlineAfterClose(t *testing.T) {
 	h.SetDeadline(time.Now().Add(time.Hour).UnixNano())
 	p.Close()
 	h.SetDeadline(time.Now().UnixNano())
-	if s := p.Scheduled(); s != 0 {
+	if s := p.scheduled(); s != 0 {
 		t.Errorf("%d entries on a closed Poller's clock", s)
 	}
 	time.Sleep(30 * time.Millisecond)

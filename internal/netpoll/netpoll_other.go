@@ -50,9 +50,6 @@ func (p *Poller) Add(c syscall.Conn, r Reader) (*Handle, error) { return nil, Er
 // Len is 0.
 func (p *Poller) Len() int { return 0 }
 
-// Scheduled is 0.
-func (p *Poller) Scheduled() int { return 0 }
-
 // Workers is 0.
 func (p *Poller) Workers() int { return 0 }
 
