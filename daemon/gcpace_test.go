@@ -117,6 +117,12 @@ func TestPacerRun(t *testing.T) {
 			allocs: allocs.Load, cur: 100}
 		stopAlloc := make(chan struct{})
 		go func() {
+			// Half a period out of step with the pacer's ticker, so
+			// that each tick sees exactly one second's allocation: at
+			// the same instant, which runs first is up to the
+			// scheduler, and a tick that saw none or two made the
+			// rate dip (CI, stop 46: GOGC 13 then 12).
+			time.Sleep(paceEvery / 2)
 			for {
 				select {
 				case <-stopAlloc:
