@@ -30,8 +30,9 @@ type Protocol struct {
 	// problems name keys within the section ("domain").
 	Validate func(section any) []*ValidationError
 	// Required, if set, checks the section of the protocol in use for
-	// what only it needs: a mapped protocol's mapping.
-	Required func(section any) error
+	// what only it needs, with the target it is used in: a mapped
+	// protocol's mapping, and what target.catch_up asks of it.
+	Required func(section any, t Target) error
 	// InProcess says that an empty target.url means a reference server
 	// in this process; every other protocol needs a URL.
 	InProcess bool

@@ -230,7 +230,7 @@ func (ld *Loader) targetProblems(s *problemSink, t Target) {
 			s.add(p)
 		}
 		if proto.Name == t.Protocol && proto.Required != nil {
-			if err := proto.Required(sec); err != nil {
+			if err := proto.Required(sec, t); err != nil {
 				s.add(&ValidationError{Key: "target." + proto.Name, Err: err})
 			}
 		}

@@ -44,6 +44,7 @@ type Population struct {
 	// (Serve), as opposed to watched by the poller.
 	served atomic.Int64
 	log    *slog.Logger
+	ends   *endLog
 	ledger *Ledger
 	users  []*user
 	groups []probe.Group
@@ -165,6 +166,7 @@ func NewPopulation(o Options) (*Population, error) {
 	p := &Population{
 		opts:    o,
 		log:     o.Logger,
+		ends:    newEndLog(o.Logger),
 		ledger:  NewLedger(o.Set, o.Run, time.Now(), o.Deadline, o.LostAfter),
 		run:     []byte(o.Run),
 		readyC:  make(chan struct{}),

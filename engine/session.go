@@ -385,7 +385,7 @@ func (p *Population) goOffline(ctx context.Context, l *live, err error, attempt 
 	if ctx.Err() != nil {
 		return attempt, false
 	}
-	p.log.Debug("session ended", "user", u.name, "device", dev.idx, "reason", reason, "err", err)
+	p.ends.note(u.name, dev.idx, reason, err)
 	// A session that held for a while earns a fresh backoff; one the
 	// server kills at once keeps backing off, so a flapping server
 	// is not stormed.

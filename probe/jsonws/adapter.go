@@ -1,6 +1,8 @@
 package jsonws
 
 import (
+	"errors"
+
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/probe"
 )
@@ -15,9 +17,16 @@ var Adapter = probe.Adapter{
 		// is checked too, as every protocol's is: a mapping kept in a
 		// file is wrong whichever protocol the file picks today.
 		Validate: func(section any) []*config.ValidationError { return section.(Config).Validate() },
-		Required: func(section any) error {
-			if section.(Config).Empty() {
+		Required: func(section any, t config.Target) error {
+			c := section.(Config)
+			if c.Empty() {
 				return errNoMapping
+			}
+			if t.CatchUp != config.CatchUpOff && c.Delivery.Seq != "" && c.CatchUp.Fetch == "" {
+				// Gaps would be found and never fetched: each would
+				// count lost, as with catch-up off, while the
+				// configuration says it is on.
+				return errors.New("target.catch_up is on and delivery.seq numbers the conversations, but catch_up.fetch is not set: a gap could never be fetched. Set catch_up.fetch (and catch_up.done), or target.catch_up: off")
 			}
 			return nil
 		},

@@ -210,7 +210,7 @@ var help = map[string]string{
 	"keepalive.ping":          "websocket, none, or the template of an application ping",
 	"keepalive.pong":          "rule of the server's answer to an application ping: read as keepalive, not counted unmatched",
 	"keepalive.answer":        "the server's application pings and their answers: a list of {when: RULE, send: TEMPLATE}",
-	"disconnects.close_codes": "close codes and their reasons: slow_consumer, conflict, server_close, or unauthorized (a login refused: counted as a connect failure of reason unauthorized)",
+	"disconnects.close_codes": "close codes and their reasons: slow_consumer, conflict, server_close, error (the server found the client at fault), or unauthorized (credentials refused: a login closed with it fails as unauthorized, a running session ends as server_close)",
 	"disconnects.frames":      "frames that end the session: a list of {match: RULE, reason: REASON, text: PATH}",
 	"ignore":                  "rules of frames known and not needed, which are not counted unmatched",
 }

@@ -30,6 +30,9 @@ var (
 	sioTypes = map[byte]string{'0': "connect", '1': "disconnect", '2': "event", '3': "ack", '4': "connect_error", '5': "binary_event", '6': "binary_ack"}
 )
 
+// pathRoot is the path of the whole message.
+const pathRoot = "."
+
 // Virtual paths of the Engine.IO framing.
 const (
 	pathType = "$type"
@@ -96,6 +99,14 @@ func newDecoder(framing string) *decoder {
 func (d *decoder) path(p string) (int, error) {
 	if p == "" {
 		return -1, errors.New("empty path")
+	}
+	if p == pathRoot {
+		// The message itself: a rule of {".": "{}"} matches a frame
+		// that is exactly an empty object (Centrifugo's ping).
+		if d.root.slot < 0 {
+			d.root.slot = d.addSlot(p)
+		}
+		return d.root.slot, nil
 	}
 	if strings.HasPrefix(p, "$") {
 		if d.framing != framingEngineIO {

@@ -124,6 +124,8 @@ type compiler struct {
 	dec   *decoder
 	attrs attrSets
 	errs  []*config.ValidationError
+	// noToken says token.source is none: {{.Token}} would render empty.
+	noToken bool
 }
 
 func (c *compiler) fail(key string, v any, format string, args ...any) {
@@ -139,7 +141,7 @@ func (cfg Config) Empty() bool {
 // compile checks cfg and compiles it. Its problems name keys within the
 // section ("send.direct").
 func compile(cfg Config) (*mapping, []*config.ValidationError) {
-	c := &compiler{}
+	c := &compiler{noToken: cfg.Token.Source == "none"}
 	m := &mapping{subprotocol: cfg.Subprotocol, mirrorsOwn: cfg.MirrorsOwn, maxFrame: int64(cfg.MaxFrame)}
 	switch cfg.Framing {
 	case framingObject, framingLines, framingEngineIO:
@@ -263,7 +265,7 @@ func (c *compiler) compileCatchUp(cfg Config, m *mapping) {
 		key, src string
 		s        site
 		dst      **template
-	}{{"catch_up.direct_conv", cu.DirectConv, siteDirect, &m.directConv}, {"catch_up.group_conv", cu.GroupConv, siteGroupSub, &m.groupConv}} {
+	}{{"catch_up.direct_conv", cu.DirectConv, siteDirectConv, &m.directConv}, {"catch_up.group_conv", cu.GroupConv, siteGroupConv, &m.groupConv}} {
 		if cv.src == "" {
 			continue
 		}
@@ -333,7 +335,7 @@ func (c *compiler) compileKeepalive(cfg Config, m *mapping) {
 		if s == "" {
 			c.fail(key+".send", am["send"], "must be a template")
 		}
-		an.send = c.template(key+".send", s, siteLogin)
+		an.send = c.template(key+".send", s, siteKeepalive)
 		m.answers = append(m.answers, an)
 	}
 }
@@ -376,11 +378,12 @@ func (c *compiler) compileDisconnects(cfg Config, m *mapping) {
 // reasons are the disconnect reasons a mapping may name.
 var reasons = []string{metrics.ReasonSlowConsumer, metrics.ReasonConflict, metrics.ReasonServerClose}
 
-// closeReasons are what a close code may mean: a disconnect reason, or
-// unauthorized, a close that refuses the credentials. It fails a login as
-// unauthorized, so that the authentication alert sees it, and ends a
-// running session as server_close.
-var closeReasons = append(slices.Clip(reasons), metrics.ConnectUnauthorized)
+// closeReasons are what a close code may mean: a disconnect reason; error,
+// the server saying the client broke its protocol; or unauthorized, a
+// close that refuses the credentials. Unauthorized fails a login as such,
+// so that the authentication alert sees it, and ends a running session as
+// server_close.
+var closeReasons = append(slices.Clip(reasons), metrics.ReasonError, metrics.ConnectUnauthorized)
 
 func validReason(r string) bool { return slices.Contains(reasons, r) }
 
@@ -437,6 +440,9 @@ func (c *compiler) template(key, src string, s site) *template {
 		c.fail(key, src, "%v", err)
 		return nil
 	}
+	if c.noToken && t.uses(varToken) {
+		c.fail(key, src, "uses {{.Token}}, which is empty: token.source is none (set it to jwt, hmac or file)")
+	}
 	return t
 }
 
@@ -444,7 +450,7 @@ func (c *compiler) template(key, src string, s site) *template {
 func (c *compiler) rule(key string, v any, required bool) *rule {
 	if m, ok := v.(map[string]any); v == nil || ok && len(m) == 0 {
 		if required {
-			c.fail(key, nil, "is required: a mapping of paths to values")
+			c.fail(key, v, `is required: a mapping of paths to values (a message that is exactly {} is {".": "{}"})`)
 		}
 		return nil
 	}
@@ -574,7 +580,7 @@ func (c *compiler) token(t TokenConfig) tokenSpec {
 		for _, k := range slices.Sorted(maps.Keys(t.Claims)) {
 			switch v := t.Claims[k].(type) {
 			case string:
-				if tm := c.template("token.claims."+k, v, siteLogin); tm != nil {
+				if tm := c.template("token.claims."+k, v, siteClaims); tm != nil {
 					for i := range tm.parts {
 						if tm.parts[i].act != nil {
 							tm.parts[i].act.inString = true

@@ -121,6 +121,36 @@ func TestConfigCheckNamesTheKey(t *testing.T) {
 			[]string{"target.jsonws.delivery.conv", "is needed with delivery.seq"}},
 		{"jwt claim template", `login:`, "token: {source: jwt, claims: {sub: \"{{.Usr}}\"}}\n    login:",
 			[]string{"target.jsonws.token.claims.sub", "unknown variable .Usr: did you mean .User?"}},
+		// An answer to the server's ping is no request of ours: its
+		// {{.ID}} would be 0.
+		{"id in a ping's answer", `login:`, "keepalive: {answer: [{when: {ping: \"*\"}, send: '{\"pong\":{{.ID}}}'}]}\n    login:",
+			[]string{"target.jsonws.keepalive.answer[0].send", "unknown variable .ID"}},
+		{"id in a claim", `login:`, "token: {source: jwt, claims: {jti: \"{{.ID}}\"}}\n    login:",
+			[]string{"target.jsonws.token.claims.jti", "unknown variable .ID"}},
+		{"token without a source", `{"login":{{.User}}`, `{"login":{{.Token}}`,
+			[]string{"target.jsonws.login[0].send", "uses {{.Token}}, which is empty: token.source is none"}},
+		{"empty rule", `login:`, "keepalive: {answer: [{when: {}, send: '{}'}]}\n    login:",
+			[]string{"target.jsonws.keepalive.answer[0].when", `is exactly {} is {".": "{}"}`}},
+		{"list value", `match: {type: msg}`, `match: {type: [msg]}`,
+			[]string{"target.jsonws.delivery.match.type", "a list matches only as []"}},
+		{"seq without a fetch", `body: body}`, `body: body, seq: seq, conv: conv}`,
+			[]string{"target.jsonws", "target.catch_up is on", "catch_up.fetch is not set"}},
+	}
+	for name, edit := range map[string]string{
+		"seq without a fetch, catch-up off": "target:\n  catch_up: \"off\"",
+		"the server's empty ping answered":  "    keepalive: {answer: [{when: {\".\": \"{}\"}, send: '{}'}]}\n",
+		"a close code of error":             "    disconnects: {close_codes: {\"3012\": error, \"3500\": unauthorized}}\n",
+	} {
+		doc := strings.Replace(minimal, `body: body}`, `body: body, seq: seq, conv: conv}`, 1)
+		if strings.HasPrefix(edit, "target:") {
+			doc = strings.Replace(doc, "target:", edit, 1)
+		} else {
+			doc = strings.Replace(doc, "    send:\n", edit+"    send:\n", 1)
+			doc = strings.Replace(doc, "target:", "target:\n  catch_up: \"off\"", 1)
+		}
+		if p := problems(t, doc); p != "" {
+			t.Errorf("%s: %s\n%s", name, p, doc)
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -297,6 +327,34 @@ func TestRulesMatch(t *testing.T) {
 		}
 		if ok != want {
 			t.Errorf("%s: match = %v, want %v (rule %s)", frame, ok, want, r)
+		}
+	}
+	// Empty values, as Centrifugo's ping {} and an answer's data: {} are.
+	c = &compiler{dec: newDecoder(framingLines)}
+	root := compileRule(c, "r", map[string]any{".": "{}"}, nil)
+	field := compileRule(c, "f", map[string]any{"data": map[string]any{}, "list": "[]"}, nil)
+	if len(c.errs) > 0 {
+		t.Fatal(c.errs)
+	}
+	for frame, want := range map[string][2]bool{
+		`{}`:                         {true, false},
+		`{ }`:                        {true, false},
+		`{"a":1}`:                    {false, false},
+		`[]`:                         {false, false},
+		`"{}"`:                       {false, false},
+		`{"data":{},"list":[ ]}`:     {false, true},
+		`{"data":{"x":1},"list":[]}`: {false, false},
+		`{"data":"{}","list":[]}`:    {false, false},
+		`{"data":{},"list":[1]}`:     {false, false},
+		`{"data":{},"list":{}}`:      {false, false},
+	} {
+		m := c.dec.newMsg()
+		var got [2]bool
+		if err := c.dec.each([]byte(frame), m, func(m *msg) error { got = [2]bool{root.match(m), field.match(m)}; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: {\".\": {}} and {data: {}, list: []} match %v, want %v", frame, got, want)
 		}
 	}
 }

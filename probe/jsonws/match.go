@@ -20,6 +20,7 @@ const (
 	opPrefix          // "abc*"
 	opRange           // "200..299"
 	opTemplate        // "{{.ID}}": equal to the rendered template
+	opEmpty           // "{}" or "[]": an empty object or array
 )
 
 type cond struct {
@@ -71,6 +72,15 @@ func compileRule(c *compiler, key string, v any, s site) *rule {
 			val = "null"
 		case int, int64, uint64, float64:
 			val = fmt.Sprint(x)
+		case map[string]any:
+			// {} in YAML: flatten keeps only an empty mapping.
+			val = "{}"
+		case []any:
+			if len(x) > 0 {
+				c.fail(ckey, x, "a list matches only as [] (empty): name an element's path, such as %s.0", p)
+				continue
+			}
+			val = "[]"
 		default:
 			c.fail(ckey, x, "must be a string, a number or a boolean")
 			continue
@@ -78,6 +88,10 @@ func compileRule(c *compiler, key string, v any, s site) *rule {
 		switch {
 		case val == "*":
 			cd.op = opPresent
+		case val == "{}" || val == "[]":
+			// An empty object or array, whatever spaces are in it:
+			// as a string it would never equal a JSON value.
+			cd.op, cd.lit = opEmpty, []byte(val)
 		case strings.Contains(val, "{{"):
 			if s == nil {
 				c.fail(ckey, val, "templates are not allowed here: the rule is checked against every frame")
@@ -172,6 +186,9 @@ func (cd *cond) holds(m *msg) bool {
 	case opRange:
 		n, ok := v.uint()
 		return ok && cd.lo <= n && n <= cd.hi
+	case opEmpty:
+		return (cd.lit[0] == '{' && v.kind == kindObject || cd.lit[0] == '[' && v.kind == kindArray) &&
+			len(bytes.TrimSpace(v.b[1:len(v.b)-1])) == 0
 	}
 	return false
 }

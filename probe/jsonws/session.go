@@ -234,7 +234,11 @@ func (s *session) Ping() error {
 	case s.d.m.pingWS:
 		return s.conn.Ping()
 	case s.d.m.ping != nil:
-		b, err := s.d.m.ping.render(nil, s.env)
+		// A request of its own: its {{.ID}} is a fresh one, which a
+		// pong may echo.
+		e := *s.env
+		e.id = s.newID()
+		b, err := s.d.m.ping.render(nil, &e)
 		if err != nil {
 			return err
 		}

@@ -93,15 +93,21 @@ type site []varID
 // Every template may use these.
 var common = site{varID_, varUser, varDevice, varToken, varPassword}
 
-// The sites of the mapping.
+// The sites of the mapping. A template that is no request of imcanary's
+// has no .ID, which would render 0: an answer to the server's ping, a
+// token's claims, a conversation's name.
 var (
-	siteLogin     = common
-	siteDirect    = slices.Concat(common, site{varPeer})
-	siteGroupSub  = slices.Concat(common, site{varGroup})
-	siteCreate    = slices.Concat(common, site{varGroup, varMembers})
-	siteSendDM    = slices.Concat(common, site{varTo, varBody})
-	siteSendGroup = slices.Concat(common, site{varGroup, varBody})
-	siteFetch     = slices.Concat(common, site{varConv, varAfter, varSince, varBefore, varLimit})
+	siteKeepalive  = site{varUser, varDevice, varToken, varPassword}
+	siteClaims     = site{varUser, varDevice}
+	siteDirectConv = site{varUser, varDevice, varPeer}
+	siteGroupConv  = site{varUser, varDevice, varGroup}
+	siteLogin      = common
+	siteDirect     = slices.Concat(common, site{varPeer})
+	siteGroupSub   = slices.Concat(common, site{varGroup})
+	siteCreate     = slices.Concat(common, site{varGroup, varMembers})
+	siteSendDM     = slices.Concat(common, site{varTo, varBody})
+	siteSendGroup  = slices.Concat(common, site{varGroup, varBody})
+	siteFetch      = slices.Concat(common, site{varConv, varAfter, varSince, varBefore, varLimit})
 )
 
 // attrSets are the attribute names a mapping captures, for checking
