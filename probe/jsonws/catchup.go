@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/probe/internal/jsonscan"
 )
@@ -166,6 +167,15 @@ func (s *session) ask(f probe.Fetch) error {
 // holds in the range. A full page means there may be more: the rest of
 // the range is asked at once.
 func (s *session) answeredFetch(i int, m *msg) error {
+	if ld := s.d.m.done.list; ld != nil {
+		if v := m.vals[ld.slot]; v.kind == kindArray {
+			f := &s.asked[i]
+			err := s.deliverList(ld, v.b, []byte(f.conv), s.isGroupConv(f.conv), func(seq uint64) { f.got = max(f.got, seq) })
+			if err != nil {
+				return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("history of %s: %w", f.conv, err)}
+			}
+		}
+	}
 	f := s.asked[i]
 	s.asked = append(s.asked[:i], s.asked[i+1:]...)
 	if f.got >= f.after+uint64(f.n) {
@@ -182,6 +192,12 @@ func (s *session) answeredFetch(i int, m *msg) error {
 	}
 	s.cu.Answered(f.conv, f.after, max(upTo, f.got))
 	return nil
+}
+
+// isGroupConv reports whether conv is one of the user's groups, by its
+// catch_up name.
+func (s *session) isGroupConv(conv string) bool {
+	return slices.Index(s.convs, conv) >= s.nDirect
 }
 
 // maxSyncs bounds the newest-seq requests a session keeps waiting for: a
@@ -252,26 +268,12 @@ func (s *session) syncedList(el *decoder, v value) {
 	if v.kind != kindArray {
 		return
 	}
-	p := jsonscan.Scanner{B: v.b}
-	p.I++ // the '[', which the decoder found
-	p.WS()
-	if p.Eat(']') {
-		return
-	}
-	em := el.newMsg()
-	for {
-		em.reset()
-		if el.walk(&p, &el.root, em, 0) != nil {
-			return
-		}
+	// A malformed element ends the list: what came before it stands.
+	_ = el.eachElem(v.b, el.newMsg(), func(em *msg) {
 		if seq, ok := em.vals[1].uint(); ok && em.vals[0].kind == kindString {
 			s.cu.Behind(string(em.vals[0].b), seq, s.at)
 		}
-		p.WS()
-		if !p.Eat(',') {
-			return
-		}
-	}
+	})
 }
 
 // syncedObject reads an object of conversation to newest seq.

@@ -434,3 +434,34 @@ func kindOf(c byte) byte {
 	}
 	return kindNumber
 }
+
+// eachElem decodes each element of the JSON array arr into m and calls fn
+// with it: a list of objects inside a message (a history answer's
+// publications), which d's paths read from each element.
+func (d *decoder) eachElem(arr []byte, m *msg, fn func(*msg)) error {
+	p := jsonscan.Scanner{B: arr}
+	p.WS()
+	if !p.Eat('[') {
+		return p.Errorf("expected '['")
+	}
+	p.WS()
+	if p.Eat(']') {
+		return nil
+	}
+	for {
+		m.reset()
+		start := p.I
+		if err := d.walk(&p, &d.root, m, 0); err != nil {
+			return err
+		}
+		m.raw, m.start, m.end = arr[start:p.I], start, p.I
+		fn(m)
+		p.WS()
+		if p.Eat(']') {
+			return nil
+		}
+		if !p.Eat(',') {
+			return p.Errorf("expected ',' or ']'")
+		}
+	}
+}

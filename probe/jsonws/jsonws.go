@@ -215,6 +215,9 @@ func (m *mapping) eachTemplate(fn func(*template)) {
 			if s.send != nil {
 				fn(s.send)
 			}
+			if s.resume != nil {
+				fn(s.resume)
+			}
 			steps(s.otherwise)
 		}
 	}
@@ -345,7 +348,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 		}
 	}
 	err := parallel(ctx, users, func(u string) error {
-		s, err := d.open(ctx, u, 0, probe.Link{}, false)
+		s, err := d.open(ctx, u, 0, probe.Link{}, false, nil)
 		if err != nil {
 			return fmt.Errorf("provision user %s: %w", u, err)
 		}
@@ -372,7 +375,7 @@ func (d *Driver) Provision(ctx context.Context, plan probe.Plan) error {
 
 // provisionGroup creates g by its first member and joins the others.
 func (d *Driver) provisionGroup(ctx context.Context, g probe.Group) error {
-	s, err := d.open(ctx, g.Members[0], 0, probe.Link{}, false)
+	s, err := d.open(ctx, g.Members[0], 0, probe.Link{}, false, nil)
 	if err != nil {
 		return fmt.Errorf("provision group %s: %w", g.Name, err)
 	}
@@ -387,7 +390,7 @@ func (d *Driver) provisionGroup(ctx context.Context, g probe.Group) error {
 		return nil
 	}
 	for _, u := range g.Members[1:] {
-		s, err := d.open(ctx, u, 0, probe.Link{}, false)
+		s, err := d.open(ctx, u, 0, probe.Link{}, false, nil)
 		if err != nil {
 			return fmt.Errorf("provision group %s: join %s: %w", g.Name, u, err)
 		}
@@ -460,11 +463,10 @@ func (m *mapping) sharedAttrs() []string {
 // subscribe steps of the user's conversations, and returns once each is
 // confirmed.
 func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (probe.Session, error) {
-	s, err := d.open(ctx, user, dev.Index, dev.Link, true)
+	s, err := d.open(ctx, user, dev.Index, dev.Link, true, dev.Catchup)
 	if err != nil {
 		return nil, err
 	}
-	s.cu = dev.Catchup
 	if s.cu != nil {
 		if s.convs, err = d.convsOf(s); err != nil {
 			s.conn.Abort()
@@ -612,6 +614,7 @@ func (d *Driver) convsOf(s *session) ([]string, error) {
 			}
 		}
 	}
+	s.nDirect = len(out)
 	if t := d.m.groupConv; t != nil {
 		for _, g := range d.groups.Of(s.user) {
 			e := *s.env

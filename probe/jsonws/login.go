@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -158,14 +159,18 @@ func (s *session) start(st *step, e *env) (waiting, error) {
 			return waiting{}, err
 		}
 	}
-	if st.send == nil {
+	send, what := st.send, ".send"
+	if ec.resume {
+		send, what = st.resume, ".resume"
+	}
+	if send == nil {
 		return w, nil
 	}
-	b, err := st.send.render(nil, &ec)
+	b, err := send.render(nil, &ec)
 	if err != nil {
-		return waiting{}, fmt.Errorf("%s.send: %w", st.key, err)
+		return waiting{}, fmt.Errorf("%s%s: %w", st.key, what, err)
 	}
-	s.trace("send", st.key+".send", s.redacted(st.send, &ec))
+	s.trace("send", st.key+what, s.redacted(send, &ec))
 	if err := s.conn.Write(b); err != nil {
 		return waiting{}, fmt.Errorf("%s: %w", st.key, err)
 	}
@@ -192,12 +197,20 @@ func (s *session) answered(w *waiting, m *msg) error {
 		}
 		return err
 	}
+	var conv url.Values
 	for _, c := range st.captures {
 		v := m.vals[c.slot]
 		if !v.present() {
 			return fmt.Errorf("%s: the reply has nothing at %s to capture as %s", stepName(st), s.d.m.dec.paths[c.slot], c.name)
 		}
 		val := string(v.b)
+		if st.conv {
+			if conv == nil {
+				conv = url.Values{}
+			}
+			conv.Set(c.name, val)
+			continue
+		}
 		if w.e.capGroup != "" {
 			s.d.dir.set(true, w.e.capGroup, c.name, val)
 		} else {
@@ -206,7 +219,47 @@ func (s *session) answered(w *waiting, m *msg) error {
 		}
 		s.trace("step", st.key+".capture."+c.name, "captured")
 	}
+	if conv != nil && s.cu != nil {
+		// Kept with the device's place: its next session resumes
+		// with what this one was told.
+		s.cu.SetMark(w.e.conv, conv.Encode())
+		s.trace("step", st.key+".capture", "captured of "+w.e.conv)
+	}
+	if err := s.keepListed(w, m); err != nil {
+		return err
+	}
 	s.trace("step", st.key, "ok")
+	return nil
+}
+
+// keepListed keeps what the reply m to a subscribe step says of its
+// conversation, the deliveries it lists and the newest seq, for Serve to
+// hand on in order with the frames that came after it.
+func (s *session) keepListed(w *waiting, m *msg) error {
+	st := w.st
+	e := early{reply: true, conv: w.e.conv, group: w.e.group != "", at: s.at}
+	if st.list != nil {
+		if v := m.vals[st.list.slot]; v.kind == kindArray {
+			e.b, e.list = bytes.Clone(v.b), st.list
+		}
+	}
+	if st.newest >= 0 && s.cu != nil {
+		// A reply without it says 0: servers leave zero values out
+		// (Centrifugo's offset of a channel with nothing in it yet).
+		v := m.vals[st.newest]
+		n, ok := v.uint()
+		if v.present() && !ok {
+			return fmt.Errorf("%s: the newest seq at %s is not a whole number: %.40q", stepName(st), s.d.m.dec.paths[st.newest], v.b)
+		}
+		e.newest, e.hasNewest = n, true
+	}
+	if e.list == nil && !e.hasNewest {
+		return nil
+	}
+	if s.earlySize += len(e.b); s.earlySize > maxEarlyFactor*int(s.d.m.maxFrame) {
+		return fmt.Errorf("too much traffic during login: over %d bytes before the session was ready", maxEarlyFactor*s.d.m.maxFrame)
+	}
+	s.early = append(s.early, e)
 	return nil
 }
 
@@ -245,10 +298,20 @@ func (s *session) loginFrame(m *msg, raw []byte) error {
 }
 
 // early is a message kept from the login for Serve: a copy of its bytes,
-// and when they came off the socket (Delivery.At).
+// and when they came off the socket (Delivery.At). A subscribe step's
+// reply (reply) is kept as what it says of its conversation conv: the
+// array of the deliveries it lists in b, read with list, and the newest
+// seq.
 type early struct {
 	b  []byte
 	at int64
+
+	reply     bool
+	list      *listDec
+	conv      string
+	group     bool
+	newest    uint64
+	hasNewest bool
 }
 
 // copyFrom returns a copy of the bytes of raw that m came from: the whole

@@ -46,6 +46,8 @@ type mapping struct {
 	done  struct {
 		match    *rule
 		id, last int
+		// list, if set, reads the fetched messages inside the answer.
+		list *listDec
 	}
 	newest struct {
 		send  *template
@@ -87,7 +89,32 @@ type step struct {
 	captures     []capture
 	when         *rule // otherwise.when
 	otherwise    []*step
+
+	// A subscribe step's: the request sent instead of send where the
+	// device has a place in the conversation (resume); the deliveries
+	// its reply lists (list); the path of the conversation's newest seq
+	// in its reply (newest, or -1). Its captures are the
+	// conversation's (.Conv.x), kept with the device's place.
+	resume *template
+	list   *listDec
+	newest int
+	conv   bool
 }
+
+// listDec reads a list of deliveries inside a reply: the array's slot in
+// the message, and each element's own decoder, whose slots are body, seq
+// and from (-1 without).
+type listDec struct {
+	slot int
+	dec  *decoder
+	from int
+}
+
+// Slots of a list element's decoder.
+const (
+	elemBody = 0
+	elemSeq  = 1
+)
 
 type capture struct {
 	name string
@@ -158,9 +185,11 @@ func compile(cfg Config) (*mapping, []*config.ValidationError) {
 
 	// What the steps capture is known first, so that every template's
 	// .User.x and .Group.x can be checked against it.
-	c.attrs = attrSets{user: map[string]bool{}, group: map[string]bool{}}
+	c.attrs = attrSets{user: map[string]bool{}, group: map[string]bool{}, conv: map[string]bool{}}
 	collectCaptures(cfg.Login, c.attrs.user)
-	collectCaptures([]any{map[string]any(cfg.Subscribe.Direct), map[string]any(cfg.Subscribe.Group)}, c.attrs.user)
+	// A subscribe step captures what the server says of the
+	// conversation (Centrifugo's epoch), for its later requests.
+	collectCaptures([]any{map[string]any(cfg.Subscribe.Direct), map[string]any(cfg.Subscribe.Group)}, c.attrs.conv)
 	collectCaptures([]any{map[string]any(cfg.Groups.Create)}, c.attrs.group)
 	m.userAttrs, m.groupAttrs = c.attrs.user, c.attrs.group
 
@@ -185,10 +214,10 @@ func (c *compiler) compileSteps(cfg Config, m *mapping) {
 	m.token = c.token(cfg.Token)
 	m.login = c.steps("login", cfg.Login, siteLogin)
 	if len(cfg.Subscribe.Direct) > 0 {
-		m.subDirect = c.step("subscribe.direct", cfg.Subscribe.Direct, siteDirect)
+		m.subDirect = c.subscribeStep("subscribe.direct", cfg.Subscribe.Direct, siteDirect, cfg.CatchUp.DirectConv, "catch_up.direct_conv")
 	}
 	if len(cfg.Subscribe.Group) > 0 {
-		m.subGroup = c.step("subscribe.group", cfg.Subscribe.Group, siteGroupSub)
+		m.subGroup = c.subscribeStep("subscribe.group", cfg.Subscribe.Group, siteGroupSub, cfg.CatchUp.GroupConv, "catch_up.group_conv")
 	}
 	if len(cfg.Groups.Create) > 0 {
 		m.create = c.step("groups.create", cfg.Groups.Create, siteCreate)
@@ -260,6 +289,11 @@ func (c *compiler) compileCatchUp(cfg Config, m *mapping) {
 		m.done.match = c.rule("catch_up.done.match", cu.Done.Match, true)
 		m.done.id = c.path("catch_up.done.id", cu.Done.ID, true)
 		m.done.last = c.path("catch_up.done.last", cu.Done.Last, false)
+		if dl := cu.Done.Deliveries; dl != (ListConfig{}) {
+			m.done.list = c.list("catch_up.done.deliveries", dl.List, map[string]any{"body": dl.Body, "seq": dl.Seq, "from": dl.From})
+		}
+	} else if cu.Done.Deliveries != (ListConfig{}) {
+		c.fail("catch_up.done.deliveries", nil, "answers catch_up.fetch, which is not set")
 	}
 	for _, cv := range []struct {
 		key, src string
@@ -474,8 +508,75 @@ func (c *compiler) path(key, p string, required bool) int {
 	return slot
 }
 
-// stepKeys are the keys of a step.
-var stepKeys = []string{"name", "send", "reply", "success", "reason", "unauthorized", "capture", "otherwise"}
+// stepKeys are the keys of a step; a subscribe step has subscribeKeys
+// too.
+var (
+	stepKeys      = []string{"name", "send", "reply", "success", "reason", "unauthorized", "capture", "otherwise"}
+	subscribeKeys = []string{"resume", "deliveries", "newest"}
+)
+
+// subscribeStep compiles a subscribe step, whose conversation is named by
+// the catch_up template convSrc (at convKey): its resume request, the
+// deliveries its reply lists, the newest seq it says, and its captures,
+// which are the conversation's.
+func (c *compiler) subscribeStep(key string, raw any, s site, convSrc, convKey string) *step {
+	st := c.stepWith(key, raw, s, subscribeKeys)
+	if st == nil {
+		return nil
+	}
+	m, _ := raw.(map[string]any)
+	needConv := func(what string, v any) {
+		if convSrc == "" {
+			c.fail(key+"."+what, v, "needs %s: it is about the conversation, which that names", convKey)
+		}
+	}
+	if v, ok := m["resume"]; ok {
+		needConv("resume", v)
+		src, isStr := v.(string)
+		if !isStr || src == "" {
+			c.fail(key+".resume", v, "must be a template")
+		} else {
+			st.resume = c.template(key+".resume", src, slices.Concat(s, site{varConv, varAfter, varSince}))
+		}
+		if st.send == nil {
+			c.fail(key+".resume", v, "replaces the step's send where the device has a place in the conversation: send is needed too")
+		}
+	}
+	if v, ok := m["deliveries"]; ok {
+		dm, _ := c.fields(key+".deliveries", v, "list", "body", "seq", "from")
+		if dm != nil {
+			list, _ := dm["list"].(string)
+			st.list = c.list(key+".deliveries", list, dm)
+		}
+	}
+	if v, ok := m["newest"]; ok {
+		needConv("newest", v)
+		p, _ := v.(string)
+		st.newest = c.path(key+".newest", p, true)
+	}
+	if len(st.captures) > 0 {
+		needConv("capture", m["capture"])
+		st.conv = true
+	}
+	return st
+}
+
+// list compiles a list of deliveries inside a reply at key: the array's
+// path list, and of each element the paths of fields body, seq and from.
+func (c *compiler) list(key, list string, fields map[string]any) *listDec {
+	str := func(k string) string { s, _ := fields[k].(string); return s }
+	ld := &listDec{slot: c.path(key+".list", list, true), from: -1}
+	// The elements have paths of their own, in a decoder of their own:
+	// body first, then seq, so that their slots are elemBody and elemSeq.
+	ec := &compiler{dec: newDecoder(framingObject)}
+	ec.path(key+".body", str("body"), true)
+	ec.path(key+".seq", str("seq"), true)
+	ld.from = ec.path(key+".from", str("from"), false)
+	c.errs = append(c.errs, ec.errs...)
+	ec.dec.root.index()
+	ld.dec = ec.dec
+	return ld
+}
 
 func (c *compiler) steps(key string, list []any, s site) []*step {
 	var out []*step
@@ -488,12 +589,17 @@ func (c *compiler) steps(key string, list []any, s site) []*step {
 }
 
 func (c *compiler) step(key string, raw any, s site) *step {
-	m, ok := c.fields(key, raw, stepKeys...)
+	return c.stepWith(key, raw, s, nil)
+}
+
+// stepWith compiles a step whose map may hold the extra keys too, which
+// the caller compiles.
+func (c *compiler) stepWith(key string, raw any, s site, extra []string) *step {
+	m, _ := c.fields(key, raw, slices.Concat(stepKeys, extra)...)
 	if m == nil {
 		return nil
 	}
-	_ = ok
-	st := &step{key: key, reason: -1}
+	st := &step{key: key, reason: -1, newest: -1}
 	st.name, _ = m["name"].(string)
 	if send, ok := m["send"]; ok {
 		src, isStr := send.(string)

@@ -79,6 +79,12 @@ func problems(t *testing.T, doc string) string {
 	return err.Error()
 }
 
+// subscribe is a subscribe.direct section with the keys given, and the
+// line after it in the minimal mapping.
+func subscribe(keys string) string {
+	return "    subscribe:\n      direct: {send: '{\"sub\":{{.Peer}},\"id\":{{.ID}}}', reply: {id: \"{{.ID}}\"}, " + keys + "}\n    send:\n"
+}
+
 func TestConfigCheckNamesTheKey(t *testing.T) {
 	if p := problems(t, minimal); p != "" {
 		t.Fatalf("minimal mapping: %s", p)
@@ -135,11 +141,27 @@ func TestConfigCheckNamesTheKey(t *testing.T) {
 			[]string{"target.jsonws.delivery.match.type", "a list matches only as []"}},
 		{"seq without a fetch", `body: body}`, `body: body, seq: seq, conv: conv}`,
 			[]string{"target.jsonws", "target.catch_up is on", "catch_up.fetch is not set"}},
+		{"resume without a conversation", "    send:\n", subscribe(`resume: '{"sub":{{.Conv}},"after":{{.After}},"id":{{.ID}}}'`),
+			[]string{"target.jsonws.subscribe.direct.resume", "needs catch_up.direct_conv"}},
+		{"conversation attribute not captured", "    send:\n", subscribe(`resume: '{"sub":{{.Conv}},"e":{{.Conv.epoch}},"id":{{.ID}}}'`),
+			[]string{"target.jsonws.subscribe.direct.resume", "unknown attribute .Conv.epoch: a subscribe step captures none"}},
+		{"conversation attribute in a first subscribe", "    send:\n",
+			"    subscribe:\n      direct: {send: '{\"sub\":{{.Conv.epoch}},\"id\":{{.ID}}}', reply: {id: \"{{.ID}}\"}, capture: {epoch: epoch}}\n    catch_up: {direct_conv: 'd:{{.Peer}}'}\n    send:\n",
+			[]string{"target.jsonws.subscribe.direct.send", "unknown variable .Conv"}},
+		{"listed deliveries without a body", "    send:\n", subscribe(`deliveries: {list: pubs, seq: offset}`),
+			[]string{"target.jsonws.subscribe.direct.deliveries.body", "is required"}},
+		{"listed history without a fetch", "    send:\n", "    catch_up: {done: {deliveries: {list: pubs, body: b, seq: s}}}\n    send:\n",
+			[]string{"target.jsonws.catch_up.done.deliveries", "answers catch_up.fetch, which is not set"}},
+		{"newest seq without a conversation", "    send:\n", subscribe(`newest: offset`),
+			[]string{"target.jsonws.subscribe.direct.newest", "needs catch_up.direct_conv"}},
 	}
 	for name, edit := range map[string]string{
 		"seq without a fetch, catch-up off": "target:\n  catch_up: \"off\"",
 		"the server's empty ping answered":  "    keepalive: {answer: [{when: {\".\": \"{}\"}, send: '{}'}]}\n",
 		"a close code of error":             "    disconnects: {close_codes: {\"3012\": error, \"3500\": unauthorized}}\n",
+		"a subscribe that resumes": strings.TrimSuffix(subscribe(`resume: '{"sub":{{.Conv}},"e":{{.Conv.epoch}},"after":{{.After}},"id":{{.ID}}}', `+
+			`capture: {epoch: epoch}, newest: offset, deliveries: {list: pubs, body: data, seq: offset, from: user}`), "    send:\n") +
+			"    catch_up: {direct_conv: 'd:{{.Peer}}', fetch: '{\"h\":{{.Conv}},\"e\":{{.Conv.epoch}},\"id\":{{.ID}}}', done: {match: {h: \"*\"}, id: id, deliveries: {list: pubs, body: data, seq: offset}}}\n",
 	} {
 		doc := strings.Replace(minimal, `body: body}`, `body: body, seq: seq, conv: conv}`, 1)
 		if strings.HasPrefix(edit, "target:") {

@@ -54,6 +54,8 @@ type popConfig struct {
 	backoff     time.Duration
 	slow        engine.SlowReaders
 	messageSize int
+	// paused starts the population with sending off (SetSending).
+	paused bool
 }
 
 var base = popConfig{prefix: "t", users: 20, groupSize: 5, rate: 20, ramp: 100 * time.Millisecond, deadline: time.Second, lostAfter: 2 * time.Second}
@@ -120,7 +122,7 @@ func startPopulation(t *testing.T, drv probe.Driver, pc popConfig) *fixture {
 		},
 		Set: fx.set, Prefix: pc.prefix, Users: pc.users, GroupSize: pc.groupSize, Rate: pc.rate, Groups: pc.groups,
 		Ramp: pc.ramp, Deadline: pc.deadline, LostAfter: pc.lostAfter, Devices: pc.devices,
-		SlowReaders: pc.slow, MessageSize: pc.messageSize,
+		SlowReaders: pc.slow, MessageSize: pc.messageSize, StartPaused: pc.paused,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +49,13 @@ type session struct {
 	// cu is the device's place in its conversations, nil with catch-up
 	// off; asked are the history requests in flight, due scratch.
 	cu *probe.Catchup
-	// convs are the names of the user's conversations, for catch-up.
-	convs []string
+	// convs are the names of the user's conversations, for catch-up:
+	// the direct ones first, nDirect of them.
+	convs   []string
+	nDirect int
+	// dueAt is when Frame next asks the Catchup what is due, while the
+	// device lacks something.
+	dueAt int64
 	asked []fetch
 	due   []probe.Fetch
 	// lastSeq is the last server seq the session saw in each
@@ -74,15 +80,19 @@ type session struct {
 var sendPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // open dials and logs user in as device dev; with subscribe, it runs the
-// subscribe steps of the user's conversations too.
-func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link, subscribe bool) (*session, error) {
+// subscribe steps of the user's conversations too, resuming each where
+// the device's place in it, cu (nil for none), says.
+func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link, subscribe bool, cu *probe.Catchup) (*session, error) {
 	e, err := d.env(user, dev)
 	if err != nil {
 		return nil, fmt.Errorf("login %s: %w", user, err)
 	}
-	s := &session{d: d, user: user, dev: dev, env: e, attrs: map[string]string{}, msg: d.m.dec.newMsg()}
+	s := &session{d: d, user: user, dev: dev, env: e, attrs: map[string]string{}, msg: d.m.dec.newMsg(), cu: cu}
 	s.handle = s.handleMsg
 	e.attr = s.attr
+	if cu != nil {
+		e.convAttr = s.convAttr
+	}
 	_, err = wsconn.Open(ctx, d.conn, link, user, func(c *wsconn.Conn) error {
 		s.conn = c
 		// Login steps in order, each sent once the one before it
@@ -99,6 +109,9 @@ func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link
 			for _, p := range d.peers.Of(user) {
 				pe := *s.env
 				pe.peer = p
+				if err := s.place(d.m.subDirect, d.m.directConv, &pe); err != nil {
+					return fmt.Errorf("catch_up.direct_conv: %w", err)
+				}
 				steps, envs = append(steps, d.m.subDirect), append(envs, &pe)
 			}
 		}
@@ -106,6 +119,9 @@ func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link
 			for _, g := range d.groups.Of(user) {
 				ge := *s.env
 				ge.group = g
+				if err := s.place(d.m.subGroup, d.m.groupConv, &ge); err != nil {
+					return fmt.Errorf("catch_up.group_conv: %w", err)
+				}
 				steps, envs = append(steps, d.m.subGroup), append(envs, &ge)
 			}
 		}
@@ -123,6 +139,41 @@ func (d *Driver) open(ctx context.Context, user string, dev int, link probe.Link
 		s.lastSeq = map[string]uint64{}
 	}
 	return s, nil
+}
+
+// place names the conversation of the subscribe step st in e (.Conv),
+// with conv, its catch_up name, and where the device has a place in it
+// already sets e to resume there (.After).
+func (s *session) place(st *step, conv *template, e *env) error {
+	if conv == nil {
+		return nil
+	}
+	b, err := conv.render(nil, e)
+	if err != nil {
+		return err
+	}
+	e.conv = string(b)
+	if s.cu == nil || st.resume == nil {
+		return nil
+	}
+	// Resumed only from a place the device had: Centrifugo recovers a
+	// whole stream for a position it has never heard of.
+	if seq, mark := s.cu.Position(e.conv); seq > 0 || mark != "" {
+		e.resume, e.after = true, seq
+	}
+	return nil
+}
+
+// convAttr looks up what a subscribe step captured of conv: it is kept,
+// URL-query encoded, as the mark of the device's place there, so that the
+// device's next session resumes with it.
+func (s *session) convAttr(conv, name string) (string, bool) {
+	_, mark := s.cu.Position(conv)
+	q, err := url.ParseQuery(mark)
+	if err != nil || !q.Has(name) {
+		return "", false
+	}
+	return q.Get(name), true
 }
 
 // attr looks up an attribute: this session's own captures first.
@@ -280,7 +331,13 @@ func (s *session) run(h probe.Handler) wsconn.Session {
 func (s *session) begin(h probe.Handler) error {
 	s.h = h
 	for i, e := range s.early {
-		if err := s.Frame(e.b, e.at); err != nil {
+		var err error
+		if e.reply {
+			err = s.listed(&e)
+		} else {
+			err = s.Frame(e.b, e.at)
+		}
+		if err != nil {
 			s.early = nil
 			err = s.conn.Failed(err)
 			s.conn.Abort()
@@ -307,16 +364,74 @@ func (s *session) Frame(b []byte, at int64) error {
 	if err := s.d.m.dec.each(b, s.msg, s.handle); err != nil {
 		return err
 	}
+	return s.handled(at)
+}
+
+// dueEvery is how often a session that lacks something asks its Catchup
+// what is due: a gap waits for its grace anyway.
+const dueEvery = int64(50 * time.Millisecond)
+
+// handled ends the handling of a frame read at at: holes open long enough
+// are counted, and what the device lacks is fetched once due. A gap is
+// due only after its grace, so that the device asks again on later
+// frames, each dueEvery, until it lacks nothing.
+func (s *session) handled(at int64) error {
 	if len(s.holes) > 0 {
 		s.settleHoles(at)
 	}
-	if s.lacking && s.d.m.fetch != nil {
-		s.lacking = false
+	if s.lacking && s.d.m.fetch != nil && at >= s.dueAt {
+		s.dueAt = at + dueEvery
 		if err := s.fetchDue(at); err != nil {
 			return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("history: %w", err)}
 		}
+		s.lacking = s.cu.Lacks()
 	}
 	return nil
+}
+
+// listed hands on what a subscribe step's reply said of its
+// conversation: the deliveries it listed, fetched by the server's
+// recovery, then the conversation's newest seq.
+func (s *session) listed(e *early) error {
+	s.at = e.at
+	if e.list != nil {
+		err := s.deliverList(e.list, e.b, []byte(e.conv), e.group, func(seq uint64) {
+			// Recovered in order, from where the device was: a jump
+			// in them is one the server's own numbering shows.
+			s.sawSeq([]byte(e.conv), seq)
+		})
+		if err != nil {
+			return &probe.Disconnect{Reason: metrics.ReasonError, Err: fmt.Errorf("deliveries of %s: %w", e.conv, err)}
+		}
+	}
+	if e.hasNewest && s.cu != nil {
+		s.cu.Behind(e.conv, e.newest, e.at)
+		s.lacking = true
+	}
+	return s.handled(e.at)
+}
+
+// deliverList delivers the messages of the array arr of conv, each read
+// with ld, as fetched by catch-up, and calls got with each one's seq.
+func (s *session) deliverList(ld *listDec, arr, conv []byte, group bool, got func(seq uint64)) error {
+	return ld.dec.eachElem(arr, ld.dec.newMsg(), func(em *msg) {
+		d := &s.delivery
+		*d = probe.Delivery{At: s.at, Body: em.vals[elemBody].b, Group: group, Recovered: true}
+		if ld.from >= 0 {
+			d.From = em.vals[ld.from].b
+		}
+		if seq, ok := em.vals[elemSeq].uint(); ok && seq != 0 {
+			d.ServerSeq = seq
+			got(seq)
+			if s.cu != nil && s.cu.Got(conv, seq, s.at) {
+				s.lacking = true
+			}
+		}
+		if s.tracing() {
+			s.trace("match", "deliveries", "listed in a reply")
+		}
+		s.h.OnDelivery(d)
+	})
 }
 
 // Ended implements wsconn.Protocol: the mapping's close codes.

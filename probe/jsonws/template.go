@@ -82,9 +82,10 @@ var varNames = [nVars]string{
 	varConv: "Conv", varAfter: "After", varSince: "Since", varBefore: "Before", varLimit: "Limit",
 }
 
-// entity reports whether v names a user or a group, which has attributes.
+// entity reports whether v names a user, a group or a conversation,
+// which have attributes.
 func (v varID) entity() bool {
-	return v == varUser || v == varTo || v == varPeer || v == varGroup
+	return v == varUser || v == varTo || v == varPeer || v == varGroup || v == varConv
 }
 
 // site is where a template is used: the variables it may refer to.
@@ -114,7 +115,7 @@ var (
 // .User.x and .Group.x; nil skips the check (a template parsed before the
 // captures are known is checked again after).
 type attrSets struct {
-	user, group map[string]bool
+	user, group, conv map[string]bool
 }
 
 // parseTemplate compiles src for use at site s.
@@ -269,8 +270,11 @@ func parseRef(w string, st site, attrs attrSets) (arg, error) {
 		return arg{}, fmt.Errorf(".%s has no attributes (.%s)", name, w[1:])
 	}
 	set, what := attrs.user, "a login step"
-	if v == varGroup {
+	switch v {
+	case varGroup:
 		set, what = attrs.group, "groups.create"
+	case varConv:
+		set, what = attrs.conv, "a subscribe step"
 	}
 	if set != nil && !set[attr] {
 		return arg{}, fmt.Errorf("unknown attribute %s: %s captures %s", w, what, listAttrs(set))
@@ -310,6 +314,9 @@ type env struct {
 	conv     string
 	after    uint64
 	limit    uint64
+	// resume says a subscribe step sends its resume template: the
+	// device has a place in the conversation, after.
+	resume bool
 	// capGroup, if set, is the group that a step's captures describe
 	// (groups.create); otherwise they are the session user's.
 	capGroup string
@@ -317,6 +324,10 @@ type env struct {
 	name func(string) string
 	// attr looks up an attribute of a user (who) or a group.
 	attr func(group bool, who, name string) (string, bool)
+	// convAttr looks up what a subscribe step captured of a
+	// conversation, kept with the device's place in it; nil where the
+	// device keeps none (catch-up off).
+	convAttr func(conv, name string) (string, bool)
 }
 
 // errNoAttr is a reference to an attribute not captured (yet): a user
@@ -436,6 +447,14 @@ func (a *action) render(dst []byte, e *env) ([]byte, error) {
 
 // value returns a reference's value: a string, or a number (isNum).
 func (g arg) value(e *env) (s string, n uint64, isNum bool, err error) {
+	if g.attr != "" && g.v == varConv {
+		if e.convAttr != nil {
+			if v, ok := e.convAttr(e.conv, g.attr); ok {
+				return v, 0, false, nil
+			}
+		}
+		return "", 0, false, fmt.Errorf(".Conv.%s of %s: %w", g.attr, e.conv, errNoAttr)
+	}
 	if g.attr != "" {
 		var who string
 		switch g.v {
