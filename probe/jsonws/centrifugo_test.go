@@ -146,7 +146,8 @@ func TestCentrifugoMappingMatchesNative(t *testing.T) {
 	for _, x := range []struct {
 		what string
 		a, b float64
-	}{{"sent", nat.sent, mapd.sent}, {"expected", nat.expected, mapd.expected}} {
+	}{{"sent", nat.sent, mapd.sent}, {"expected", nat.expected, mapd.expected}, {"delivered", nat.delivered, mapd.delivered},
+		{"recovered", nat.recovered, mapd.recovered}} {
 		if d := math.Abs(x.a - x.b); d > 5*math.Sqrt(x.a+x.b) {
 			t.Errorf("%s: native %v, mapping %v: differ by %v, more than 5 sd (%.0f)", x.what, x.a, x.b, d, 5*math.Sqrt(x.a+x.b))
 		}
