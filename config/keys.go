@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -230,9 +231,9 @@ func (ld *Loader) flatDefaults() map[string]any {
 var keyDocs = map[string]keyDoc{
 	"http.listen":           {"address (host:port) of the HTTP server for /metrics, /healthz and /readyz", CommandRun},
 	"target.name":           {"value of the target label on every series", everyone},
-	"target.protocol":       {"protocol driver of the target", everyone},
-	"target.url":            {"WebSocket URL (ws:// or wss://) of the target; empty, for a protocol that has one, starts a reference server in this process", everyone},
-	"target.secret_file":    {"file holding the login-token signing secret; empty reads " + SecretEnv, everyone},
+	"target.protocol":       {"protocol driver of the target", everyone | CommandJSONWS},
+	"target.url":            {"WebSocket URL (ws:// or wss://) of the target; empty, for a protocol that has one, starts a reference server in this process", everyone | CommandJSONWS},
+	"target.secret_file":    {"file holding the login-token signing secret; empty reads " + SecretEnv, everyone | CommandJSONWS},
 	"target.catch_up":       {"on: each device fetches what it missed from the server's store (after a reconnect, at a gap), where the protocol can; off: what a device misses is lost", everyone},
 	"population.users":      {"number of simulated users kept online", CommandRun},
 	"population.ramp":       {"duration over which the users' first logins are spread", CommandRun},
@@ -240,7 +241,7 @@ var keyDocs = map[string]keyDoc{
 	"population.groups":     {`group layout instead of group_size: comma-separated COUNTxSIZE entries such as "2x1000,5x100,50x10"; users are in several groups when the places outnumber them`, CommandRun},
 	"population.devices":    {"sessions each user keeps online at once, each its own connection, 1 to 16", CommandRun},
 	"population.rate":       {"messages per second per user, alternating direct and group", CommandRun},
-	"population.heartbeat":  {"interval between keepalive pings of each session", everyone},
+	"population.heartbeat":  {"interval between keepalive pings of each session", everyone | CommandJSONWS},
 	// Soak: a profile that leaves its deadline out takes this one.
 	"population.deadline":                 {"delivery deadline from the intended send time, also the ack timeout", CommandRun | CommandSoak},
 	"population.lost_after":               {"time after the intended send time when a missing message is lost", CommandRun},
@@ -249,7 +250,7 @@ var keyDocs = map[string]keyDoc{
 	"population.backoff.initial":          {"cap of the first reconnect delay", everyone},
 	"population.backoff.max":              {"cap of every reconnect delay", everyone},
 	"population.max_connect_rate":         {"most connect attempts per second of the process, all its populations and reconnects included", everyone},
-	"population.source_addrs":             {`local addresses to connect from, round-robin by user: IPs and IPv4 ranges such as "127.0.0.1-127.0.0.16", comma-separated; empty lets the kernel pick`, everyone},
+	"population.source_addrs":             {`local addresses to connect from, round-robin by user: IPs and IPv4 ranges such as "127.0.0.1-127.0.0.16", comma-separated; empty lets the kernel pick`, everyone | CommandJSONWS},
 	"population.reactor":                  {"read idle sessions without a goroutine each (epoll): WebSocket (ws://, wss://), adapters reference, jsonws, centrifugo, mqtt, xmpp, openim, mattermost; on by default", everyone},
 	"population.session_lifetime":         {"mean time a session stays logged in before its user logs out and back in (churn); 0 is no churn", CommandRun},
 	"population.lag_threshold":            {"how long an acked message may go unreceived before its recipient counts as lagging; 0 is half the deadline", CommandRun},
@@ -271,7 +272,7 @@ var keyDocs = map[string]keyDoc{
 	// Canary: where a protocol whose passwords derive from the secret
 	// keeps one of its own when none is configured. Soak: the history it saves its report to, and so
 	// history.* below.
-	"data_dir":                  {"directory of the run history (soak reports, canary rounds)", everyone},
+	"data_dir":                  {"directory of the run history (soak reports, canary rounds)", everyone | CommandJSONWS},
 	"history.max_runs":          {"number of soak run reports kept, besides the pinned baselines (imcanary soak pin), which are kept whatever their age", CommandRun | CommandSoak},
 	"history.max_age":           {"age after which soak reports are pruned (canary rounds are kept by count)", CommandRun | CommandSoak},
 	"history.max_canary_rounds": {"number of canary rounds kept", CommandRun | CommandSoak},
@@ -300,6 +301,9 @@ const (
 	CommandCanary
 	// CommandSoak is soak --profile.
 	CommandSoak
+	// CommandJSONWS is jsonws try: a mapping walked against its server,
+	// which reads the target's keys and the jsonws section only.
+	CommandJSONWS
 )
 
 // everyone is every command that takes keys.
@@ -322,7 +326,11 @@ func (ld *Loader) doc(key string) keyDoc {
 	}
 	p, _ := ld.protocol(l.protocol)
 	rel := strings.TrimPrefix(key, "target."+p.Name+".")
-	return keyDoc{usage: p.Name + ": " + p.Help[rel], uses: everyone}
+	uses := everyone
+	if p.Name == "jsonws" {
+		uses |= CommandJSONWS
+	}
+	return keyDoc{usage: p.Name + ": " + p.Help[rel], uses: uses}
 }
 
 // KeysFor returns the keys that cmd reads and so offers as flags, sorted.
@@ -358,11 +366,27 @@ func (ld *Loader) RegisterCommandFlags(fs *pflag.FlagSet, cmd Command) {
 		def := ld.defaultOf(ld.s.byKey[k])
 		v := &flagValue{kind: kindOf(def.Type())}
 		f := fs.VarPF(v, k, "", usage)
-		f.DefValue = fmt.Sprint(def.Interface())
+		f.DefValue = defaultText(def)
 		if v.kind == "bool" {
 			f.NoOptDefVal = "true"
 		}
 	}
+}
+
+// defaultText is a key's default as help shows it: a mapping or a list as
+// the JSON the key takes (YAML's flow style), and none when it is empty,
+// as pflag omits an empty string's; fmt would print "map[]".
+func defaultText(def reflect.Value) string {
+	switch def.Kind() {
+	case reflect.Map, reflect.Slice:
+		if def.Len() == 0 {
+			return ""
+		}
+		if b, err := json.Marshal(def.Interface()); err == nil {
+			return string(b)
+		}
+	}
+	return fmt.Sprint(def.Interface())
 }
 
 // flagValue is the pflag.Value of a configuration key. It only keeps the

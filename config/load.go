@@ -17,6 +17,7 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	yamlv3 "go.yaml.in/yaml/v3"
 )
 
 // layer is one source of configuration, held apart from the others until it
@@ -285,8 +286,17 @@ func (ld *Loader) flagLayer(flags *pflag.FlagSet) (*layer, error) {
 		if _, ok := ld.s.byKey[f.Name]; !ok || !f.Changed {
 			return "", nil
 		}
-		// The string form goes through the same decode hooks as the file.
-		return f.Name, f.Value.String()
+		// The string form goes through the same decode hooks as the file;
+		// a mapping or a list is written as YAML's flow style
+		// ({ctrl.id: "*"}, [5,3]), as help shows its default.
+		text := f.Value.String()
+		if k := ld.defaultOf(ld.s.byKey[f.Name]).Kind(); k == reflect.Map || k == reflect.Slice {
+			var v any
+			if err := yamlv3.Unmarshal([]byte(text), &v); err == nil && v != nil {
+				return f.Name, v
+			}
+		}
+		return f.Name, text
 	})
 	if err := ko.Load(p, nil); err != nil {
 		return nil, fmt.Errorf("read flags: %w", err)

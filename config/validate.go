@@ -205,7 +205,11 @@ func (ld *Loader) targetProblems(s *problemSink, t Target) {
 		s.fail("target.name", t.Name, "must be at most %d characters", maxNameLen)
 	}
 	if proto, ok := ld.protocol(t.Protocol); !ok {
-		s.fail("target.protocol", t.Protocol, "must be one of %s", quoteList(ld.Protocols()))
+		if near := Closest(t.Protocol, ld.Protocols()); near != "" {
+			s.fail("target.protocol", t.Protocol, "did you mean %q? It must be one of %s", near, quoteList(ld.Protocols()))
+		} else {
+			s.fail("target.protocol", t.Protocol, "must be one of %s", quoteList(ld.Protocols()))
+		}
 	} else if t.URL == "" && !proto.InProcess {
 		var in []string
 		for _, p := range ld.protocols {

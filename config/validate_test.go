@@ -27,6 +27,7 @@ func TestValidate(t *testing.T) {
 		{"name any text", func(c *Config) { c.Target.Name = "Prod EU / 1" }, ""},
 		{"protocol unknown", func(c *Config) { c.Target.Protocol = "irc" }, `target.protocol: "irc": must be one of ` + quoteList(testLoader.Protocols())},
 		{"protocol empty", func(c *Config) { c.Target.Protocol = "" }, `target.protocol: "": must be one of ` + quoteList(testLoader.Protocols())},
+		{"protocol misspelt", func(c *Config) { c.Target.Protocol = "referenc" }, `target.protocol: "referenc": did you mean "reference"? It must be one of ` + quoteList(testLoader.Protocols())},
 		{"url ws", func(c *Config) { c.Target.URL = "ws://127.0.0.1:8080/ws" }, ""},
 		{"url wss", func(c *Config) { c.Target.URL = "wss://im.example/ws" }, ""},
 		{"url http", func(c *Config) { c.Target.URL = "http://im.example/ws" }, `target.url: "http://im.example/ws": must be a ws:// or wss:// URL`},

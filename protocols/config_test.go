@@ -1,8 +1,10 @@
 package protocols
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,11 @@ import (
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/probe/jsonws"
+	"github.com/imcanary/imcanary/probe/openim"
 )
 
 const example = "../configs/imcanary.yaml"
@@ -114,5 +121,58 @@ func TestDeprecatedName(t *testing.T) {
 	}
 	if !InProcess(c) {
 		t.Errorf("InProcess(protocol embedded, no url) = false, want true")
+	}
+}
+
+// TestExampleNamesEveryProtocol: the comment on target.protocol in the
+// example configuration lists every protocol the registry has.
+func TestExampleNamesEveryProtocol(t *testing.T) {
+	b, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	end := strings.Index(text, "\n  protocol:")
+	start := strings.LastIndex(text[:end], "# Protocol of the IM server")
+	if start < 0 || end < 0 {
+		t.Fatalf("%s: no comment on target.protocol", example)
+	}
+	comment := text[start:end]
+	for _, p := range Loader().Protocols() {
+		if !regexp.MustCompile(`\b` + p + `\b`).MatchString(comment) {
+			t.Errorf("%s: the comment on target.protocol does not name %s:\n%s", example, p, comment)
+		}
+	}
+}
+
+// TestListAndMappingFlags: a key that holds a list or a mapping shows its
+// default in help as the YAML flow text its flag takes, none when empty,
+// and its flag takes that text.
+func TestListAndMappingFlags(t *testing.T) {
+	ld := Loader()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	ld.RegisterFlags(fs)
+	for key, want := range map[string]string{
+		"target.openim.platforms":      "[5,3,4,7,2,1,6,8,9]",
+		"target.jsonws.delivery.match": "",
+	} {
+		if got := fs.Lookup(key).DefValue; got != want {
+			t.Errorf("--%s default %q, want %q", key, got, want)
+		}
+	}
+	if err := fs.Parse([]string{"--target.openim.platforms=[5,3]", "--target.jsonws.delivery.match={type: msg, code: \"200..299\"}"}); err != nil {
+		t.Fatal(err)
+	}
+	// A file with a whole mapping, which the flag changes a rule of.
+	cfg, err := ld.Load("../configs/jsonws-reference.yaml", nil, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := config.Section[openim.Config](cfg, "openim", openim.DefaultConfig()).Platforms; !slices.Equal(got, []int{5, 3}) {
+		t.Errorf("platforms from the flag: %v, want [5 3]", got)
+	}
+	match := config.Section[jsonws.Config](cfg, "jsonws", jsonws.DefaultConfig()).Delivery.Match
+	if want := map[string]any{"type": "msg", "code": "200..299"}; !reflect.DeepEqual(match, want) {
+		t.Errorf("delivery.match from the flag: %v, want %v", match, want)
 	}
 }

@@ -22,7 +22,7 @@ func runJSONWS(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("jsonws", stdout, stderr)
 	users := fs.String("users", "imcanary-try-a,imcanary-try-b", "the two users to log in: the first sends, the second receives")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the whole walk may take")
-	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandCanary)
+	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandJSONWS)
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help"):
 		fs.Usage()

@@ -51,6 +51,7 @@ func TestCommandsOfferTheKeysTheyRead(t *testing.T) {
 	}{
 		{"runCanary", config.CommandCanary, []string{"canary.users", "canary.deadline", "target.url", "population.heartbeat", "data_dir"}},
 		{"runSoak", config.CommandSoak, []string{"history.max_runs", "population.message_size", "target.url", "saturation.window"}},
+		{"runJSONWS", config.CommandJSONWS, []string{"target.url", "target.protocol"}},
 		{"runDaemon", config.CommandRun, []string{"http.listen", "canary.schedule", "canary.jitter", "population.users", "shard"}},
 	} {
 		t.Run(tt.fn, func(t *testing.T) {
