@@ -188,6 +188,12 @@ func TestFillVersion(t *testing.T) {
 		if version.Version != tt.wantVersion || version.Revision != tt.wantRev {
 			t.Errorf("%s: fillVersion() set version %q, revision %q; want %q, %q", tt.name, version.Version, version.Revision, tt.wantVersion, tt.wantRev)
 		}
+		// A development build without a revision says why; any other
+		// says nothing more.
+		why := unknownRevision(version.Version, version.Revision)
+		if want := tt.wantVersion == "(devel)" && tt.wantRev == ""; (why != "") != want || want && !strings.Contains(why, "-buildvcs=false") {
+			t.Errorf("%s: unknownRevision = %q", tt.name, why)
+		}
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/prometheus/common/version"
 	"github.com/spf13/pflag"
 
 	"github.com/imcanary/imcanary/config"
@@ -215,7 +214,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			printUsage(stdout)
 			return exitOK
 		case a == "--version":
-			fmt.Fprintln(stdout, version.Print("imcanary"))
+			printVersion(stdout)
 			return exitOK
 		case a == "" || a[0] != '-':
 			cmd, args = a, args[1:]

@@ -63,6 +63,25 @@ func runVersion(args []string, stdout io.Writer) error {
 	if err := noArgs(fs, args); err != nil {
 		return usageError{err}
 	}
-	fmt.Fprintln(stdout, version.Print("imcanary"))
+	printVersion(stdout)
 	return nil
+}
+
+// printVersion prints the version, and why a development build has no
+// revision.
+func printVersion(w io.Writer) {
+	fmt.Fprintln(w, version.Print("imcanary"))
+	if why := unknownRevision(version.Version, version.Revision); why != "" {
+		fmt.Fprintln(w, "  revision unknown:", why)
+	}
+}
+
+// unknownRevision says why a development build has no revision, or "":
+// Go stamps the git revision into a binary built in a checkout unless
+// -buildvcs=false (in GOFLAGS, as on some build machines) turns it off.
+func unknownRevision(v, rev string) string {
+	if rev != "" || v != "(devel)" {
+		return ""
+	}
+	return "the binary carries no VCS stamp: it was built outside a git checkout, by go run, or with -buildvcs=false (check go env GOFLAGS); build with -buildvcs=true, or set -ldflags \"-X github.com/prometheus/common/version.Revision=$(git rev-parse HEAD)\""
 }
