@@ -233,7 +233,12 @@ func TestTargetKilledMidRun(t *testing.T) {
 		if i >= 0 {
 			f := strings.Fields(back[0][i+len("target back after "):])
 			if len(f) > 0 {
-				d, _ = time.ParseDuration(strings.TrimSuffix(f[0], ";"))
+				// "12s;" or "5s–12s": the upper bound.
+				_, upper, _ := strings.Cut(strings.TrimSuffix(f[0], ";"), "–")
+				if upper == "" {
+					upper = strings.TrimSuffix(f[0], ";")
+				}
+				d, _ = time.ParseDuration(upper)
 			}
 		}
 		if d <= 0 || d > away+time.Second {

@@ -15,6 +15,7 @@ import (
 //
 //	target unreachable: connection refused (dial tcp 127.0.0.1:7070: …); 0 of 100 online
 //	target back after 12s; 100 of 100 online
+//	target back after 37s–1m4s (the outage ended between …); 100 of 100 online
 //	sessions below target: 60 of 100 online for 30s; the target takes logins
 //	sessions back: 100 of 100 online after 45s
 //
@@ -128,9 +129,25 @@ func (w *watch) step(now time.Time) {
 		attrs = append(attrs, "reason", st.Reason, "err", st.Err)
 		w.log.Warn("target unreachable: "+st.Cause()+"; "+counts+suffix, attrs...)
 	case prev == watchDown:
-		away := now.Sub(prevAt).Round(time.Second)
+		// The outage ended between the last attempt that failed and the
+		// first login that succeeded, which reconnects backing off can
+		// put a backoff cap apart: both are said, not the time this line
+		// is written, which waits for the population too.
+		away, least := now.Sub(prevAt), time.Duration(0)
+		if st.Reachable && !st.Since.Before(prevAt) {
+			away = st.Since.Sub(prevAt)
+			if st.LastFailure.After(prevAt) && st.LastFailure.Before(st.Since) {
+				least = st.LastFailure.Sub(prevAt)
+			}
+		}
+		away, least = away.Round(time.Second), least.Round(time.Second)
 		if s == watchShort {
 			counts += " so far"
+		}
+		if least > 0 && least < away {
+			w.log.Info(fmt.Sprintf("target back after %v–%v (the outage ended between the last attempt that failed and the first login); %s%s", least, away, counts, suffix),
+				append(attrs, "down_for", away.String(), "down_at_least", least.String())...)
+			break
 		}
 		w.log.Info(fmt.Sprintf("target back after %v; %s%s", away, counts, suffix), append(attrs, "down_for", away.String())...)
 	case s == watchShort:

@@ -89,7 +89,10 @@ func TestWatchLogsEachChangeOnce(t *testing.T) {
 			t.Fatalf("outage: logged %q, want exactly [%q]", got, want)
 		}
 
-		// It comes back; the users log in over a few seconds.
+		// A last refusal a minute in; the first login 10 s later; the
+		// users log in over a few seconds, and the watch waits for them.
+		fail(1)
+		run(10)
 		reach.Succeeded()
 		for i := 1; i <= 10; i++ {
 			setOnline(i)
@@ -97,8 +100,10 @@ func TestWatchLogsEachChangeOnce(t *testing.T) {
 		}
 		run(30)
 		got = log.take()
-		if len(got) != 1 || !strings.HasPrefix(got[0], "INFO target back after 1m") || !strings.HasSuffix(got[0], "; 10 of 10 online") {
-			t.Fatalf("recovery: logged %q, want one line \"INFO target back after 1m…; 10 of 10 online\"", got)
+		// Between the last refusal and the first login: not the time
+		// the line was written, after the population's wait.
+		if want := "INFO target back after 1m0s–1m10s ("; len(got) != 1 || !strings.HasPrefix(got[0], want) || !strings.HasSuffix(got[0], "; 10 of 10 online") {
+			t.Fatalf("recovery: logged %q, want one line \"%s…; 10 of 10 online\"", got, want)
 		}
 
 		// Flapping: down and up every 2 s for 20 s gives a line at most
