@@ -42,6 +42,8 @@ type sampler struct {
 	minOnline  float64
 	prev       counts
 	prevT      time.Time
+	// lastDT is how long the last sample's interval was, in seconds.
+	lastDT float64
 	// maxSlowLag is the most messages a slow reader was behind at any
 	// sample.
 	maxSlowLag int64
@@ -173,18 +175,23 @@ func (s *sampler) sample(now time.Time) {
 		s.satOpen = false
 	}
 	if dt > 0 && len(s.samples) < maxSamples {
-		s.samples = append(s.samples, report.Sample{
+		var minDT float64
+		if s.r != nil {
+			minDT = s.every().Seconds() / 2
+		}
+		s.samples, s.lastDT = appendSample(s.samples, s.lastDT, report.Sample{
 			T: now, Phase: phase, Online: online,
-			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
 			Lost: all.Lost, Late: all.Late, Disconnects: disc,
 			P50: p50, P99: p99, Max: mx,
 			SlowReaderDisconnects: slowDisc, SlowReaderLag: slowLag,
 			Saturated: saturated, SaturationCauses: causes,
-		})
+		}, sent, deliv, dt, minDT)
 	}
 	s.mu.Unlock()
 
-	if s.progress != nil && dt > 0 {
+	// A rate over a sliver of time says nothing (appendSample): the
+	// next progress line has it.
+	if s.progress != nil && dt > 0 && (s.r == nil || dt >= s.every().Seconds()/2) {
 		s.progress(Progress{
 			Phase: phase, Elapsed: now.Sub(s.start), Remaining: s.remaining(phase, phaseStart, now),
 			Online: online, Users: s.p.Users,
@@ -196,6 +203,37 @@ func (s *sampler) sample(now time.Time) {
 			LossJudged: !sendStart.IsZero() && now.Sub(sendStart) >= s.p.LostAfter,
 		})
 	}
+}
+
+// appendSample appends smp, which saw sent messages sent and deliv
+// delivered over dt seconds, to samples, whose last one spans lastDT, and
+// returns them and the new last one's span. An interval shorter than
+// minDT (the run's end, 2 ms after the last tick) is folded into the
+// sample before it: a rate over 2 ms is noise that drew 10,833
+// deliveries/s where 50 was the truth, and flattened the chart.
+func appendSample(samples []report.Sample, lastDT float64, smp report.Sample, sent, deliv int64, dt, minDT float64) ([]report.Sample, float64) {
+	if dt < minDT && len(samples) > 0 && lastDT > 0 {
+		last := &samples[len(samples)-1]
+		span := lastDT + dt
+		last.SentPerSec = (last.SentPerSec*lastDT + float64(sent)) / span
+		last.DelivPerSec = (last.DelivPerSec*lastDT + float64(deliv)) / span
+		// What is counted from the start, and the state at the end,
+		// are the later sample's; the interval's latency the worse.
+		last.T, last.Online = smp.T, smp.Online
+		last.Lost, last.Late, last.Disconnects = smp.Lost, smp.Late, smp.Disconnects
+		last.SlowReaderDisconnects = smp.SlowReaderDisconnects
+		last.SlowReaderLag = max(last.SlowReaderLag, smp.SlowReaderLag)
+		last.Max = max(last.Max, smp.Max)
+		if last.P99 == 0 {
+			last.P50, last.P99 = smp.P50, smp.P99
+		}
+		if smp.Saturated {
+			last.Saturated, last.SaturationCauses = true, smp.SaturationCauses
+		}
+		return samples, span
+	}
+	smp.SentPerSec, smp.DelivPerSec = float64(sent)/dt, float64(deliv)/dt
+	return append(samples, smp), dt
 }
 
 // slowLag returns the most messages a slow reader was behind at any
