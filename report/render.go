@@ -309,7 +309,7 @@ func renderKeyOrder[V any](m map[string]V, known ...string) []string {
 // carry, in reading order.
 var (
 	renderDeliveryKinds = []string{"direct", "group", "all"}
-	renderLatencyKinds  = []string{"login", "ack", "delivery_direct", "delivery_group"}
+	renderLatencyKinds  = []string{"login", "ack", "delivery_direct", "delivery_group", "delivery_on_time", "delivery_late_login"}
 )
 
 // renderCounts prints a count map as "a 1, b 2" sorted by key, or "none".

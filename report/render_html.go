@@ -100,7 +100,9 @@ type renderCard struct {
 
 type renderThresholdRow struct {
 	Name, Limit, Actual, Result string
-	Pass                        bool
+	// Cause says why a failed threshold failed, where the run knows.
+	Cause string
+	Pass  bool
 }
 
 func renderNewPage(r *Soak) renderPageData {
@@ -232,7 +234,9 @@ func (p *renderPageData) cards(r *Soak) {
 				{"offline (skipped)", renderCount(m.Offline)},
 				{"rejected", renderCount(renderTotal(m.Rejected))},
 			}},
-		{Title: "Deliveries", Big: renderPercent(all.LossRatio), Sub: "lost of " + renderCount(all.Expected) + " expected",
+		// Titled by what the big figure is: "Deliveries" over "0%"
+		// read as nothing delivered.
+		{Title: "Lost deliveries", Big: renderPercent(all.LossRatio), Sub: "of " + renderCount(all.Expected) + " expected, lost or undelivered",
 			Bad:  all.Lost+all.Undelivered > 0,
 			Rows: deliveryCard(r, all)},
 		{Title: "Disconnects", Big: renderCount(disconnects), Sub: "our own shutdown excluded" + renderIf(r.Drill != nil, ", slow readers apart"),
@@ -248,7 +252,7 @@ func (p *renderPageData) tables(r *Soak) {
 	m := r.Messages
 	for _, t := range r.Thresholds {
 		row := renderThresholdRow{Name: t.Name, Limit: renderThresholdValue(t.Limit), Actual: renderThresholdValue(t.Actual),
-			Result: "PASS", Pass: t.Pass}
+			Result: "PASS", Pass: t.Pass, Cause: t.Cause}
 		if !t.Pass {
 			row.Result = "FAIL"
 		}

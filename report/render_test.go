@@ -82,6 +82,9 @@ func renderTestReport() *Soak {
 			"ack":             {Count: 75012, P50: 4200 * time.Microsecond, P95: 18 * time.Millisecond, P99: 95 * time.Millisecond, Max: 3100 * time.Millisecond},
 			"delivery_direct": {Count: 37452, P50: 11 * time.Millisecond, P95: 64 * time.Millisecond, P99: 480 * time.Millisecond, Max: 4600 * time.Millisecond},
 			"delivery_group":  {Count: 337801, P50: 14 * time.Millisecond, P95: 88 * time.Millisecond, P99: 720 * time.Millisecond, Max: 4800 * time.Millisecond},
+			// Split by recipient: 2% of the users logged in late.
+			"delivery_on_time":    {Count: 368530, P50: 13 * time.Millisecond, P95: 80 * time.Millisecond, P99: 480 * time.Millisecond, Max: 4800 * time.Millisecond},
+			"delivery_late_login": {Count: 6820, P50: 30 * time.Second, P95: 110 * time.Second, P99: 118 * time.Second, Max: 119 * time.Second},
 		},
 		Errors: []ErrorCount{
 			{Error: "ack timeout after 5s", Count: 181},
@@ -124,7 +127,8 @@ func renderTestReport() *Soak {
 		{Name: "max_loss", Limit: "0.1%", Actual: "0.196%", LimitValue: 0.001, ActualValue: all.LossRatio, Pass: false},
 		{Name: "max_late", Limit: "1%", Actual: "0.8322%", LimitValue: 0.01, ActualValue: all.LateRatio, Pass: true},
 		{Name: "p99_ack", Limit: "500ms", Actual: "95ms", LimitValue: 0.5, ActualValue: 0.095, Pass: true},
-		{Name: "p99_delivery", Limit: "500ms", Actual: "712ms", LimitValue: 0.5, ActualValue: 0.712, Pass: false},
+		{Name: "p99_delivery", Limit: "500ms", Actual: "712ms", LimitValue: 0.5, ActualValue: 0.712, Pass: false,
+			Cause: "62.5% of the 3,771 deliveries slower than 500ms went to users who logged in late (held for them while offline); the on-time recipients' p99 was 480ms"},
 		{Name: "min_online_ratio", Limit: "90%", Actual: "94.17%", LimitValue: 0.9, ActualValue: 0.9417, Pass: true},
 		{Name: "max_disconnects", Limit: "10", Actual: "5", LimitValue: 10, ActualValue: 5, Pass: true},
 		{Name: "all_users_logged_in", Limit: "500", Actual: "497", LimitValue: 500, ActualValue: 497, Pass: false},

@@ -146,6 +146,11 @@ func (tw *renderTextWriter) soakExtras(r *Soak) {
 			rows = append(rows, []string{t.Name, renderThresholdValue(t.Limit), renderThresholdValue(t.Actual), res})
 		}
 		tw.table(renderNumbers, rows)
+		for _, t := range r.Thresholds {
+			if !t.Pass && t.Cause != "" {
+				tw.printf("%s failed: %s\n", t.Name, t.Cause)
+			}
+		}
 	}
 
 	if d := r.Drill; d != nil {

@@ -225,6 +225,9 @@ type Threshold struct {
 	LimitValue  float64 `json:"limit_value"`
 	ActualValue float64 `json:"actual_value"`
 	Pass        bool    `json:"pass"`
+	// Cause says why a failed threshold failed, where the run knows
+	// ("95% of the deliveries slower than 2s went to late logins").
+	Cause string `json:"cause,omitempty"`
 }
 
 // ErrorCount is one distinct error and how often it happened.

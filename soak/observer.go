@@ -34,9 +34,15 @@ type observer struct {
 	rejected map[string]int64
 	errors   map[string]int64
 
-	// slow says which users read slowly; it is set before the population
-	// runs and only read after, so it needs no lock.
-	slow []bool
+	// slow says which users read slowly, late which log in late; both
+	// are set before the population runs and only read after, so they
+	// need no lock.
+	slow, late []bool
+	// lateDeliv and onTimeDeliv split the normal users' delivery
+	// latencies by whether the recipient logged in late: what was held
+	// for a user while it was offline is slow by design, and a p99 that
+	// fails on it must say so.
+	lateDeliv, onTimeDeliv *hdrhistogram.Histogram
 	// on says whose session is online as the logins and disconnects
 	// tell, loginAt when it logged in, and online counts them by cohort.
 	on        []bool
@@ -82,6 +88,7 @@ func newObserver(health engine.Health) *observer {
 		interval: newHist(), rejected: map[string]int64{}, errors: map[string]int64{},
 		disc:     [len(metrics.Cohorts)]map[string]int64{{}, {}},
 		slowEnds: map[slowEnd]int64{}, slowDeliv: newHist(), toDisc: newHist(),
+		lateDeliv: newHist(), onTimeDeliv: newHist(),
 		health: health,
 	}
 }
@@ -90,9 +97,9 @@ func newObserver(health engine.Health) *observer {
 // It runs before pop does.
 func (o *observer) setUsers(pop *engine.Population) {
 	n := pop.Users()
-	o.slow = make([]bool, n)
+	o.slow, o.late = make([]bool, n), make([]bool, n)
 	for i := range n {
-		o.slow[i] = pop.Slow(i)
+		o.slow[i], o.late[i] = pop.Slow(i), pop.Late(i)
 	}
 	o.on, o.loginAt, o.slowHit = make([]bool, n), make([]time.Time, n), make([]bool, n)
 }
@@ -218,6 +225,11 @@ func (o *observer) Received(user int, h *probe.Header, latency time.Duration, ou
 	} else {
 		record(o.deliv[k], latency)
 		record(o.interval, latency)
+		if user >= 0 && user < len(o.late) && o.late[user] {
+			record(o.lateDeliv, latency)
+		} else {
+			record(o.onTimeDeliv, latency)
+		}
 	}
 	o.mu.Unlock()
 }
@@ -227,6 +239,18 @@ func pctl(h *hdrhistogram.Histogram, q float64) time.Duration {
 		return 0
 	}
 	return time.Duration(h.ValueAtQuantile(q)) * time.Microsecond
+}
+
+// above counts the values of h above limit.
+func above(h *hdrhistogram.Histogram, limit time.Duration) int64 {
+	lim := int64(limit / time.Microsecond)
+	var n int64
+	for _, b := range h.Distribution() {
+		if b.From > lim {
+			n += b.Count
+		}
+	}
+	return n
 }
 
 func percentiles(h *hdrhistogram.Histogram) report.Percentiles {

@@ -43,3 +43,39 @@ func TestShortIntervalFolded(t *testing.T) {
 		t.Errorf("%d samples, last %+v: want a fourth at 10/s", len(samples), samples[len(samples)-1])
 	}
 }
+
+// TestLateLoginCause: a p99 that fails on what was held for late logins
+// says so, with the on-time recipients' own p99; one that fails on the
+// on-time recipients says nothing of late logins.
+func TestLateLoginCause(t *testing.T) {
+	late, onTime := newHist(), newHist()
+	for range 95 {
+		record(late, 3*time.Second)
+	}
+	for range 5 {
+		record(onTime, 3*time.Second)
+	}
+	for range 1000 {
+		record(onTime, 20*time.Millisecond)
+	}
+	limit := 2 * time.Second
+	ls, ots := above(late, limit), above(onTime, limit)
+	if ls != 95 || ots != 5 {
+		t.Fatalf("above %v: late %d, on time %d; want 95 and 5", limit, ls, ots)
+	}
+	got := lateLoginCause(ls, ots, limit, percentiles(onTime))
+	want := "95% of the 100 deliveries slower than 2s went to users who logged in late (held for them while offline); the on-time recipients' p99 was 20ms"
+	if got != want {
+		t.Errorf("cause %q\nwant %q", got, want)
+	}
+	if c := lateLoginCause(5, 95, limit, percentiles(onTime)); c != "" {
+		t.Errorf("cause %q when the on-time recipients were the slow ones, want none", c)
+	}
+	row := withCause(durationRow("p99_delivery", limit, 3872767*time.Microsecond), got)
+	if row.Actual != "3.9s" || row.Limit != "2s" || row.Pass || row.Cause != got {
+		t.Errorf("row %+v: want 3.9s against 2s, failed, with its cause", row)
+	}
+	if row := durationRow("p99_ack", 2*time.Second, 2004*time.Millisecond); row.Actual == row.Limit {
+		t.Errorf("row %+v: an actual over the limit reads as the limit", row)
+	}
+}
