@@ -15,7 +15,7 @@ import (
 )
 
 // The series of a prober the bench reads. They are imcanary's public metric
-// names (README, "Metrics"), so the bench reads them as an operator's
+// names (docs/metrics.md), so the bench reads them as an operator's
 // Prometheus would, not through any internal API.
 const (
 	mOnline       = "imcanary_sessions_online"
