@@ -2,6 +2,7 @@ package refserver
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -304,5 +305,50 @@ func TestStallOptionRejectsEmptyUser(t *testing.T) {
 	_, err := New(Options{Stall: []string{"u1", ""}})
 	if want := "Options.Stall[1] is empty"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("New(Options{Stall: [u1 \"\"]}) = %v, want an error containing %q", err, want)
+	}
+}
+
+// TestCapacity: with Capacity N the server delivers at most N a second:
+// a burst that it would pass at once arrives spread over at least
+// (burst-1)/N, and what would wait over capacityMaxWait is shed at once,
+// counted and hidden from history, so that the backlog stays bounded.
+func TestCapacity(t *testing.T) {
+	const perSec, burst = 200, 100
+	srv, url := startServer(t, Options{Faults: Faults{Capacity: perSec}})
+	a, b := login(t, url, "ann", "t"), login(t, url, "bob", "t")
+	start := time.Now()
+	for i := range burst {
+		a.sendTo("bob", fmt.Sprint(i))
+	}
+	for range burst {
+		a.readType("ack")
+	}
+	var last time.Time
+	for range burst {
+		b.readType("msg")
+		last = time.Now()
+	}
+	// The first goes at once; each other waits its slot: a machine can
+	// only be slower than this, never faster.
+	if span, least := last.Sub(start), time.Duration(burst-1)*time.Second/perSec; span < least {
+		t.Errorf("%d deliveries over %v at a capacity of %d/s, want at least %v", burst, span, perSec, least)
+	}
+	if st := srv.Stats(); st.CapacityQueued < burst-10 || st.CapacityDropped != 0 {
+		t.Errorf("queued %d, dropped %d: want nearly all %d queued, none dropped", st.CapacityQueued, st.CapacityDropped, burst)
+	}
+
+	// At 1 a second, 30 s of backlog holds 31: the rest of 40 are shed
+	// as they are sent.
+	srv.SetFaults(Faults{Capacity: 1})
+	time.Sleep(10 * time.Millisecond)
+	before := srv.Stats().CapacityDropped
+	for i := range 40 {
+		a.sendTo("bob", fmt.Sprint("shed", i))
+	}
+	for range 40 {
+		a.readType("ack")
+	}
+	if got := srv.Stats().CapacityDropped - before; got < 8 || got > 10 {
+		t.Errorf("shed %d of 40 sent at a capacity of 1/s, want the 9 past 30 s of backlog", got)
 	}
 }

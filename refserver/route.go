@@ -336,6 +336,18 @@ func (s *Server) deliver(user string, p push, f *Faults, cv *conversation, seq u
 	}
 	reorder := f.Reorder > 0 && s.rand() < f.Reorder
 	d := f.Delay
+	if f.Capacity > 0 {
+		wait, ok := s.capacityWait(f.Capacity)
+		if !ok {
+			s.stats.capacityDropped.Add(1)
+			s.hist.hide(cv, seq, user)
+			return
+		}
+		if wait > 0 {
+			s.stats.capacityQueued.Add(1)
+			d += wait
+		}
+	}
 	if f.Jitter > 0 {
 		d += time.Duration(s.rand() * float64(f.Jitter))
 	}
@@ -353,6 +365,21 @@ func (s *Server) deliver(user string, p push, f *Faults, cv *conversation, seq u
 		}
 		s.toUser(user, p, reorder, skip)
 	}
+}
+
+// capacityWait takes the next slot of the Capacity queue, drained at
+// perSec deliveries a second: how long this delivery waits for it, or
+// false when that is past capacityMaxWait and it is shed. Called with mu
+// held.
+func (s *Server) capacityWait(perSec int) (time.Duration, bool) {
+	now := s.now()
+	at := max(now, s.capNext)
+	wait := time.Duration(at - now)
+	if wait > capacityMaxWait {
+		return 0, false
+	}
+	s.capNext = at + int64(time.Second)/int64(perSec)
+	return wait, true
 }
 
 // isOpen reports whether session c may be handed deliveries: it is not

@@ -126,7 +126,19 @@ type Faults struct {
 	// Delay plus a uniform random duration in [0, Jitter) is added to every
 	// delivery. A fixed Delay without Jitter preserves order.
 	Delay, Jitter time.Duration
+	// Capacity, if above 0, is the most deliveries per second the server
+	// makes: one queue, drained at that rate, which every delivery to a
+	// user waits in. Below it nothing waits; above it the wait grows
+	// with the backlog, as in a server at its limit, so that a search
+	// for the server's limit has a known answer. A delivery that would
+	// wait longer than capacityMaxWait is dropped instead (and hidden
+	// from history), as an overloaded server sheds: the backlog, and so
+	// memory, stay bounded.
+	Capacity int
 }
+
+// capacityMaxWait is the longest a delivery waits in the Capacity queue.
+const capacityMaxWait = 30 * time.Second
 
 // Validate reports the first fault that is out of range, naming its field.
 func (f Faults) Validate() error {
@@ -145,6 +157,9 @@ func (f Faults) Validate() error {
 	if f.Jitter < 0 {
 		return fmt.Errorf("Faults.Jitter = %v: must not be negative", f.Jitter)
 	}
+	if f.Capacity < 0 || f.Capacity > 1e9 {
+		return fmt.Errorf("Faults.Capacity = %d: must be 0 (no limit) or a number of deliveries per second up to 1e9", f.Capacity)
+	}
 	return nil
 }
 
@@ -159,6 +174,7 @@ func (f Faults) clamp() Faults {
 	f.Drop, f.Duplicate, f.Reorder = p(f.Drop), p(f.Duplicate), p(f.Reorder)
 	f.DropPush, f.SkipDevice = p(f.DropPush), p(f.SkipDevice)
 	f.Delay, f.Jitter = max(f.Delay, 0), max(f.Jitter, 0)
+	f.Capacity = min(max(f.Capacity, 0), 1e9)
 	return f
 }
 
@@ -252,6 +268,9 @@ type Stats struct {
 	// HistoryServed counts msg frames sent in history answers, and
 	// HistoryEvicted messages that fell out of history past its bounds.
 	HistoryServed, HistoryEvicted uint64
+	// CapacityQueued counts deliveries that waited in the Capacity
+	// queue, CapacityDropped those it shed.
+	CapacityQueued, CapacityDropped uint64
 }
 
 type counters struct {
@@ -262,6 +281,7 @@ type counters struct {
 	slowConsumerKicks, offlineQueued, offlineDrop atomic.Uint64
 	droppedPush, skippedDevice, deviceLimit       atomic.Uint64
 	historyServed                                 atomic.Uint64
+	capacityQueued, capacityDropped               atomic.Uint64
 }
 
 // Server is the reference IM server. Its methods are safe for concurrent
@@ -325,10 +345,13 @@ type Server struct {
 	userGroups map[string]map[string]struct{}
 	// logins numbers logins, so that a delivery held for a session that
 	// closes can tell which of the user's sessions came after it.
-	logins   uint64
-	msgID    uint64
-	delays   delayHeap
-	delayN   uint64
+	logins uint64
+	msgID  uint64
+	delays delayHeap
+	delayN uint64
+	// capNext is when (s.now) the Capacity queue next lets a delivery
+	// go.
+	capNext  int64
 	delaying bool
 	wake     chan struct{}
 }
@@ -613,6 +636,8 @@ func (s *Server) Stats() Stats {
 		OfflineQueued:     c.offlineQueued.Load(),
 		OfflineDropped:    c.offlineDrop.Load(),
 		DroppedPush:       c.droppedPush.Load(),
+		CapacityQueued:    c.capacityQueued.Load(),
+		CapacityDropped:   c.capacityDropped.Load(),
 		SkippedDevice:     c.skippedDevice.Load(),
 		DeviceLimit:       c.deviceLimit.Load(),
 		HistoryServed:     c.historyServed.Load(),

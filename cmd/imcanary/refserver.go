@@ -25,6 +25,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Float64Var(&f.Reorder, "reorder", 0, "fraction of deliveries held back behind the next one (0..1)")
 	fs.DurationVar(&f.Delay, "delay", 0, "delay added to every delivery")
 	fs.DurationVar(&f.Jitter, "jitter", 0, "uniform random extra delay, 0..jitter, per delivery")
+	fs.IntVar(&f.Capacity, "capacity", 0, "most deliveries per second: the rest queue (a delivery that would wait over 30s is dropped); 0: no limit")
 	// StringArray, not StringSlice: the latter parses CSV, whose quoting
 	// rules would only make odd user names fail obscurely.
 	stall := fs.StringArray("stall", nil, "users whose sessions get no deliveries but stay open, pinged and acked (USER[,USER…]; repeatable)")
@@ -52,6 +53,9 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if !(p >= 0 && p <= 1) {
 			return badConfig(fmt.Errorf("%s %v: must be a fraction in [0, 1]", name, p))
 		}
+	}
+	if f.Capacity < 0 || f.Capacity > 1e9 {
+		return badConfig(fmt.Errorf("--capacity %d: must be 0 (no limit) or deliveries per second up to 1e9", f.Capacity))
 	}
 	for name, d := range map[string]time.Duration{"--delay": f.Delay, "--jitter": f.Jitter} {
 		if d < 0 {
@@ -98,7 +102,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "imcanary refserver: ws://%s/ws\n", ln.Addr())
 	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "drop_push", f.DropPush, "skip_device", f.SkipDevice,
-		"duplicate", f.Duplicate, "reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "stall", stalled, "send_queue", *sendQueue,
+		"duplicate", f.Duplicate, "reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "capacity", f.Capacity, "stall", stalled, "send_queue", *sendQueue,
 		"max_devices", *maxDevices, "device_policy", *devicePolicy, "history", *history, "history_bytes", *historyBytes, "reactor", *reactor, "auth", secret != nil)
 	return srv.Serve(ctx, ln)
 }
