@@ -328,3 +328,16 @@ func deliveryCard(r *Soak, all Deliveries) []renderKV {
 			renderIf(all.LatePush > 0, ", "+renderCount(all.LatePush)+" of them pushed later (slow, not missing)")},
 	}, rows...)
 }
+
+// PageChanges are the changes made on purpose to the report page since
+// a58460c, the last release that stored pages, as pairs of the text then
+// and the text now. A page rendered now from a report of that release is
+// the page it stored with these made: the tests of old data directories
+// hold the rest of the page to what was stored.
+var PageChanges = []string{
+	// Issue 37: the deliveries card's big figure is the loss ratio, and
+	// "Deliveries" over "0%" read as nothing delivered.
+	"<h3>Deliveries</h3>", "<h3>Lost deliveries</h3>",
+	`<div class="sub">lost of `, `<div class="sub">of `,
+	` expected</div>`, ` expected, lost or undelivered</div>`,
+}
