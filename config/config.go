@@ -345,8 +345,66 @@ type Profile struct {
 	SlowReaders SlowReaders `koanf:"slow_readers"`
 	// Storm makes the run a reconnect-storm drill.
 	Storm Storm `koanf:"storm"`
+	// Search makes the profile a search for the server's limit: a run
+	// per step of one varied value, each judged by Thresholds.
+	Search Search `koanf:"search"`
 	// Thresholds are the limits the run must stay within to pass.
 	Thresholds Thresholds `koanf:"thresholds"`
+}
+
+// Search configures a search for the server's limit, the knee: the
+// profile is run once per step with Vary set to the step's value, from
+// the profile's own value up by Factor until a step fails a threshold,
+// then by bisection between the last step that passed and the first that
+// failed until the two are within Precision of each other. A step during
+// which imcanary itself was saturated ends the search as inconclusive.
+type Search struct {
+	// Vary is the value searched: "" (no search), "rate" (messages per
+	// second per user), "users" or "group_size".
+	Vary string `koanf:"vary"`
+	// Max is the most the search tries; a pass there ends it: no limit
+	// within reach.
+	Max float64 `koanf:"max"`
+	// Factor is the growth from one step to the next before a step fails,
+	// above 1.
+	Factor float64 `koanf:"factor"`
+	// Precision is the fraction the failing step may be above the passing
+	// one when the search ends, between 0 and 1.
+	Precision float64 `koanf:"precision"`
+}
+
+// Values of Search.Vary.
+const (
+	SearchRate      = "rate"
+	SearchUsers     = "users"
+	SearchGroupSize = "group_size"
+)
+
+// SearchStart returns the profile's own value of what its search varies:
+// the first step.
+func (p Profile) SearchStart() float64 {
+	switch p.Search.Vary {
+	case SearchUsers:
+		return float64(p.Users)
+	case SearchGroupSize:
+		return float64(p.GroupSize)
+	}
+	return p.Rate
+}
+
+// AtStep returns the profile with what its search varies set to v, and no
+// search of its own: one step's run.
+func (p Profile) AtStep(v float64) Profile {
+	switch p.Search.Vary {
+	case SearchUsers:
+		p.Users = int(v)
+	case SearchGroupSize:
+		p.GroupSize = int(v)
+	default:
+		p.Rate = v
+	}
+	p.Search = Search{}
+	return p
 }
 
 // Storm configures a reconnect-storm drill: Fraction of a population's
@@ -417,6 +475,7 @@ var profileDefaults = Profile{
 	Ramp:      10 * time.Second,
 	Duration:  time.Minute,
 	Drain:     30 * time.Second,
+	Search:    Search{Factor: 2, Precision: 0.05},
 	Thresholds: Thresholds{
 		MaxLoss:        0.001,
 		MaxLate:        0.01,

@@ -214,6 +214,24 @@ func TestLoadProfileErrors(t *testing.T) {
 			want: "soak.profiles[0].storm.fraction: 1.5: must be at least 0 and at most 1\n" +
 				"soak.profiles[0].thresholds.recovery_99: 30s: must be at most soak.profiles[0].thresholds.recovery_100 (20s)",
 		},
+		{
+			name: "search of an unknown value",
+			body: "soak: {profiles: [{name: a, users: 2, search: {vary: speed, max: 10}}]}",
+			want: `soak.profiles[0].search.vary: "speed": must be "" (no search), "rate", "users" or "group_size"`,
+		},
+		{
+			name: "search that starts above its max, grows by 1, with no precision",
+			body: "soak: {profiles: [{name: a, users: 2, rate: 5, search: {vary: rate, max: 4, factor: 1, precision: 0}}]}",
+			want: "soak.profiles[0].search.max: 4: must be above soak.profiles[0].rate (5), where the search starts\n" +
+				"soak.profiles[0].search.factor: 1: must be above 1 and at most 10\n" +
+				"soak.profiles[0].search.precision: 0: must be above 0 and below 1",
+		},
+		{
+			name: "search of group sizes past the users, on a schedule",
+			body: "soak: {profiles: [{name: a, users: 10, schedule: \"@every 1h\", search: {vary: group_size, max: 20}}]}",
+			want: "soak.profiles[0].search.max: 20: must be at most soak.profiles[0].users (10): a group holds at most every user\n" +
+				"soak.profiles[0].search.vary: \"group_size\": runs only from imcanary soak --profile: soak.profiles[0].schedule must be empty",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -374,6 +392,7 @@ func TestExampleProfile(t *testing.T) {
 		Drain:     30 * time.Second,
 		Deadline:  10 * time.Second,
 		LostAfter: 20 * time.Second,
+		Search:    Search{Factor: 2, Precision: 0.05},
 		Thresholds: Thresholds{
 			MaxLoss:                 0.0001,
 			MaxLate:                 0.001,

@@ -565,6 +565,7 @@ func (p Profile) problems(at string) []*ValidationError {
 
 	checkSlowReaders("slow_readers", p.SlowReaders, fail)
 	checkStorm(at, p, fail)
+	checkSearch(at, p, fail)
 
 	t := p.Thresholds
 	ratio("thresholds.max_loss", t.MaxLoss)
@@ -610,6 +611,45 @@ func checkSlowReaders(key string, sr SlowReaders, fail func(key string, value an
 	}
 	if sr.Fraction > 0 && sr.ReadDelay == 0 && sr.Pause == 0 {
 		fail(key+".read_delay", sr.ReadDelay, "must be positive, or %s.pause must be, when %s.fraction (%v) is above 0", key, key, sr.Fraction)
+	}
+}
+
+// checkSearch validates profile p's search for the server's limit; at
+// names the profile.
+func checkSearch(at string, p Profile, fail func(key string, value any, format string, args ...any)) {
+	sr := p.Search
+	switch sr.Vary {
+	case "":
+		return
+	case SearchRate, SearchUsers, SearchGroupSize:
+	default:
+		fail("search.vary", sr.Vary, "must be %q (no search), %q, %q or %q", "", SearchRate, SearchUsers, SearchGroupSize)
+		return
+	}
+	if start := p.SearchStart(); !(sr.Max > start) {
+		fail("search.max", sr.Max, "must be above %s.%s (%v), where the search starts", at, sr.Vary, start)
+	}
+	switch {
+	case sr.Vary == SearchUsers && sr.Max > maxUsers:
+		fail("search.max", sr.Max, "must be at most %d users", maxUsers)
+	case sr.Vary == SearchGroupSize && sr.Max > float64(p.Users):
+		fail("search.max", sr.Max, "must be at most %s.users (%d): a group holds at most every user", at, p.Users)
+	case sr.Vary == SearchRate && sr.Max > maxRate:
+		fail("search.max", sr.Max, "must be at most %d messages per second per user", maxRate)
+	}
+	if !(sr.Factor > 1 && sr.Factor <= 10) {
+		fail("search.factor", sr.Factor, "must be above 1 and at most 10")
+	}
+	if !(sr.Precision > 0 && sr.Precision < 1) {
+		fail("search.precision", sr.Precision, "must be above 0 and below 1")
+	}
+	if p.Schedule != "" {
+		// Its steps are runs of their own, which the daemon's history
+		// and comparisons do not tell apart yet.
+		fail("search.vary", sr.Vary, "runs only from imcanary soak --profile: %s.schedule must be empty", at)
+	}
+	if p.Storm.Fraction > 0 || p.SlowReaders.Fraction > 0 {
+		fail("search.vary", sr.Vary, "a search judges the server's limit: it takes no storm or slow-reader drill")
 	}
 }
 

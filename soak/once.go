@@ -53,17 +53,76 @@ const OnceCohort = "oneshot-soak"
 // data_dir too. When ctx ends early the report is marked aborted. progress,
 // if set, is called with each sample.
 func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, progress func(Progress)) (*report.Soak, error) {
+	p, err := namedProfile(cfg, profile)
+	if err != nil {
+		return nil, err
+	}
+	var rep *report.Soak
+	err = oneShot(cfg, p.Users, true, log, func(r *Runner, store *history.Store) error {
+		var err error
+		if rep, err = r.Run(ctx, p, progress); err != nil {
+			return err
+		}
+		// Compared before saving, so the stored report, and the page
+		// the daemon renders from it, carry the comparison too.
+		if err := store.Compare(rep); err != nil {
+			log.Warn("comparing the soak run with earlier runs", "err", err)
+		}
+		if err := store.SaveSoak(rep); err != nil {
+			log.Error("saving soak report", "err", err)
+		}
+		return nil
+	})
+	return rep, err
+}
+
+// SearchOnce is imcanary soak --profile NAME for a profile with a search:
+// the search for the server's limit against the target of cfg, as Once
+// runs a profile. Its steps are not kept in the history, where they would
+// stand as runs of the profile and be compared with each other. step, if
+// set, is told each step as it ends.
+func SearchOnce(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, progress func(Progress), step func(report.SearchStep)) (*report.Search, error) {
+	p, err := namedProfile(cfg, profile)
+	if err != nil {
+		return nil, err
+	}
+	if p.Search.Vary == "" {
+		return nil, fmt.Errorf("profile %s has no search (search.vary)", profile)
+	}
+	users := p.Users
+	if p.Search.Vary == config.SearchUsers {
+		users = int(p.Search.Max)
+	}
+	var rep *report.Search
+	err = oneShot(cfg, users, false, log, func(r *Runner, _ *history.Store) error {
+		var err error
+		rep, err = r.Search(ctx, p, progress, step)
+		return err
+	})
+	return rep, err
+}
+
+// namedProfile returns the profile named so in cfg.
+func namedProfile(cfg config.Config, profile string) (config.Profile, error) {
 	p, ok := cfg.Profile(profile)
 	if !ok {
 		var names []string
 		for _, q := range cfg.Soak.Profiles {
 			names = append(names, q.Name)
 		}
-		return nil, fmt.Errorf("%w %q (have %q)", ErrUnknownProfile, profile, names)
+		return p, fmt.Errorf("%w %q (have %q)", ErrUnknownProfile, profile, names)
 	}
-	t, err := protocols.Open(cfg, []int{p.Users}, log)
+	return p, nil
+}
+
+// oneShot opens the target of cfg for a cohort of up to users, with the
+// history of data_dir and imcanary's self-monitor, and calls run with a
+// runner on them; with mark, the runner marks its runs in progress in the
+// history.
+func oneShot(cfg config.Config, users int, mark bool, log *slog.Logger, run func(*Runner, *history.Store) error) error {
+	t, err := protocols.Open(cfg, []int{users}, log)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer t.Close()
 	t.Start(log)
@@ -72,17 +131,21 @@ func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logg
 		MaxRuns: cfg.History.MaxRuns, MaxAge: cfg.History.MaxAge, MaxCanaryRounds: cfg.History.MaxCanaryRounds,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("data_dir: %w", err)
+		return fmt.Errorf("data_dir: %w", err)
 	}
 	m := metrics.New(prometheus.NewRegistry())
 	h, err := saturation.New(cfg.Saturation, m.Probe(cfg.Target.Name), log.With("target", cfg.Target.Name, "component", "saturation"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	hctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	// Exits when stop is called, once the run is over.
 	wg.Go(func() { h.Run(hctx) })
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable.
 	conn := t.Connection(h, nil)
@@ -91,20 +154,10 @@ func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logg
 	if r := cfg.Population.MaxConnectRate; r > 0 {
 		conn.Limiter = engine.NewConnectLimiter(r)
 	}
-	r := NewRunner(FromConfig(cfg, conn, m, store, cfg.Population.Prefix+"-"+OnceCohort, log))
-	rep, err := r.Run(ctx, p, progress)
-	stop()
-	wg.Wait()
-	if err != nil {
-		return nil, err
+	marks := store
+	if !mark {
+		marks = nil
 	}
-	// Compared before saving, so the stored report, and the page the
-	// daemon renders from it, carry the comparison too.
-	if err := store.Compare(rep); err != nil {
-		log.Warn("comparing the soak run with earlier runs", "err", err)
-	}
-	if err := store.SaveSoak(rep); err != nil {
-		log.Error("saving soak report", "err", err)
-	}
-	return rep, nil
+	r := NewRunner(FromConfig(cfg, conn, m, marks, cfg.Population.Prefix+"-"+OnceCohort, log))
+	return run(r, store)
 }

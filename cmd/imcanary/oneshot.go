@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -114,6 +116,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return badConfig(err)
 	}
 	defer lock.Release()
+	if p, ok := cfg.Profile(*profile); ok && p.Search.Vary != "" {
+		return runSearch(ctx, cfg, *profile, log, *jsonOut, *htmlOut, pushOpt.gateway, stdout, stderr)
+	}
 	pr := newProgressPrinter(stdout)
 	rep, err := soak.Once(ctx, cfg, *profile, log, pr.print)
 	pr.done()
@@ -193,4 +198,40 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// runSearch is imcanary soak --profile NAME for a profile with a search:
+// the steps as they end, then the knee. It exits 0 once the knee is found
+// or there is no limit within reach, 1 when every value tried failed or
+// the prober was the limit.
+func runSearch(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, jsonOut, htmlOut, gateway string, stdout, stderr io.Writer) error {
+	switch {
+	case htmlOut != "":
+		return usageError{errors.New("--html: a search's report is text and JSON only (--json)")}
+	case gateway != "":
+		return usageError{errors.New("--push.gateway: a search's result is not pushed; its steps are soak runs of their own")}
+	}
+	pr := newProgressPrinter(stdout)
+	rep, err := soak.SearchOnce(ctx, cfg, profile, log, pr.print, func(st report.SearchStep) {
+		pr.done()
+		fmt.Fprintf(stdout, "step %s: %s\n", strconv.FormatFloat(st.Value, 'f', -1, 64), st.Result)
+	})
+	pr.done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := report.WriteSearchText(stdout, rep); err != nil {
+		return err
+	}
+	if jsonOut != "" {
+		if err := writeFile(jsonOut, func(w io.Writer) error { return report.WriteSearchJSON(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if rep.Result != report.SearchFound && rep.Result != report.SearchNoLimit {
+		printError(stderr, "soak", fmt.Errorf("search %s: %s", rep.Result, rep.Verdict()))
+		return errFailed
+	}
+	return nil
 }

@@ -1,0 +1,77 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/report"
+	"github.com/imcanary/imcanary/search"
+)
+
+// Search runs the search for the server's limit that profile p describes
+// (p.Search): a run of the profile per step, with the varied value set to
+// the step's, each judged by the profile's thresholds as a soak run is.
+// step, if set, is told each step as it ends. A step during which
+// imcanary was saturated ends the search as inconclusive, naming why.
+func (r *Runner) Search(ctx context.Context, p config.Profile, progress func(Progress), step func(report.SearchStep)) (*report.Search, error) {
+	plan := search.Plan{Start: p.SearchStart(), Max: p.Search.Max, Factor: p.Search.Factor, Precision: p.Search.Precision,
+		Whole: p.Search.Vary != config.SearchRate}
+	s, err := search.New(plan)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: search: %w", p.Name, err)
+	}
+	rep := &report.Search{
+		ID: report.NewRunID(time.Now()), Kind: "search", Target: r.o.Target, Profile: p.Name, Vary: p.Search.Vary,
+		Start: plan.Start, Max: plan.Max, Factor: plan.Factor, Precision: plan.Precision, StartTime: time.Now(),
+	}
+	for v, ok := s.Next(); ok; v, ok = s.Next() {
+		run, err := r.Run(ctx, p.AtStep(v), progress)
+		if err != nil {
+			return nil, fmt.Errorf("search step %v: %w", v, err)
+		}
+		st := report.StepOf(v, run)
+		rep.Steps = append(rep.Steps, st)
+		if step != nil {
+			step(st)
+		}
+		var verdict search.Verdict
+		switch run.Result {
+		case metrics.ResultPass:
+			verdict = search.Pass
+		case metrics.ResultFail:
+			verdict = search.Fail
+		case metrics.ResultInconclusive:
+			verdict = search.Inconclusive
+		default:
+			rep.Result, rep.EndTime = report.SearchAborted, time.Now()
+			rep.Knee, rep.FirstFail = s.Knee()
+			return rep, nil
+		}
+		if err := s.Record(v, verdict); err != nil {
+			return nil, err
+		}
+	}
+	rep.EndTime = time.Now()
+	rep.Knee, rep.FirstFail = s.Knee()
+	switch s.End() {
+	case search.Found:
+		rep.Result = report.SearchFound
+	case search.NoLimit:
+		rep.Result = report.SearchNoLimit
+	case search.BelowStart:
+		rep.Result = report.SearchBelowStart
+	default:
+		rep.Result = report.SearchInconclusive
+	}
+	for _, st := range rep.Steps {
+		if st.Value == rep.FirstFail && st.Result == metrics.ResultFail {
+			rep.Broke = st.Failed
+		}
+	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("Each step is a run of profile %s with its %s set to the step's value: a ramp of %s, %s of sending judged by the profile's thresholds, and a drain of %s. The knee is the largest value that passed; the search ends once the first that failed is within %s of it.",
+		p.Name, p.Search.Vary, p.Ramp, p.Duration, p.Drain, fmt.Sprintf("%.3g%%", 100*p.Search.Precision)))
+	return rep, nil
+}
