@@ -53,6 +53,9 @@ type Population struct {
 	refs   atomic.Uint64
 	online atomic.Int64
 	ready  atomic.Bool
+	// provisioned is set once the plan is provisioned and sessions
+	// start to log in.
+	provisioned atomic.Bool
 	// readyC is closed when ready is first set, for WaitReady.
 	readyC chan struct{}
 	// waiters counts WaitOnline's callers; while there are any, a change
@@ -492,6 +495,10 @@ func (p *Population) Online() int { return int(p.online.Load()) }
 // Ready reports whether the whole population has been online at once.
 func (p *Population) Ready() bool { return p.ready.Load() }
 
+// Provisioned reports whether the plan has been provisioned: until then
+// no session logs in, however long a server takes to make its accounts.
+func (p *Population) Provisioned() bool { return p.provisioned.Load() }
+
 // WaitReady waits until the whole population has been online at once, or
 // ctx ends, and reports Ready.
 func (p *Population) WaitReady(ctx context.Context) bool {
@@ -567,6 +574,7 @@ func (p *Population) Run(ctx context.Context) error {
 	if err := p.provision(ctx); err != nil {
 		return err
 	}
+	p.provisioned.Store(true)
 	p.dialers = newDialers(ctx, maxDialers, dialerIdle)
 	// The dialers exit when ctx ends, once the users (who wait for their
 	// connects) have.
