@@ -554,10 +554,19 @@ func (c *compiler) subscribeStep(key string, raw any, s site, convSrc, convKey s
 		p, _ := v.(string)
 		st.newest = c.path(key+".newest", p, true)
 	}
-	if len(st.captures) > 0 {
-		needConv("capture", m["capture"])
-		st.conv = true
+	// Its captures, and those of the steps it runs otherwise, are the
+	// conversation's, as collectCaptures declared them.
+	var convCaptures func(*step)
+	convCaptures = func(x *step) {
+		if len(x.captures) > 0 {
+			needConv("capture", m["capture"])
+			x.conv = true
+		}
+		for _, o := range x.otherwise {
+			convCaptures(o)
+		}
 	}
+	convCaptures(st)
 	return st
 }
 
