@@ -49,7 +49,8 @@ type Comparison struct {
 }
 
 // Delta is one number of two runs. Was is the compared run's value, Now
-// this run's, both in Unit: "seconds", "ratio", "count" or "per_second".
+// this run's, both in Unit: "seconds", "ratio", "count", "per_second" or,
+// for a search, "value" (the varied value's own unit).
 type Delta struct {
 	Name   string  `json:"name"`
 	Unit   string  `json:"unit"`
@@ -78,6 +79,8 @@ const (
 	unitRatio     = "ratio"
 	unitCount     = "count"
 	unitPerSecond = "per_second"
+	// unitValue is a search's varied value, in its own unit.
+	unitValue = "value"
 )
 
 // MissingComparison is the Comparison of a run that is not there, with
@@ -257,6 +260,8 @@ func renderDeltaRow(d Delta) []string {
 			return renderPercent(v)
 		case unitPerSecond:
 			return renderRate(v)
+		case unitValue:
+			return searchValue(v)
 		}
 		return renderCount(int64(math.Round(v)))
 	}

@@ -292,7 +292,19 @@ func renderKVs(m map[string]int64) []renderKV {
 
 // renderPage is parsed once: a template error is a programming error that
 // the tests catch, so Must is right here.
-var renderPage = template.Must(template.Must(template.New("report").Parse(renderPageTemplate)).Parse(renderChartTemplate))
+var renderPage = template.Must(template.Must(template.Must(template.Must(template.New("report").
+	Parse(renderPageTemplate)).Parse(renderChartTemplate)).Parse(renderStyleTemplate)).Parse(renderSearchTemplate))
+
+// renderStyleTemplate is the style sheet of the report pages, the soak
+// run's and the search's.
+//
+//go:embed style.html
+var renderStyleTemplate string
+
+// renderSearchTemplate is the page of a search for the server's limit.
+//
+//go:embed search.html
+var renderSearchTemplate string
 
 // renderChartTemplate draws one renderChart as a figure with an inline
 // SVG: the report's charts and those of other pages (RenderChart) are the

@@ -103,6 +103,9 @@ type renderChartSpec struct {
 	Final bool
 	// Integer keeps the y ticks on whole numbers (counts).
 	Integer bool
+	// Sparse joins each series' values across the NaNs between them,
+	// for series that have a value at some x of the axis only.
+	Sparse bool
 	// YFormat labels a y tick.
 	YFormat func(float64) string
 	Series  []renderSeries
@@ -125,6 +128,9 @@ type renderTimeline struct {
 	PhaseTitles []string
 	// Bands are the saturated periods on the same axis.
 	Bands []renderBandSpec
+	// XFormat, if set, makes the x axis a linear one of values, not of
+	// time, and labels its ticks: a search's varied value.
+	XFormat func(float64) string
 }
 
 func renderNewTimeline(r *Soak) renderTimeline {
@@ -241,8 +247,17 @@ type renderChartLayout struct {
 
 // xAxis sets the time ticks and the shaded bands.
 func (l *renderChartLayout) xAxis() {
-	for _, t := range renderTimeTicks(l.tl.Min, l.tl.Max) {
-		l.c.XTicks = append(l.c.XTicks, renderTick{Pos: renderCoord(l.xScale(t)), Label: renderTickSpan(t)})
+	if l.tl.XFormat != nil {
+		ticks, _ := renderLinearTicks(l.tl.Min, l.tl.Max, false)
+		for _, t := range ticks {
+			if t >= l.tl.Min && t <= l.tl.Max {
+				l.c.XTicks = append(l.c.XTicks, renderTick{Pos: renderCoord(l.xScale(t)), Label: l.tl.XFormat(t)})
+			}
+		}
+	} else {
+		for _, t := range renderTimeTicks(l.tl.Min, l.tl.Max) {
+			l.c.XTicks = append(l.c.XTicks, renderTick{Pos: renderCoord(l.xScale(t)), Label: renderTickSpan(t)})
+		}
 	}
 	for _, b := range l.tl.Bands {
 		x1 := renderClamp(l.xScale(b.From), l.left, l.right)
@@ -395,7 +410,9 @@ func (l *renderChartLayout) series() {
 				break
 			}
 			if math.IsNaN(v) || math.IsInf(v, 0) || (l.spec.Log && v <= 0) {
-				flush()
+				if !l.spec.Sparse || !math.IsNaN(v) {
+					flush()
+				}
 				continue
 			}
 			segX = renderClamp(l.xScale(l.tl.X[i]), l.left, l.right)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,7 +38,75 @@ type Search struct {
 	Steps     []SearchStep `json:"steps"`
 	StartTime time.Time    `json:"start_time"`
 	EndTime   time.Time    `json:"end_time"`
-	Notes     []string     `json:"notes,omitempty"`
+	// Settings is the profile each step ran, before the step set the
+	// varied value (Vary) to its own, thresholds included; CatchUp is
+	// as in a soak report.
+	Settings Profile `json:"settings"`
+	CatchUp  string  `json:"catch_up,omitempty"`
+	// Comparisons set the search beside the previous search of its
+	// profile against the same target and beside its pinned baseline,
+	// one each, a missing one saying why.
+	Comparisons []SearchComparison `json:"comparisons,omitempty"`
+	Notes       []string           `json:"notes,omitempty"`
+}
+
+// SearchComparison is a search beside an earlier one of the same profile:
+// the knee and first failing value of both as deltas, and the earlier
+// search's steps, for the charts that draw both.
+type SearchComparison struct {
+	Comparison
+	Steps []SearchStep `json:"steps,omitempty"`
+}
+
+// CompareSearch returns s beside was, an earlier search of the same
+// profile. A lower knee is worse: the server takes less load than it did.
+func CompareSearch(against string, s, was *Search) SearchComparison {
+	c := SearchComparison{Comparison: Comparison{Against: against, ID: was.ID, Start: was.StartTime, Result: was.Result}}
+	c.SettingsChanged = searchSettingsChanged(was, s)
+	if was.Knee > 0 || s.Knee > 0 {
+		c.Deltas = append(c.Deltas, newDelta("knee", unitValue, was.Knee, s.Knee, s.Knee < was.Knee))
+	}
+	if was.FirstFail > 0 && s.FirstFail > 0 {
+		c.Deltas = append(c.Deltas, newDelta("first failing", unitValue, was.FirstFail, s.FirstFail, s.FirstFail < was.FirstFail))
+	}
+	c.Steps = was.Steps
+	return c
+}
+
+// MissingSearchComparison is the comparison with a search that is not
+// there, with why in words.
+func MissingSearchComparison(against, why string) SearchComparison {
+	return SearchComparison{Comparison: MissingComparison(against, why)}
+}
+
+// searchSettingsChanged lists what differs between two searches' set-ups:
+// the profile's settings but the varied one, and the search's own.
+func searchSettingsChanged(a, b *Search) []string {
+	settings := func(s *Search) map[string]string {
+		p := s.Settings
+		p.Name = ""
+		out := map[string]string{"catch_up": s.CatchUp, "target": s.Target,
+			"search.vary": s.Vary, "search.start": searchValue(s.Start), "search.max": searchValue(s.Max),
+			"search.factor": searchValue(s.Factor), "search.precision": searchValue(s.Precision)}
+		flatten(out, "", p)
+		delete(out, "name")
+		delete(out, s.Vary)
+		return out
+	}
+	fa, fb := settings(a), settings(b)
+	var out []string
+	for k, v := range fa {
+		if fb[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range fb {
+		if _, ok := fa[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Results of a search.
@@ -161,6 +230,27 @@ func WriteSearchText(w io.Writer, s *Search) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, c := range s.Comparisons {
+		fmt.Fprintf(w, "\n%s\n", searchComparisonTitle(c))
+		if ch := searchComparisonSettings(c); ch != "" {
+			fmt.Fprintf(w, "  %s\n", ch)
+		}
+		if len(c.Deltas) > 0 {
+			// Through a buffer, so that no line keeps the padding of the
+			// judgement column, empty in the header.
+			var b strings.Builder
+			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+			for _, row := range append([][]string{renderDeltaHeader}, searchDeltaRows(c)...) {
+				fmt.Fprintf(tw, "  %s\t\n", strings.Join(row, "\t"))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for line := range strings.Lines(b.String()) {
+				fmt.Fprintf(w, "%s\n", strings.TrimRight(line, " \n"))
+			}
+		}
+	}
 	for _, n := range s.Notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
@@ -178,3 +268,43 @@ func searchUnit(vary string) string {
 }
 
 func searchValue(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// searchComparisonTitle is the heading line of a comparison: which
+// search, or why none.
+func searchComparisonTitle(c SearchComparison) string {
+	if c.Missing != "" {
+		return fmt.Sprintf("compared with the %s search: none: %s", c.Against, c.Missing)
+	}
+	return fmt.Sprintf("compared with the %s search %s (%s, started %s)", c.Against, c.ID, searchResultWord(c.Result), renderTime(c.Start))
+}
+
+// searchDeltaRows are c's deltas as table rows.
+func searchDeltaRows(c SearchComparison) [][]string {
+	var rows [][]string
+	for _, d := range c.Deltas {
+		rows = append(rows, renderDeltaRow(d))
+	}
+	return rows
+}
+
+// searchResultWord is a search's result as the reader sees it first.
+func searchResultWord(result string) string {
+	switch result {
+	case SearchFound:
+		return "FOUND"
+	case SearchNoLimit:
+		return "NO LIMIT"
+	case SearchBelowStart:
+		return "BELOW START"
+	}
+	return renderVerdict(result)
+}
+
+// searchComparisonSettings says which settings changed, or "" when none
+// did.
+func searchComparisonSettings(c SearchComparison) string {
+	if len(c.SettingsChanged) == 0 {
+		return ""
+	}
+	return "settings changed since that search, so the two knees are of different experiments: " + strings.Join(c.SettingsChanged, ", ")
+}
