@@ -46,12 +46,29 @@ func (s *Store) readPins() (map[string]Pin, error) {
 // the profile's earlier pin, and returns the run. Later runs of the
 // profile are compared with it.
 func (s *Store) PinBaseline(id string) (report.RunSummary, error) {
+	var sum report.RunSummary
 	r, err := s.Soak(id)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// A search's id: a profile with a search only ever searches, so
+		// its pin is a search.
+		sr, serr := s.Search(id)
+		if serr != nil {
+			if errors.Is(serr, ErrNotFound) {
+				serr = err
+			}
+			return report.RunSummary{}, fmt.Errorf("pin %q: %w", id, serr)
+		}
+		if sr.Result == report.SearchAborted {
+			return report.RunSummary{}, fmt.Errorf("pin %q: the search was aborted and found no knee to compare with", id)
+		}
+		sum = report.RunSummary{ID: sr.ID, Kind: sr.Kind, Target: sr.Target, Profile: sr.Profile, Result: sr.Result, Start: sr.StartTime, End: sr.EndTime}
+	case err != nil:
 		return report.RunSummary{}, fmt.Errorf("pin %q: %w", id, err)
-	}
-	if r.Result == metrics.ResultAborted {
+	case r.Result == metrics.ResultAborted:
 		return report.RunSummary{}, fmt.Errorf("pin %q: the run was aborted and has no counts to compare with", id)
+	default:
+		sum = r.Summary()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -59,7 +76,7 @@ func (s *Store) PinBaseline(id string) (report.RunSummary, error) {
 	if err != nil {
 		return report.RunSummary{}, err
 	}
-	pins[r.Profile.Name] = Pin{ID: r.ID, Pinned: s.o.Now().UTC()}
+	pins[sum.Profile] = Pin{ID: sum.ID, Pinned: s.o.Now().UTC()}
 	b, err := json.MarshalIndent(pins, "", "  ")
 	if err != nil {
 		return report.RunSummary{}, err
@@ -70,7 +87,7 @@ func (s *Store) PinBaseline(id string) (report.RunSummary, error) {
 	if err := syncDir(s.dir); err != nil {
 		return report.RunSummary{}, fmt.Errorf("pin %q: %w", id, err)
 	}
-	return r.Summary(), nil
+	return sum, nil
 }
 
 // Baseline returns the pin of profile; ok is false when it has none.

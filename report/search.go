@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -307,4 +308,20 @@ func searchComparisonSettings(c SearchComparison) string {
 		return ""
 	}
 	return "settings changed since that search, so the two knees are of different experiments: " + strings.Join(c.SettingsChanged, ", ")
+}
+
+// ReadSearchJSON reads a search report written by WriteSearchJSON.
+func ReadSearchJSON(rd io.Reader) (*Search, error) {
+	dec := json.NewDecoder(rd)
+	var s Search
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("report: read search json: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("report: read search json: trailing data after the report")
+	}
+	if s.Kind != "search" {
+		return nil, fmt.Errorf("report: read search json: kind %q, want \"search\"", s.Kind)
+	}
+	return &s, nil
 }

@@ -78,9 +78,10 @@ func Once(ctx context.Context, cfg config.Config, profile string, log *slog.Logg
 
 // SearchOnce is imcanary soak --profile NAME for a profile with a search:
 // the search for the server's limit against the target of cfg, as Once
-// runs a profile. Its steps are not kept in the history, where they would
-// stand as runs of the profile and be compared with each other. step, if
-// set, is told each step as it ends.
+// runs a profile. The search is kept in the history, compared with the
+// previous search of the profile and its pinned baseline; its steps are
+// not, where they would stand as runs of the profile and be compared with
+// each other. step, if set, is told each step as it ends.
 func SearchOnce(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, progress func(Progress), step func(report.SearchStep)) (*report.Search, error) {
 	p, err := namedProfile(cfg, profile)
 	if err != nil {
@@ -94,10 +95,18 @@ func SearchOnce(ctx context.Context, cfg config.Config, profile string, log *slo
 		users = int(p.Search.Max)
 	}
 	var rep *report.Search
-	err = oneShot(cfg, users, false, log, func(r *Runner, _ *history.Store) error {
+	err = oneShot(cfg, users, false, log, func(r *Runner, store *history.Store) error {
 		var err error
-		rep, err = r.Search(ctx, p, progress, step)
-		return err
+		if rep, err = r.Search(ctx, p, progress, step); err != nil {
+			return err
+		}
+		if err := store.CompareSearch(rep); err != nil {
+			log.Warn("comparing the search with earlier searches", "err", err)
+		}
+		if err := store.SaveSearch(rep); err != nil {
+			log.Error("saving the search report", "err", err)
+		}
+		return nil
 	})
 	return rep, err
 }

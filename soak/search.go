@@ -26,6 +26,10 @@ func (r *Runner) Search(ctx context.Context, p config.Profile, progress func(Pro
 	rep := &report.Search{
 		ID: report.NewRunID(time.Now()), Kind: "search", Target: r.o.Target, Profile: p.Name, Vary: p.Search.Vary,
 		Start: plan.Start, Max: plan.Max, Factor: plan.Factor, Precision: plan.Precision, StartTime: time.Now(),
+		Settings: profileOf(p), CatchUp: config.CatchUpOff,
+	}
+	if r.o.Connection.CatchUp {
+		rep.CatchUp = config.CatchUpOn
 	}
 	for v, ok := s.Next(); ok; v, ok = s.Next() {
 		run, err := r.Run(ctx, p.AtStep(v), progress)

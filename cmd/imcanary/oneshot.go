@@ -163,7 +163,7 @@ func runSoakPin(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if fs.NArg() != 1 {
-		return usageError{errors.New("soak pin: want one RUN_ID, as 'imcanary soak --profile NAME' printed it or the status page lists it")}
+		return usageError{errors.New("soak pin: want one RUN_ID (or a search's id), as 'imcanary soak --profile NAME' printed it or the status page lists it")}
 	}
 	cfg, err := protocols.Loader().Load(*cfgFile, os.Environ(), fs)
 	if err != nil {
@@ -205,10 +205,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 // or there is no limit within reach, 1 when every value tried failed or
 // the prober was the limit.
 func runSearch(ctx context.Context, cfg config.Config, profile string, log *slog.Logger, jsonOut, htmlOut, gateway string, stdout, stderr io.Writer) error {
-	switch {
-	case htmlOut != "":
-		return usageError{errors.New("--html: a search's report is text and JSON only (--json)")}
-	case gateway != "":
+	if gateway != "" {
 		return usageError{errors.New("--push.gateway: a search's result is not pushed; its steps are soak runs of their own")}
 	}
 	pr := newProgressPrinter(stdout)
@@ -226,6 +223,11 @@ func runSearch(ctx context.Context, cfg config.Config, profile string, log *slog
 	}
 	if jsonOut != "" {
 		if err := writeFile(jsonOut, func(w io.Writer) error { return report.WriteSearchJSON(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if htmlOut != "" {
+		if err := writeFile(htmlOut, func(w io.Writer) error { return report.WriteSearchHTML(w, rep) }); err != nil {
 			return err
 		}
 	}
