@@ -18,3 +18,6 @@ func Rooms(d *Driver) map[string]string {
 	}
 	return out
 }
+
+// Token returns the access token of device 0 of user, "" for none.
+func Token(d *Driver, user string) string { return d.token(user, 0) }

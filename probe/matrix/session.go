@@ -362,6 +362,9 @@ func (s *session) put(ctx context.Context, ref uint64, path string, payload []by
 			break
 		}
 		s.d.retries.Add(1)
+		// Logged because a retry is where a server that does not keep
+		// its transaction ids stores one message twice.
+		s.d.log.Debug("matrix: send retried", "user", s.user, "attempt", attempt+1, "err", err)
 		probe.Sleep(ctx, retryAfter(err, attempt))
 		if ctx.Err() != nil {
 			return
