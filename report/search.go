@@ -133,6 +133,13 @@ type SearchStep struct {
 	P99Delivery     time.Duration `json:"p99_delivery_ns"`
 	P99Ack          time.Duration `json:"p99_ack_ns"`
 	LossRatio       float64       `json:"loss_ratio"`
+	// Recovered counts the deliveries that reached their device by
+	// catch-up rather than by a push, and Realtime is the share pushed
+	// within the deadline (real-time completeness): a server that falls
+	// behind pushes late, the prober fetches what it misses, and the p99
+	// of the pushes alone no longer says how late the rest was.
+	Recovered int64   `json:"recovered"`
+	Realtime  float64 `json:"realtime_completeness"`
 	// Failed are the thresholds the step failed.
 	Failed []Threshold `json:"failed,omitempty"`
 	// Saturation says why the prober was saturated, for an inconclusive
@@ -142,8 +149,9 @@ type SearchStep struct {
 
 // StepOf makes a search step of a step's soak report.
 func StepOf(value float64, r *Soak) SearchStep {
+	all := r.Deliveries["all"]
 	st := SearchStep{Value: value, Result: r.Result, RunID: r.ID, SentPerSec: r.Messages.SentPerSec,
-		P99Ack: r.Latency["ack"].P99, LossRatio: r.Deliveries["all"].LossRatio}
+		P99Ack: r.Latency["ack"].P99, LossRatio: all.LossRatio, Recovered: all.Recovered, Realtime: all.Realtime()}
 	// Deliveries per second while the step sent, from its samples: the
 	// deliveries of the drain, a queue emptying after the senders
 	// stopped, are not the rate the server kept up with.
@@ -218,15 +226,16 @@ func WriteSearchText(w io.Writer, s *Search) error {
 		s.ID, s.Profile, s.Target, s.Vary, searchUnit(s.Vary), searchValue(s.Start), s.Factor, renderPercent(s.Precision))
 	fmt.Fprintf(w, "%s\n\n", s.Verdict())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\t"+s.Vary+"\tresult\tsent/s\tdelivered/s\tp99 delivery\tp99 ack\tlost\tfailed\t")
+	fmt.Fprintln(tw, "step\t"+s.Vary+"\tresult\tsent/s\tdelivered/s\tp99 delivery\tp99 ack\treal-time\tlost\tfailed\t")
 	for i, st := range s.Steps {
 		var failed []string
 		for _, t := range st.Failed {
 			failed = append(failed, t.Name)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, searchValue(st.Value), renderVerdict(st.Result),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, searchValue(st.Value), renderVerdict(st.Result),
 			strconv.FormatFloat(st.SentPerSec, 'f', 0, 64), strconv.FormatFloat(st.DeliveredPerSec, 'f', 0, 64),
-			renderLatency(st.P99Delivery), renderLatency(st.P99Ack), renderPercent(st.LossRatio), renderOr(strings.Join(failed, ","), "-"))
+			renderLatency(st.P99Delivery), renderLatency(st.P99Ack), renderPercent(st.Realtime), renderPercent(st.LossRatio),
+			renderOr(strings.Join(failed, ","), "-"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -103,7 +103,7 @@ func renderNewSearchPage(s *Search) renderSearchData {
 		}
 		p.Steps = append(p.Steps, []string{strconv.Itoa(i + 1), searchValue(st.Value), renderVerdict(st.Result),
 			renderRate(st.SentPerSec), renderRate(st.DeliveredPerSec), renderLatency(st.P99Delivery), renderLatency(st.P99Ack),
-			renderPercent(st.LossRatio), renderOr(strings.Join(failed, ", "), "-")})
+			renderPercent(st.Realtime), renderPercent(st.LossRatio), renderOr(strings.Join(failed, ", "), "-")})
 		class := ""
 		if st.Result != "pass" {
 			class = "failed"
@@ -186,6 +186,10 @@ func renderSearchCharts(s *Search) []renderChart {
 		loss = append(loss, renderSeries{Name: "lost" + r.name, Color: renderColorFail, Dash: r.dash,
 			Values: at(r, func(st SearchStep) float64 { return st.LossRatio })})
 		if i == 0 {
+			loss = append(loss, renderSeries{Name: "not pushed in time", Color: renderColorOrange, Dash: "2 2",
+				Values: at(r, func(st SearchStep) float64 { return 1 - st.Realtime })})
+		}
+		if i == 0 {
 			// This search's own acks and sends; the compared ones' are
 			// in their reports.
 			lat = append(lat, renderSeries{Name: "p99 ack", Color: renderColorBlue, Dash: "2 2",
@@ -219,9 +223,10 @@ func renderSearchCharts(s *Search) []renderChart {
 			XLabel: x, YLabel: "per second", Sparse: true, Series: thr,
 		}, tl),
 		renderBuildChart(renderChartSpec{
-			ID: "chart-search-loss", Title: "Deliveries lost against " + s.Vary,
-			Desc:   "Each step's lost deliveries as a share of those expected, against its " + s.Vary + ".",
-			XLabel: x, YLabel: "lost", YFormat: renderPercent, Sparse: true, Series: loss, Refs: lossRefs,
+			ID: "chart-search-loss", Title: "Deliveries lost or not pushed in time against " + s.Vary,
+			Desc: "Each step's lost deliveries, and those not pushed within the deadline (fetched by catch-up, or pushed late), " +
+				"as a share of those expected, against its " + s.Vary + ".",
+			XLabel: x, YLabel: "share of deliveries", YFormat: renderPercent, Sparse: true, Series: loss, Refs: lossRefs,
 		}, tl),
 	}
 }

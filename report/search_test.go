@@ -13,8 +13,12 @@ import (
 func searchTestReport() *Search {
 	t0 := time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)
 	step := func(v float64, result string, p99 time.Duration, deliv, loss float64, failed ...Threshold) SearchStep {
+		rt := 1.0
+		if p99 > time.Second {
+			rt = 0.4
+		}
 		return SearchStep{Value: v, Result: result, RunID: "r" + searchValue(v), SentPerSec: v * 20, DeliveredPerSec: deliv,
-			P99Delivery: p99, P99Ack: 3 * time.Millisecond, LossRatio: loss, Failed: failed}
+			P99Delivery: p99, P99Ack: 3 * time.Millisecond, LossRatio: loss, Realtime: rt, Failed: failed}
 	}
 	p99 := func(actual string, v float64) Threshold {
 		return Threshold{Name: "p99_delivery", Limit: "150ms", Actual: actual, LimitValue: 0.15, ActualValue: v}

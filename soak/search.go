@@ -76,6 +76,10 @@ func (r *Runner) Search(ctx context.Context, p config.Profile, progress func(Pro
 		}
 	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("Each step is a run of profile %s with its %s set to the step's value: a ramp of %s, %s of sending judged by the profile's thresholds, and a drain of %s. The knee is the largest value that passed; the search ends once the first that failed is within %s of it.",
-		p.Name, p.Search.Vary, p.Ramp, p.Duration, p.Drain, fmt.Sprintf("%.3g%%", 100*p.Search.Precision)))
+		p.Name, p.Search.Vary, p.Ramp, p.Duration, p.Drain, fmt.Sprintf("%.3g%%", 100*p.Search.Precision)),
+		"delivered/s counts the deliveries pushed while a step sent, not those of its drain. A server that falls behind pushes late, "+
+			"and with catch-up on the prober fetches what it has not been pushed: those deliveries count in real-time (the share pushed "+
+			"within the deadline) as not in time, and their latency is not in p99 delivery, which then covers the pushes alone. "+
+			"A step whose real-time completeness drops is past the knee whatever its p99 says; min_realtime_completeness judges it.")
 	return rep, nil
 }
