@@ -321,6 +321,12 @@ type Profile struct {
 	Ramp time.Duration `koanf:"ramp"`
 	// Duration is how long the cohort sends, after the ramp.
 	Duration time.Duration `koanf:"duration"`
+	// Settle is how long the cohort sends before what it sends is judged
+	// on latency: the first Settle of Duration fills the server's queues
+	// and caches, and the latency figures and thresholds count the
+	// messages sent after it (counts and loss still count every message).
+	// 0 judges the whole send phase; it must be below Duration.
+	Settle time.Duration `koanf:"settle"`
 	// Drain is how long the run keeps listening after the last send, so
 	// that late deliveries are counted as late rather than lost.
 	Drain time.Duration `koanf:"drain"`

@@ -295,6 +295,7 @@ func TestSoakScenarios(t *testing.T) {
 		"openim-native-sampled",
 		"talkwire-loopback-1",
 		"talkwire-loopback-2",
+		"talkwire-group-sweep",
 		"netty-burst",
 		"nightly",
 		"lb-restart-storm",
@@ -337,6 +338,10 @@ func TestSoakScenarios(t *testing.T) {
 		}, "the sampled test for protocol openim: 2000 users, a fifth late, logins over minutes"},
 		{"talkwire-loopback-1", func(p Profile) bool { return p.Users == 1000 && p.Rate == 1 && p.GroupSize == 50 }, "1000 users at 1 msg/s in groups of 50"},
 		{"talkwire-loopback-2", func(p Profile) bool { return p.Users == 1000 && p.GroupSize == 250 && p.Thresholds.MaxLoss > 0 }, "1000 users in groups of 250, loss tolerated"},
+		{"talkwire-group-sweep", func(p Profile) bool {
+			return p.Users == 1000 && p.Rate == 1 && p.Search.Vary == SearchGroupSize && p.SearchStart() == 10 && p.Search.Max == 250 &&
+				p.Thresholds.MaxDisconnects == 0 && p.Thresholds.P99Delivery == time.Second
+		}, "1000 users at 1 msg/s, the group size searched from 10 to 250, judged on delivery latency and dropped sessions"},
 		{"netty-burst", func(p Profile) bool { return p.Duration <= time.Minute && float64(p.Users)*p.Rate >= 1000 }, "a burst of at most a minute at 1000 msg/s or more"},
 		{"nightly", func(p Profile) bool { return p.Schedule == "0 3 * * *" }, `schedule "0 3 * * *"`},
 	}

@@ -538,6 +538,9 @@ func (p Profile) problems(at string) []*ValidationError {
 	if p.Duration <= 0 {
 		fail("duration", p.Duration, "must be positive")
 	}
+	if p.Settle < 0 || (p.Duration > 0 && p.Settle >= p.Duration) {
+		fail("settle", p.Settle, "must be at least 0 and below %s.duration (%v): a run judges what is sent after it", at, p.Duration)
+	}
 	if p.Drain < 0 {
 		fail("drain", p.Drain, "must not be negative")
 	}

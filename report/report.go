@@ -98,6 +98,9 @@ type Profile struct {
 	Rate     float64       `json:"rate"` // messages per second per user
 	Ramp     time.Duration `json:"ramp_ns"`
 	Duration time.Duration `json:"duration_ns"`
+	// Settle is the first part of Duration whose messages are not judged
+	// on latency; 0 (and absent) judges them all.
+	Settle   time.Duration `json:"settle_ns,omitempty"`
 	Drain    time.Duration `json:"drain_ns"`
 	Deadline time.Duration `json:"deadline_ns"`
 	// LateLogins is the fraction of users who log in only after LateAfter,

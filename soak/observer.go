@@ -49,6 +49,10 @@ type observer struct {
 	loginAt   []time.Time
 	online    [len(metrics.Cohorts)]int
 	sendStart time.Time
+	// judgeFrom is when the settle ends, Unix ns: the latencies of what
+	// was sent before are left out of the judged figures. 0 until then
+	// and without a settle.
+	judgeFrom atomic.Int64
 	// disc counts disconnects by cohort and reason, our own shutdown
 	// excluded.
 	disc [len(metrics.Cohorts)]map[string]int64
@@ -105,12 +109,20 @@ func (o *observer) setUsers(pop *engine.Population) {
 }
 
 // setSendStart marks the start of the send phase: slow readers online by
-// then start being slow now.
-func (o *observer) setSendStart(t time.Time) {
+// then start being slow now. The latencies of what is sent in its first
+// settle are not judged.
+func (o *observer) setSendStart(t time.Time, settle time.Duration) {
 	o.mu.Lock()
 	o.sendStart = t
+	if settle > 0 {
+		o.judgeFrom.Store(t.Add(settle).UnixNano())
+	}
 	o.mu.Unlock()
 }
+
+// judged reports whether a message sent (intended) at sent, Unix ns, is
+// judged on latency: it was not sent while the run settled.
+func (o *observer) judged(sent int64) bool { return sent >= o.judgeFrom.Load() }
 
 // cohort returns user's cohort, the index of the cohort arrays.
 func (o *observer) cohort(user int) metrics.Cohort {
@@ -193,9 +205,12 @@ func (o *observer) Disconnect(user int, reason string, err error) {
 }
 
 func (o *observer) Ack(_ uint64, _ bool, latency time.Duration) {
+	judged := o.judged(time.Now().Add(-latency).UnixNano())
 	o.mu.Lock()
 	o.acked++
-	record(o.ack, latency)
+	if judged {
+		record(o.ack, latency)
+	}
 	o.mu.Unlock()
 }
 
@@ -219,12 +234,18 @@ func (o *observer) Received(user int, h *probe.Header, latency time.Duration, ou
 		o.satDeliv.Add(1)
 	}
 	k := metrics.KindOf(len(h.Stream) > 0 && h.Stream[0] == 'g')
+	judged := o.judged(h.Intended)
 	o.mu.Lock()
 	if o.cohort(user) == metrics.SlowReader {
 		record(o.slowDeliv, latency)
 	} else {
-		record(o.deliv[k], latency)
+		// The chart's interval shows the settle too.
 		record(o.interval, latency)
+		if !judged {
+			o.mu.Unlock()
+			return
+		}
+		record(o.deliv[k], latency)
 		if user >= 0 && user < len(o.late) && o.late[user] {
 			record(o.lateDeliv, latency)
 		} else {

@@ -188,7 +188,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		now := time.Now()
 		s.setPhase(name, now)
 		if name == report.PhaseSend {
-			obs.setSendStart(now)
+			obs.setSendStart(now, p.Settle)
 		}
 		rep.Phases = append(rep.Phases, report.Phase{Name: name, Start: now})
 	}
@@ -484,6 +484,10 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 		"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages (one per recipient device); eventual completeness is its complement. Real-time completeness counts only what was pushed within the deadline: a message a device fetched by catch-up (recovered) is complete eventually but not in real time.",
 		"Percentiles come from HDR histograms with 3 significant digits; min_online_ratio is the lowest sampled ratio of normal users online to normal users due online during the send phase.",
 	)
+	if p.Settle > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("The run settled for the first %s of sending: the latency figures and thresholds count the messages sent after it, "+
+			"the charts and every count (sent, delivered, lost) all of them.", p.Settle))
+	}
 	switch {
 	case rep.Drill != nil:
 		rep.Notes = append(rep.Notes, drillNote(rep.Drill, p.Users))
@@ -536,7 +540,7 @@ func profileOf(p config.Profile) report.Profile {
 	t := p.Thresholds
 	return report.Profile{
 		Name: p.Name, Users: p.Users, GroupSize: p.GroupSize, Groups: p.Groups, Devices: p.Devices, Rate: p.Rate, Ramp: p.Ramp,
-		Duration: p.Duration, Drain: p.Drain, Deadline: p.Deadline,
+		Duration: p.Duration, Settle: p.Settle, Drain: p.Drain, Deadline: p.Deadline,
 		LateLogins: p.LateLogins, LateAfter: p.LateAfter,
 		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, MinRealtimeCompleteness: t.MinRealtimeCompleteness, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
 			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects,

@@ -75,8 +75,12 @@ func (r *Runner) Search(ctx context.Context, p config.Profile, progress func(Pro
 			rep.Broke = st.Failed
 		}
 	}
-	rep.Notes = append(rep.Notes, fmt.Sprintf("Each step is a run of profile %s with its %s set to the step's value: a ramp of %s, %s of sending judged by the profile's thresholds, and a drain of %s. The knee is the largest value that passed; the search ends once the first that failed is within %s of it.",
-		p.Name, p.Search.Vary, p.Ramp, p.Duration, p.Drain, fmt.Sprintf("%.3g%%", 100*p.Search.Precision)),
+	judged := fmt.Sprintf("%s of sending judged by the profile's thresholds", p.Duration)
+	if p.Settle > 0 {
+		judged = fmt.Sprintf("%s of sending of which the first %s settles and the rest is judged on latency by the profile's thresholds", p.Duration, p.Settle)
+	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("Each step is a run of profile %s with its %s set to the step's value: a ramp of %s, %s, and a drain of %s. The knee is the largest value that passed; the search ends once the first that failed is within %s of it.",
+		p.Name, p.Search.Vary, p.Ramp, judged, p.Drain, fmt.Sprintf("%.3g%%", 100*p.Search.Precision)),
 		"delivered/s counts the deliveries pushed while a step sent, not those of its drain. A server that falls behind pushes late, "+
 			"and with catch-up on the prober fetches what it has not been pushed: those deliveries count in real-time (the share pushed "+
 			"within the deadline) as not in time, and their latency is not in p99 delivery, which then covers the pushes alone. "+
