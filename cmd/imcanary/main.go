@@ -67,7 +67,11 @@ prints the report, saves it in the history under data_dir and exits: 0 pass,
 Ctrl-C stops the run cleanly; its report says aborted. The report compares
 the run with the previous run of the profile and with its pinned baseline;
 "imcanary soak pin RUN_ID" pins a run of the history as its profile's
-baseline.`},
+baseline. A profile with a search (search.vary) runs a search for the
+server's limit instead: a run per step, then the knee, the threshold that
+broke first and each step's figures, compared with the previous search and
+the pinned one; it exits 0 when it found the knee or no limit within
+search.max, 1 otherwise.`},
 	{"config", "imcanary config check [FILE] [--config FILE] [--KEY=VALUE ...]",
 		"check a configuration as imcanary run would load it",
 		`Loads the configuration exactly as imcanary run does, from FILE (or
