@@ -5,6 +5,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -385,6 +386,15 @@ const (
 	SearchUsers     = "users"
 	SearchGroupSize = "group_size"
 )
+
+// MostUsers is the most users a run of the profile has at once: its
+// users, or for a search of users the most it tries.
+func (p Profile) MostUsers() int {
+	if p.Search.Vary == SearchUsers {
+		return max(p.Users, int(math.Ceil(p.Search.Max)))
+	}
+	return p.Users
+}
 
 // SearchStart returns the profile's own value of what its search varies:
 // the first step.

@@ -646,11 +646,6 @@ func checkSearch(at string, p Profile, fail func(key string, value any, format s
 	if !(sr.Precision > 0 && sr.Precision < 1) {
 		fail("search.precision", sr.Precision, "must be above 0 and below 1")
 	}
-	if p.Schedule != "" {
-		// Its steps are runs of their own, which the daemon's history
-		// and comparisons do not tell apart yet.
-		fail("search.vary", sr.Vary, "runs only from imcanary soak --profile: %s.schedule must be empty", at)
-	}
 	if p.Storm.Fraction > 0 || p.SlowReaders.Fraction > 0 {
 		fail("search.vary", sr.Vary, "a search judges the server's limit: it takes no storm or slow-reader drill")
 	}

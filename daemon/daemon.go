@@ -203,7 +203,7 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 	}
 	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.bg, d.metrics, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
-		d.registerProfile(pr.Name)
+		d.registerProfile(pr)
 	}
 	d.cur = d.cfg
 	if d.httpLn, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
@@ -433,7 +433,11 @@ func (d *Daemon) schedule(jobs context.Context, cfg config.Config) (*cron.Cron, 
 		if p.Schedule == "" {
 			continue
 		}
-		if _, err := c.AddFunc(p.Schedule, func() { d.soakJob(jobs, p) }); err != nil {
+		job := func() { d.soakJob(jobs, p) }
+		if p.Search.Vary != "" {
+			job = func() { d.searchJob(jobs, p) }
+		}
+		if _, err := c.AddFunc(p.Schedule, job); err != nil {
 			return nil, fmt.Errorf("soak.profiles[%d].schedule: %w", i, err)
 		}
 	}
@@ -564,6 +568,25 @@ func (d *Daemon) soakJob(ctx context.Context, p config.Profile) {
 	if err := d.store.SaveSoak(rep); err != nil {
 		d.log.Error("saving soak report", "profile", p.Name, "err", err)
 	}
+}
+
+// searchJob runs a scheduled search for the server's limit, saves it in
+// the history, compared with the previous search and the pinned one, and
+// exports its knee.
+func (d *Daemon) searchJob(ctx context.Context, p config.Profile) {
+	rep, err := d.soak.TrySearch(ctx, p)
+	if err != nil {
+		d.log.Warn("search skipped", "profile", p.Name, "err", err)
+		return
+	}
+	if err := d.store.CompareSearch(rep); err != nil {
+		d.log.Warn("comparing the search with earlier searches", "profile", p.Name, "err", err)
+	}
+	d.soak.RecordSearch(rep)
+	if err := d.store.SaveSearch(rep); err != nil {
+		d.log.Error("saving the search report", "profile", p.Name, "err", err)
+	}
+	d.log.Info("search ended", "profile", p.Name, "result", rep.Result, "verdict", rep.Verdict())
 }
 
 // cronLogger adapts slog to cron's logger, which reports recovered panics.

@@ -9,6 +9,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/protocols"
+	"github.com/imcanary/imcanary/report"
 )
 
 // WithReload lets the daemon reload its configuration (SIGHUP, POST
@@ -127,7 +128,7 @@ func (d *Daemon) reload() ([]string, error) {
 		}
 	}
 	for _, pr := range next.Soak.Profiles {
-		d.registerProfile(pr.Name)
+		d.registerProfile(pr)
 	}
 	d.curMu.Lock()
 	d.cur = next
@@ -166,7 +167,7 @@ func populations(cfg config.Config) []int {
 	soakUsers := 0
 	for _, p := range cfg.Soak.Profiles {
 		// One soak runs at a time: the largest is what must fit.
-		soakUsers = max(soakUsers, p.Users*max(p.Devices, 1))
+		soakUsers = max(soakUsers, p.MostUsers()*max(p.Devices, 1))
 	}
 	if soakUsers > 0 {
 		pops = append(pops, soakUsers)
@@ -175,10 +176,17 @@ func populations(cfg config.Config) []int {
 }
 
 // registerProfile makes a profile's series exist from the start, at 0.
-func (d *Daemon) registerProfile(name string) {
-	t := d.cfg.Target.Name
-	for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
-		d.metrics.SoakRuns.WithLabelValues(t, name, r)
+func (d *Daemon) registerProfile(p config.Profile) {
+	t, name := d.cfg.Target.Name, p.Name
+	if p.Search.Vary != "" {
+		// A search's results are its own; its steps are not soak runs.
+		for _, r := range []string{report.SearchFound, report.SearchNoLimit, report.SearchBelowStart, report.SearchInconclusive, report.SearchAborted} {
+			d.metrics.SearchRuns.WithLabelValues(t, name, r)
+		}
+	} else {
+		for _, r := range []string{metrics.ResultPass, metrics.ResultFail, metrics.ResultAborted, metrics.ResultInconclusive} {
+			d.metrics.SoakRuns.WithLabelValues(t, name, r)
+		}
 	}
 	d.metrics.SoakSkipped.WithLabelValues(t, name)
 	d.metrics.SoakRunning.WithLabelValues(t, name)

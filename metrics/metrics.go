@@ -235,6 +235,11 @@ type Metrics struct {
 	SoakSkipped     *prometheus.CounterVec
 	SoakLastSuccess *prometheus.GaugeVec
 	SoakRunning     *prometheus.GaugeVec
+	// A search for the server's limit: its runs by result, the knee of
+	// the last that found one, and the knee of its pinned baseline.
+	SearchRuns         *prometheus.CounterVec
+	SearchKnee         *prometheus.GaugeVec
+	SearchBaselineKnee *prometheus.GaugeVec
 
 	// Clock is the clock-offset estimates between shards (clock.go).
 	Clock *Clock

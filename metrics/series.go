@@ -220,4 +220,16 @@ func (m *Metrics) newRuns(f promauto.Factory) {
 		Name: "imcanary_soak_running",
 		Help: "1 while a soak run of the profile is in progress.",
 	}, []string{"target", "profile"})
+	m.SearchRuns = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "imcanary_search_runs_total",
+		Help: "Searches for the server's limit by profile and result (found, no_limit, below_start, inconclusive: the prober was the limit, aborted). Their steps are not soak runs.",
+	}, []string{"target", "profile", "result"})
+	m.SearchKnee = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "imcanary_search_knee",
+		Help: "The largest value of the profile's search.vary that passed in its last search that ended found or no_limit (then search.max), in that value's unit.",
+	}, []string{"target", "profile"})
+	m.SearchBaselineKnee = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "imcanary_search_baseline_knee",
+		Help: "The knee of the search pinned as the profile's baseline, as its last search was compared with it.",
+	}, []string{"target", "profile"})
 }

@@ -103,6 +103,7 @@ func SearchOnce(ctx context.Context, cfg config.Config, profile string, log *slo
 		if err := store.CompareSearch(rep); err != nil {
 			log.Warn("comparing the search with earlier searches", "err", err)
 		}
+		r.RecordSearch(rep)
 		if err := store.SaveSearch(rep); err != nil {
 			log.Error("saving the search report", "err", err)
 		}

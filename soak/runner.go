@@ -125,7 +125,7 @@ func (r *Runner) TryRun(ctx context.Context, p config.Profile, progress func(Pro
 		return nil, ErrBusy
 	}
 	defer r.busy.Unlock()
-	return r.run(ctx, p, progress)
+	return r.run(ctx, p, progress, false)
 }
 
 // Run runs profile p, after any run in progress. When ctx ends early the
@@ -134,10 +134,14 @@ func (r *Runner) TryRun(ctx context.Context, p config.Profile, progress func(Pro
 func (r *Runner) Run(ctx context.Context, p config.Profile, progress func(Progress)) (*report.Soak, error) {
 	r.busy.Lock()
 	defer r.busy.Unlock()
-	return r.run(ctx, p, progress)
+	return r.run(ctx, p, progress, false)
 }
 
-func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progress)) (*report.Soak, error) {
+// run runs p; a search's step is not counted as a soak run of the profile
+// in the metrics (imcanary_soak_runs_total and the last success): a search
+// fails steps on purpose, and the soak alert must not take one for a run
+// that failed.
+func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progress), step bool) (*report.Soak, error) {
 	o := r.o
 	set := o.Metrics.For(o.Target, metrics.SourceSoak)
 	running := o.Metrics.SoakRunning.WithLabelValues(o.Target, p.Name)
@@ -216,7 +220,10 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	r.fill(rep, p, snapshot(set).sub(before), obs, s, st, slow, aborted, sendEnd.Sub(sendStart))
 	rep.ConnectPath = connectPath(connectBefore, readConnect(set), rep.Latency["login"])
 
-	result := r.record(p, rep)
+	result := rep.Result
+	if !step {
+		r.record(p, rep)
+	}
 	log.Info("soak run ended", "result", result, "took", rep.End.Sub(start).Round(time.Millisecond))
 	return rep, nil
 }

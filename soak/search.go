@@ -17,6 +17,45 @@ import (
 // step, if set, is told each step as it ends. A step during which
 // imcanary was saturated ends the search as inconclusive, naming why.
 func (r *Runner) Search(ctx context.Context, p config.Profile, progress func(Progress), step func(report.SearchStep)) (*report.Search, error) {
+	r.busy.Lock()
+	defer r.busy.Unlock()
+	return r.search(ctx, p, progress, step)
+}
+
+// TrySearch is Search unless a soak run or search is in progress, as
+// TryRun: the daemon's scheduled searches skip rather than queue.
+func (r *Runner) TrySearch(ctx context.Context, p config.Profile) (*report.Search, error) {
+	if !r.busy.TryLock() {
+		r.o.Metrics.SoakSkipped.WithLabelValues(r.o.Target, p.Name).Inc()
+		return nil, ErrBusy
+	}
+	defer r.busy.Unlock()
+	return r.search(ctx, p, nil, nil)
+}
+
+// RecordSearch exports how s ended: its result, its knee when it found
+// one (search.max when no limit was within reach), and the knee of
+// the baseline it was compared with. Called once the search has been
+// compared with the history.
+func (r *Runner) RecordSearch(s *report.Search) {
+	m, target := r.o.Metrics, r.o.Target
+	m.SearchRuns.WithLabelValues(target, s.Profile, s.Result).Inc()
+	if s.Result == report.SearchFound || s.Result == report.SearchNoLimit {
+		m.SearchKnee.WithLabelValues(target, s.Profile).Set(s.Knee)
+	}
+	for _, c := range s.Comparisons {
+		if c.Against == report.AgainstBaseline && c.Missing == "" {
+			for _, d := range c.Deltas {
+				if d.Name == "knee" {
+					m.SearchBaselineKnee.WithLabelValues(target, s.Profile).Set(d.Was)
+				}
+			}
+		}
+	}
+}
+
+// search runs the search with r held.
+func (r *Runner) search(ctx context.Context, p config.Profile, progress func(Progress), step func(report.SearchStep)) (*report.Search, error) {
 	plan := search.Plan{Start: p.SearchStart(), Max: p.Search.Max, Factor: p.Search.Factor, Precision: p.Search.Precision,
 		Whole: p.Search.Vary != config.SearchRate}
 	s, err := search.New(plan)
@@ -32,7 +71,7 @@ func (r *Runner) Search(ctx context.Context, p config.Profile, progress func(Pro
 		rep.CatchUp = config.CatchUpOn
 	}
 	for v, ok := s.Next(); ok; v, ok = s.Next() {
-		run, err := r.Run(ctx, p.AtStep(v), progress)
+		run, err := r.run(ctx, p.AtStep(v), progress, true)
 		if err != nil {
 			return nil, fmt.Errorf("search step %v: %w", v, err)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/report"
@@ -69,6 +71,33 @@ func TestSearchFindsTheKnee(t *testing.T) {
 			if want := st.Value * users; math.Abs(st.SentPerSec-want) > 0.2*want {
 				t.Errorf("step %v sent %.0f/s, want about %.0f", st.Value, st.SentPerSec, want)
 			}
+		}
+	}
+}
+
+// TestRecordSearch: a search's result is counted, its knee exported when
+// it found one, and its pinned baseline's knee beside it; a search that
+// found none leaves the last knee as it was.
+func TestRecordSearch(t *testing.T) {
+	r, m := newTestRunner(t, "ws://127.0.0.1:1/ws")
+	found := &report.Search{Profile: "p", Result: report.SearchFound, Knee: 60, FirstFail: 62.5,
+		Comparisons: []report.SearchComparison{
+			report.MissingSearchComparison(report.AgainstPrevious, "none"),
+			{Comparison: report.Comparison{Against: report.AgainstBaseline, ID: "b",
+				Deltas: []report.Delta{{Name: "knee", Unit: "value", Was: 80, Now: 60}}}},
+		}}
+	r.RecordSearch(found)
+	r.RecordSearch(&report.Search{Profile: "p", Result: report.SearchInconclusive, Knee: 20})
+	target := r.o.Target
+	if v := testutil.ToFloat64(m.SearchKnee.WithLabelValues(target, "p")); v != 60 {
+		t.Errorf("knee %v, want 60: an inconclusive search does not replace it", v)
+	}
+	if v := testutil.ToFloat64(m.SearchBaselineKnee.WithLabelValues(target, "p")); v != 80 {
+		t.Errorf("baseline knee %v, want 80", v)
+	}
+	for result, want := range map[string]float64{report.SearchFound: 1, report.SearchInconclusive: 1, report.SearchNoLimit: 0} {
+		if v := testutil.ToFloat64(m.SearchRuns.WithLabelValues(target, "p", result)); v != want {
+			t.Errorf("searches %s: %v, want %v", result, v, want)
 		}
 	}
 }

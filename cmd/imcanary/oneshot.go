@@ -232,7 +232,7 @@ func runSearch(ctx context.Context, cfg config.Config, profile string, log *slog
 		}
 	}
 	if rep.Result != report.SearchFound && rep.Result != report.SearchNoLimit {
-		printError(stderr, "soak", fmt.Errorf("search %s: %s", rep.Result, rep.Verdict()))
+		printError(stderr, "soak", fmt.Errorf("search: %s", rep.Verdict()))
 		return errFailed
 	}
 	return nil
