@@ -320,6 +320,9 @@ func exported(t *testing.T) map[string]series {
 	m.SoakSkipped.WithLabelValues("t", "p")
 	m.SoakLastSuccess.WithLabelValues("t", "p")
 	m.SoakRunning.WithLabelValues("t", "p")
+	m.SearchRuns.WithLabelValues("t", "p", "found")
+	m.SearchKnee.WithLabelValues("t", "p")
+	m.SearchBaselineKnee.WithLabelValues("t", "p")
 	m.TLSCertExpiry.WithLabelValues("t")
 	// The clock-offset gauges appear with a shard's first exchange.
 	m.Clock.ClockPeer("t", metrics.SourceCanary, "1")
