@@ -2,6 +2,7 @@ package report
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -126,11 +127,22 @@ func renderSearchCharts(s *Search) []renderChart {
 		name, dash string
 		steps      []SearchStep
 	}
-	runs := []run{{name: "", steps: s.Steps}}
+	runs := []run{{steps: s.Steps}}
+	// A compared search is drawn once, named for what it is compared as
+	// (the previous search is often the baseline too): the legend has room
+	// for two series of this search and two of others.
+	dashes := []string{"6 4", "1 3"}
+	seen := map[string]int{}
 	for _, c := range s.Comparisons {
-		if c.Missing == "" && len(c.Steps) > 0 {
-			runs = append(runs, run{name: " (" + c.Against + ")", dash: "6 4", steps: c.Steps})
+		if c.Missing != "" || len(c.Steps) == 0 {
+			continue
 		}
+		if i, ok := seen[c.ID]; ok {
+			runs[i].name += ", " + c.Against
+			continue
+		}
+		seen[c.ID] = len(runs)
+		runs = append(runs, run{name: c.Against, dash: dashes[min(len(runs)-1, len(dashes)-1)], steps: c.Steps})
 	}
 	// The axis: every value of every run, once, in order.
 	var xs []float64
@@ -179,11 +191,12 @@ func renderSearchCharts(s *Search) []renderChart {
 	}
 	var lat, thr, loss []renderSeries
 	for i, r := range runs {
-		lat = append(lat, renderSeries{Name: "p99 delivery" + r.name, Color: renderColorOrange, Dash: r.dash,
+		name := func(own string) string { return cmp.Or(r.name, own) }
+		lat = append(lat, renderSeries{Name: name("p99 delivery"), Color: renderColorOrange, Dash: r.dash,
 			Values: at(r, func(st SearchStep) float64 { return seconds(st.P99Delivery) })})
-		thr = append(thr, renderSeries{Name: "delivered/s" + r.name, Color: renderColorGreen, Dash: r.dash,
+		thr = append(thr, renderSeries{Name: name("delivered/s"), Color: renderColorGreen, Dash: r.dash,
 			Values: at(r, func(st SearchStep) float64 { return st.DeliveredPerSec })})
-		loss = append(loss, renderSeries{Name: "lost" + r.name, Color: renderColorFail, Dash: r.dash,
+		loss = append(loss, renderSeries{Name: name("lost"), Color: renderColorFail, Dash: r.dash,
 			Values: at(r, func(st SearchStep) float64 { return st.LossRatio })})
 		if i == 0 {
 			loss = append(loss, renderSeries{Name: "not pushed in time", Color: renderColorOrange, Dash: "2 2",

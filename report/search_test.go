@@ -126,7 +126,7 @@ func TestWriteSearchHTML(t *testing.T) {
 		"First to break, at 62.5 messages per second per user",
 		">knee 60", ">first failing 62.5", // marks
 		">p99 delivery limit 150ms</text>", ">loss limit 0.10%</text>",
-		">p99 delivery (previous)</title>", // the compared search's line
+		"<title>previous</title>", // the compared search's lines
 		"compared with the previous search 20261201T040000Z-cd34",
 		"compared with the baseline search: none: no baseline is pinned",
 	} {
