@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/imcanary/imcanary/metrics"
@@ -120,30 +121,13 @@ func (s *Store) Compare(r *report.Soak) error {
 		r.Comparisons = append(r.Comparisons, report.Compare(report.AgainstPrevious, r, prev))
 	}
 
-	pin, ok, perr := s.Baseline(r.Profile.Name)
-	switch {
-	case perr != nil:
-		r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline, "the pinned baselines could not be read: "+perr.Error()))
-	case !ok:
-		r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline,
-			fmt.Sprintf("no baseline is pinned for profile %q (imcanary soak pin RUN_ID pins one)", r.Profile.Name)))
-	case pin.ID == r.ID:
-		r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline, "this run is the pinned baseline"))
-	default:
-		base, berr := s.Soak(pin.ID)
-		switch {
-		case errors.Is(berr, ErrNotFound):
-			r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline,
-				fmt.Sprintf("the pinned baseline %s is no longer in the history (deleted: pruning keeps a pinned run)", pin.ID)))
-		case berr != nil:
-			r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline,
-				fmt.Sprintf("the pinned baseline %s could not be read: %v", pin.ID, berr)))
-			perr = berr
-		default:
-			r.Comparisons = append(r.Comparisons, report.Compare(report.AgainstBaseline, r, base))
-		}
+	base, why, berr := baseline(s, r.Profile.Name, r.ID, "run", s.Soak)
+	if why != "" {
+		r.Comparisons = append(r.Comparisons, report.MissingComparison(report.AgainstBaseline, why))
+	} else {
+		r.Comparisons = append(r.Comparisons, report.Compare(report.AgainstBaseline, r, base))
 	}
-	return errors.Join(err, perr)
+	return errors.Join(err, berr)
 }
 
 // previous returns the newest run of r's profile and target that started
@@ -167,4 +151,29 @@ func (s *Store) previous(r *report.Soak) (*report.Soak, error) {
 		return nil, nil
 	}
 	return s.Soak(id)
+}
+
+// baseline returns the pinned baseline of profile to compare the report
+// id with, read by load, or why there is none in words; what names the
+// kind of report, "run" or "search". The error is for a history that
+// could not be read.
+func baseline[T any](s *Store, profile, id, what string, load func(string) (T, error)) (base T, missing string, err error) {
+	var none T
+	pin, ok, err := s.Baseline(profile)
+	switch {
+	case err != nil:
+		return none, "the pinned baselines could not be read: " + err.Error(), err
+	case !ok:
+		return none, fmt.Sprintf("no baseline is pinned for profile %q (imcanary soak pin %s_ID pins one)", profile, strings.ToUpper(what)), nil
+	case pin.ID == id:
+		return none, "this " + what + " is the pinned baseline", nil
+	}
+	base, err = load(pin.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return none, fmt.Sprintf("the pinned baseline %s is no longer in the history as a %s (deleted: pruning keeps a pinned %s)", pin.ID, what, what), nil
+	case err != nil:
+		return none, fmt.Sprintf("the pinned baseline %s could not be read: %v", pin.ID, err), err
+	}
+	return base, "", nil
 }

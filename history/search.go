@@ -148,30 +148,13 @@ func (s *Store) CompareSearch(r *report.Search) error {
 	default:
 		r.Comparisons = append(r.Comparisons, report.CompareSearch(report.AgainstPrevious, r, prev))
 	}
-	pin, ok, perr := s.Baseline(r.Profile)
-	switch {
-	case perr != nil:
-		r.Comparisons = append(r.Comparisons, report.MissingSearchComparison(report.AgainstBaseline, "the pinned baselines could not be read: "+perr.Error()))
-	case !ok:
-		r.Comparisons = append(r.Comparisons, report.MissingSearchComparison(report.AgainstBaseline,
-			fmt.Sprintf("no baseline is pinned for profile %q (imcanary soak pin SEARCH_ID pins one)", r.Profile)))
-	case pin.ID == r.ID:
-		r.Comparisons = append(r.Comparisons, report.MissingSearchComparison(report.AgainstBaseline, "this search is the pinned baseline"))
-	default:
-		base, berr := s.Search(pin.ID)
-		switch {
-		case errors.Is(berr, ErrNotFound):
-			r.Comparisons = append(r.Comparisons, report.MissingSearchComparison(report.AgainstBaseline,
-				fmt.Sprintf("the pinned baseline %s is not a search in the history", pin.ID)))
-		case berr != nil:
-			r.Comparisons = append(r.Comparisons, report.MissingSearchComparison(report.AgainstBaseline,
-				fmt.Sprintf("the pinned baseline %s could not be read: %v", pin.ID, berr)))
-			perr = berr
-		default:
-			r.Comparisons = append(r.Comparisons, report.CompareSearch(report.AgainstBaseline, r, base))
-		}
+	base, why, berr := baseline(s, r.Profile, r.ID, "search", s.Search)
+	if why != "" {
+		r.Comparisons = append(r.Comparisons, report.MissingSearchComparison(report.AgainstBaseline, why))
+	} else {
+		r.Comparisons = append(r.Comparisons, report.CompareSearch(report.AgainstBaseline, r, base))
 	}
-	return errors.Join(err, perr)
+	return errors.Join(err, berr)
 }
 
 // previousSearch returns the newest search of r's profile and target that

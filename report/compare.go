@@ -3,7 +3,6 @@ package report
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -171,21 +170,24 @@ func newDelta(name, unit string, was, now float64, worse bool) Delta {
 // settingsChanged lists the settings that differ between a and b, by
 // their JSON names: the profile (its name aside), catch-up, the target
 // and the drill's settings.
-func settingsChanged(a, b *Soak) []string {
-	fa, fb := settingsOf(a), settingsOf(b)
+func settingsChanged(a, b *Soak) []string { return changedKeys(settingsOf(a), settingsOf(b)) }
+
+// changedKeys lists, sorted, the keys whose values differ between a and
+// b, a key that only one has included.
+func changedKeys(a, b map[string]string) []string {
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(fa)) {
-		if fb[k] != fa[k] {
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
 			out = append(out, k)
 		}
 	}
-	for k := range fb {
-		if _, ok := fa[k]; !ok {
+	for k := range b {
+		if _, ok := a[k]; !ok {
 			out = append(out, k)
 		}
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // settingsOf flattens what a run was configured to do into key → value

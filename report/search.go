@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -94,20 +93,7 @@ func searchSettingsChanged(a, b *Search) []string {
 		delete(out, s.Vary)
 		return out
 	}
-	fa, fb := settings(a), settings(b)
-	var out []string
-	for k, v := range fa {
-		if fb[k] != v {
-			out = append(out, k)
-		}
-	}
-	for k := range fb {
-		if _, ok := fa[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return changedKeys(settings(a), settings(b))
 }
 
 // Results of a search.
