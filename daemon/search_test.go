@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,27 @@ func TestScheduledSearch(t *testing.T) {
 		m = scrape(t, base)
 		return m[`imcanary_search_runs_total{result="below_start"}`] >= 1
 	})
+	// The status page lists it, and serves its page and its JSON.
+	var st Status
+	getJSON(t, base+"/api/v1/status", &st)
+	if len(st.Soak.Searches) == 0 || st.Soak.Searches[0].Result != "below_start" || st.Soak.Searches[0].Profile != "limit" {
+		t.Fatalf("status searches %+v, want the below_start search of limit", st.Soak.Searches)
+	}
+	id := st.Soak.Searches[0].ID
+	if code, body := get(t, base+"/searches/"+id+"/report.html"); code != 200 || !strings.Contains(body, "<svg") || !strings.Contains(body, "BELOW START") {
+		t.Errorf("search page = %d, want 200 with its charts and result", code)
+	}
+	var js map[string]any
+	getJSON(t, base+"/api/v1/searches/"+id, &js)
+	if js["id"] != id || js["kind"] != "search" {
+		t.Errorf("/api/v1/searches/%s = id %v kind %v", id, js["id"], js["kind"])
+	}
+	if code, _ := get(t, base+"/api/v1/searches/nope"); code != 404 {
+		t.Errorf("/api/v1/searches/nope = %d, want 404", code)
+	}
+	if code, body := get(t, base+"/"); code != 200 || !strings.Contains(body, "searches/"+id+"/report.html") {
+		t.Errorf("status page = %d, want a link to the search", code)
+	}
 	stop()
 	if n := m[`imcanary_soak_runs_total{result="fail"}`]; n != 0 {
 		t.Errorf("%v failed soak runs counted: a search's steps are not soak runs", n)

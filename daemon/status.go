@@ -71,6 +71,9 @@ type SoakStatus struct {
 	Profiles []string            `json:"profiles"`
 	Running  string              `json:"running"`
 	Runs     []report.RunSummary `json:"runs"`
+	// Searches are the last searches for the server's limit, newest
+	// first.
+	Searches []report.SearchSummary `json:"searches"`
 	// Schedules are the profiles' schedules and when each is next due,
 	// in the order of Profiles.
 	Schedules []ProfileSchedule `json:"schedules"`
@@ -158,6 +161,8 @@ type statusHandler struct {
 //	GET /api/v1/status             Status as JSON
 //	GET /api/v1/runs?limit=N       {"runs": [...], "canary": [...]}
 //	GET /api/v1/runs/{id}          a soak run's report as JSON
+//	GET /searches/{id}/report.html a search's report page
+//	GET /api/v1/searches/{id}      a search's report as JSON
 //
 // and answers 405 to any method but GET and HEAD. store may be nil when
 // the daemon keeps no history; the canary rounds and soak runs in Status
@@ -172,6 +177,8 @@ func newStatusHandler(src statusSource, store *history.Store, log *slog.Logger) 
 	h.mux.HandleFunc("GET /api/v1/status", h.apiStatus)
 	h.mux.HandleFunc("GET /api/v1/runs", h.apiRuns)
 	h.mux.HandleFunc("GET /api/v1/runs/{id}", h.apiRun)
+	h.mux.HandleFunc("GET /searches/{id}/report.html", h.searchPage)
+	h.mux.HandleFunc("GET /api/v1/searches/{id}", h.apiSearch)
 	// Anything else under /api/ is answered in JSON too, for clients that
 	// parse every answer.
 	h.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
@@ -211,11 +218,16 @@ func (h *statusHandler) status() (Status, error) {
 		if err != nil {
 			return st, err
 		}
-		st.Canary.Rounds, st.Soak.Runs = rounds, runs
+		searches, err := h.store.Searches(statusRecent)
+		if err != nil {
+			return st, err
+		}
+		st.Canary.Rounds, st.Soak.Runs, st.Soak.Searches = rounds, runs, searches
 	}
 	// Empty lists, not null, so that clients need not tell them apart.
 	st.Canary.Rounds = nonNil(truncate(st.Canary.Rounds, statusRecent))
 	st.Soak.Runs = nonNil(truncate(st.Soak.Runs, statusRecent))
+	st.Soak.Searches = nonNil(truncate(st.Soak.Searches, statusRecent))
 	st.Soak.Profiles = nonNil(st.Soak.Profiles)
 	st.SLIs = nonNil(st.SLIs)
 	return st, nil
@@ -277,6 +289,47 @@ func (h *statusHandler) reportPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeHTML(w, buf.Bytes())
+}
+
+// searchPage renders a search's page from its stored report, as
+// reportPage does a soak run's.
+func (h *statusHandler) searchPage(w http.ResponseWriter, r *http.Request) {
+	if h.store == nil {
+		http.Error(w, history.ErrNotFound.Error(), http.StatusNotFound)
+		return
+	}
+	rep, err := h.store.Search(r.PathValue("id"))
+	if errors.Is(err, history.ErrNotFound) {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	var buf bytes.Buffer
+	if err := report.WriteSearchHTML(&buf, rep); err != nil {
+		h.serverError(w, r, fmt.Errorf("report page of search %s: %w", rep.ID, err))
+		return
+	}
+	writeHTML(w, buf.Bytes())
+}
+
+func (h *statusHandler) apiSearch(w http.ResponseWriter, r *http.Request) {
+	if h.store == nil {
+		writeJSONError(w, http.StatusNotFound, history.ErrNotFound.Error())
+		return
+	}
+	rep, err := h.store.Search(r.PathValue("id"))
+	if errors.Is(err, history.ErrNotFound) {
+		writeJSONError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	h.writeJSON(w, r, rep)
 }
 
 func (h *statusHandler) apiStatus(w http.ResponseWriter, r *http.Request) {
@@ -401,14 +454,21 @@ type statusPageData struct {
 // URL, and relative links so that it works behind a proxy under a path
 // prefix. It refreshes itself every 15 seconds.
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"time":      pageTime,
-	"ratio":     pageRatio,
-	"loss":      pageLoss,
-	"latency":   pageLatency,
-	"slowest":   slowest,
-	"count":     count,
-	"length":    pageLength,
-	"class":     resultClass,
+	"time":    pageTime,
+	"ratio":   pageRatio,
+	"loss":    pageLoss,
+	"latency": pageLatency,
+	"slowest": slowest,
+	"count":   count,
+	"length":  pageLength,
+	"class":   resultClass,
+	// value is a search's knee or first failing value, "-" for none.
+	"value": func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	},
 	"reasons":   canaryReasons,
 	"join":      func(s []string) string { return strings.Join(s, ", ") },
 	"objective": func(v float64) string { return percent(v) },
@@ -527,9 +587,9 @@ func slowest(c report.Round) time.Duration {
 // so only known ones get a class.
 func resultClass(result string) string {
 	switch result {
-	case "pass":
+	case "pass", "found", "no_limit":
 		return "pass"
-	case "fail", "aborted":
+	case "fail", "aborted", "below_start":
 		return "fail"
 	case "inconclusive":
 		// Neither: the prober was saturated when a threshold was missed.

@@ -74,6 +74,25 @@ func (s *Store) Search(id string) (*report.Search, error) {
 	return r, nil
 }
 
+// Searches returns up to limit searches, newest first; a file that cannot
+// be read is skipped (limit ≤ 0 means all).
+func (s *Store) Searches(limit int) ([]report.SearchSummary, error) {
+	ids, err := s.searches()
+	if err != nil {
+		return nil, err
+	}
+	out := []report.SearchSummary{}
+	for _, id := range slices.Backward(ids) {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		if r, err := s.Search(id); err == nil {
+			out = append(out, r.Summary())
+		}
+	}
+	return out, nil
+}
+
 // searches returns the ids of the saved searches, oldest first (an id
 // begins with its start time, to the second). Called with mu held or
 // not: a listing races only with a rename, which is atomic.

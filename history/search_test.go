@@ -83,6 +83,10 @@ func TestSearchHistory(t *testing.T) {
 		}
 	}
 
+	if list, err := s.Searches(2); err != nil || len(list) != 2 || list[0].ID != "20261201T040000Z-e" || list[1].ID != second.ID || list[1].Knee != 60 {
+		t.Errorf("Searches(2) = %+v, %v; want the two newest, newest first", list, err)
+	}
+
 	// A damaged file is skipped, not taken for the previous search.
 	if err := os.WriteFile(filepath.Join(dir, searchesDir, "20261201T050000Z-f.json"), []byte("{\"kind\":\"search\""), 0o644); err != nil {
 		t.Fatal(err)
@@ -91,6 +95,9 @@ func TestSearchHistory(t *testing.T) {
 	_ = s.CompareSearch(third)
 	if c := third.Comparisons[0]; c.ID != "20261201T040000Z-e" {
 		t.Errorf("previous of the third search: %q (%s), want 20261201T040000Z-e past the damaged file", c.ID, c.Missing)
+	}
+	if list, _ := s.Searches(0); len(list) != 4 {
+		t.Errorf("Searches(0) lists %d, want the 4 readable ones, the damaged one skipped", len(list))
 	}
 	if _, err := s.Search("../x"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Search(../x): %v, want ErrNotFound", err)

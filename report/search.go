@@ -320,3 +320,22 @@ func ReadSearchJSON(rd io.Reader) (*Search, error) {
 	}
 	return &s, nil
 }
+
+// SearchSummary is a search as the history lists it.
+type SearchSummary struct {
+	ID        string    `json:"id"`
+	Target    string    `json:"target"`
+	Profile   string    `json:"profile"`
+	Vary      string    `json:"vary"`
+	Result    string    `json:"result"`
+	Knee      float64   `json:"knee"`
+	FirstFail float64   `json:"first_fail"`
+	StartTime time.Time `json:"start_time"`
+	EndTime   time.Time `json:"end_time"`
+}
+
+// Summary is s as the history lists it.
+func (s *Search) Summary() SearchSummary {
+	return SearchSummary{ID: s.ID, Target: s.Target, Profile: s.Profile, Vary: s.Vary, Result: s.Result,
+		Knee: s.Knee, FirstFail: s.FirstFail, StartTime: s.StartTime, EndTime: s.EndTime}
+}
