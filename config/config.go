@@ -451,6 +451,13 @@ type Thresholds struct {
 	MinRealtimeCompleteness float64 `koanf:"min_realtime_completeness"`
 	// MaxLate is the highest ratio of late deliveries to deliveries.
 	MaxLate float64 `koanf:"max_late"`
+	// MaxRefused is the highest ratio of sends the server refused (a
+	// rejection with a code) or never acknowledged within the ack
+	// timeout, to the sends it answered or should have: a refused message
+	// is owed to no one, so without it a server that sheds load by
+	// refusing sends loses nothing and passes. Sends cut short by a
+	// disconnect are the disconnect's, not counted here.
+	MaxRefused float64 `koanf:"max_refused"`
 	// P99Ack is the highest 99th percentile of the server's ack latency.
 	P99Ack time.Duration `koanf:"p99_ack"`
 	// P99Delivery is the highest 99th percentile of delivery latency, from
@@ -495,6 +502,7 @@ var profileDefaults = Profile{
 	Thresholds: Thresholds{
 		MaxLoss:        0.001,
 		MaxLate:        0.01,
+		MaxRefused:     0.001,
 		P99Ack:         time.Second,
 		P99Delivery:    2 * time.Second,
 		MinOnlineRatio: 1.0,

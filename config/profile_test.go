@@ -400,6 +400,7 @@ func TestExampleProfile(t *testing.T) {
 		Thresholds: Thresholds{
 			MaxLoss:                 0.0001,
 			MaxLate:                 0.001,
+			MaxRefused:              0.001,
 			MinRealtimeCompleteness: 0.99,
 			P99Ack:                  500 * time.Millisecond,
 			P99Delivery:             time.Second,

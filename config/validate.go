@@ -574,6 +574,7 @@ func (p Profile) problems(at string) []*ValidationError {
 	ratio("thresholds.max_loss", t.MaxLoss)
 	ratio("thresholds.min_realtime_completeness", t.MinRealtimeCompleteness)
 	ratio("thresholds.max_late", t.MaxLate)
+	ratio("thresholds.max_refused", t.MaxRefused)
 	if t.P99Ack <= 0 {
 		fail("thresholds.p99_ack", t.P99Ack, "must be positive")
 	}

@@ -217,6 +217,8 @@ func TestValidateProfile(t *testing.T) {
 		{"max late 1", func(p *Profile) { p.Thresholds.MaxLate = 1 }, ""},
 		{"max late over 1", func(p *Profile) { p.Thresholds.MaxLate = 1.01 }, `thresholds.max_late: 1.01: must be between 0 and 1`},
 		{"max late negative", func(p *Profile) { p.Thresholds.MaxLate = -1 }, `thresholds.max_late: -1: must be between 0 and 1`},
+		{"max refused 0", func(p *Profile) { p.Thresholds.MaxRefused = 0 }, ""},
+		{"max refused over 1", func(p *Profile) { p.Thresholds.MaxRefused = 2 }, `thresholds.max_refused: 2: must be between 0 and 1`},
 		{"p99 ack 1ns", func(p *Profile) { p.Thresholds.P99Ack = 1 }, ""},
 		{"p99 ack 0", func(p *Profile) { p.Thresholds.P99Ack = 0 }, `thresholds.p99_ack: 0s: must be positive`},
 		{"p99 delivery 1ns", func(p *Profile) { p.Thresholds.P99Delivery = 1 }, ""},

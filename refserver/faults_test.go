@@ -352,3 +352,46 @@ func TestCapacity(t *testing.T) {
 		t.Errorf("shed %d of 40 sent at a capacity of 1/s, want the 9 past 30 s of backlog", got)
 	}
 }
+
+// TestRefuse: with Refuse at 0.5, about half of 400 sends are answered
+// with an "overloaded" error instead of an ack, and only the acked ones
+// reach the recipient; at 0 every send is acked again.
+func TestRefuse(t *testing.T) {
+	const n = 400
+	srv, url := startServer(t, Options{Faults: Faults{Refuse: 0.5}})
+	a, b := login(t, url, "ann", "t"), login(t, url, "bob", "t")
+	for i := range n {
+		a.sendTo("bob", fmt.Sprint(i))
+	}
+	acked := 0
+	for range n {
+		switch f := a.read(); f.Type {
+		case "ack":
+			acked++
+		case "error":
+			if f.Code != "overloaded" {
+				t.Fatalf("refused with %s, want code overloaded", f.raw)
+			}
+		default:
+			t.Fatalf("got %s, want an ack or an error", f.raw)
+		}
+	}
+	// Binomial(400, 0.5): 5 standard deviations either side.
+	if acked < 150 || acked > 250 {
+		t.Errorf("%d of %d sends acked at Refuse 0.5, want about half", acked, n)
+	}
+	if st := srv.Stats(); int(st.Refused) != n-acked {
+		t.Errorf("Stats.Refused = %d, want %d", st.Refused, n-acked)
+	}
+	for range acked {
+		b.readType("msg")
+	}
+	b.roundTrip() // nothing refused was delivered
+	srv.SetFaults(Faults{})
+	time.Sleep(10 * time.Millisecond)
+	a.sendTo("bob", "after")
+	a.readType("ack")
+	if err := (Faults{Refuse: 1.5}).Validate(); err == nil || !strings.Contains(err.Error(), "Faults.Refuse") {
+		t.Errorf("Validate(Refuse 1.5) = %v, want an error naming Faults.Refuse", err)
+	}
+}

@@ -49,6 +49,12 @@ func (s *Server) sendMessage(c *conn, f *inFrame) {
 	// once it holds the ack must not affect the message acked.
 	faults := s.faults.Load()
 	s.mu.Lock()
+	if faults.Refuse > 0 && s.rand() < faults.Refuse {
+		s.mu.Unlock()
+		s.stats.refused.Add(1)
+		s.enqueue(c, appendError(nil, f.ID, "overloaded", "send refused: the server is shedding load (Refuse fault)"))
+		return
+	}
 	var g *group
 	if f.Group != "" {
 		g = s.groups[f.Group]

@@ -111,7 +111,7 @@ const (
 
 // Faults are the faults injected into deliveries. Each probability is drawn
 // independently per delivery, that is per message and recipient; acks and
-// other replies are never affected.
+// other replies are never affected, but by Refuse.
 type Faults struct {
 	// Drop, Duplicate and Reorder are probabilities in [0, 1]. A dropped
 	// delivery is also hidden from the recipient's history answers.
@@ -123,6 +123,12 @@ type Faults struct {
 	// SkipDevice is the probability in [0, 1] that a delivery to a user
 	// with two or more sessions skips one of them, chosen at random.
 	SkipDevice float64
+	// Refuse is the probability in [0, 1] that a send is refused with an
+	// "overloaded" error instead of an ack, the message neither stored
+	// nor delivered, as a server that sheds load at the door does. It is
+	// drawn per send, not per delivery; the only fault that answers a
+	// send with anything but its ack.
+	Refuse float64
 	// Delay plus a uniform random duration in [0, Jitter) is added to every
 	// delivery. A fixed Delay without Jitter preserves order.
 	Delay, Jitter time.Duration
@@ -145,7 +151,7 @@ func (f Faults) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"Drop", f.Drop}, {"Duplicate", f.Duplicate}, {"Reorder", f.Reorder}, {"DropPush", f.DropPush}, {"SkipDevice", f.SkipDevice}} {
+	}{{"Drop", f.Drop}, {"Duplicate", f.Duplicate}, {"Reorder", f.Reorder}, {"DropPush", f.DropPush}, {"SkipDevice", f.SkipDevice}, {"Refuse", f.Refuse}} {
 		// Written so that NaN fails too.
 		if !(p.v >= 0 && p.v <= 1) {
 			return fmt.Errorf("Faults.%s = %v: must be a probability in [0, 1]", p.name, p.v)
@@ -172,7 +178,7 @@ func (f Faults) clamp() Faults {
 		return min(v, 1)
 	}
 	f.Drop, f.Duplicate, f.Reorder = p(f.Drop), p(f.Duplicate), p(f.Reorder)
-	f.DropPush, f.SkipDevice = p(f.DropPush), p(f.SkipDevice)
+	f.DropPush, f.SkipDevice, f.Refuse = p(f.DropPush), p(f.SkipDevice), p(f.Refuse)
 	f.Delay, f.Jitter = max(f.Delay, 0), max(f.Jitter, 0)
 	f.Capacity = min(max(f.Capacity, 0), 1e9)
 	return f
@@ -271,6 +277,8 @@ type Stats struct {
 	// CapacityQueued counts deliveries that waited in the Capacity
 	// queue, CapacityDropped those it shed.
 	CapacityQueued, CapacityDropped uint64
+	// Refused counts the sends the Refuse fault refused.
+	Refused uint64
 }
 
 type counters struct {
@@ -282,6 +290,7 @@ type counters struct {
 	droppedPush, skippedDevice, deviceLimit       atomic.Uint64
 	historyServed                                 atomic.Uint64
 	capacityQueued, capacityDropped               atomic.Uint64
+	refused                                       atomic.Uint64
 }
 
 // Server is the reference IM server. Its methods are safe for concurrent
@@ -638,6 +647,7 @@ func (s *Server) Stats() Stats {
 		DroppedPush:       c.droppedPush.Load(),
 		CapacityQueued:    c.capacityQueued.Load(),
 		CapacityDropped:   c.capacityDropped.Load(),
+		Refused:           c.refused.Load(),
 		SkippedDevice:     c.skippedDevice.Load(),
 		DeviceLimit:       c.deviceLimit.Load(),
 		HistoryServed:     c.historyServed.Load(),

@@ -116,6 +116,9 @@ type Profile struct {
 type Thresholds struct {
 	MaxLoss float64 `json:"max_loss"` // ratio of expected deliveries
 	MaxLate float64 `json:"max_late"` // ratio of deliveries
+	// MaxRefused bounds the sends refused or never acked, per send; 0 in
+	// reports of releases before it.
+	MaxRefused float64 `json:"max_refused,omitempty"`
 	// MinRealtimeCompleteness bounds Deliveries.Realtime; 0 does not
 	// judge it.
 	MinRealtimeCompleteness float64       `json:"min_realtime_completeness"`

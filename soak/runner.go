@@ -437,9 +437,20 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 
 	t := p.Thresholds
 	allDeliv := percentiles(both)
+	// Refused: rejected with a code, or no ack within the ack timeout;
+	// a send a disconnect cut short is the disconnect's.
+	var refused float64
+	refusedN := d.sendErr[metrics.SendAckTimeout]
+	for _, n := range m.Rejected {
+		refusedN += n
+	}
+	if answered := m.Acked + refusedN; answered > 0 {
+		refused = float64(refusedN) / float64(answered)
+	}
 	rep.Thresholds = []report.Threshold{
 		ratioRow("max_loss", t.MaxLoss, all.LossRatio, all.LossRatio <= t.MaxLoss),
 		ratioRow("max_late", t.MaxLate, all.LateRatio, all.LateRatio <= t.MaxLate),
+		ratioRow("max_refused", t.MaxRefused, refused, refused <= t.MaxRefused),
 	}
 	if t.MinRealtimeCompleteness > 0 {
 		rt := all.Realtime()
@@ -549,7 +560,7 @@ func profileOf(p config.Profile) report.Profile {
 		Name: p.Name, Users: p.Users, GroupSize: p.GroupSize, Groups: p.Groups, Devices: p.Devices, Rate: p.Rate, Ramp: p.Ramp,
 		Duration: p.Duration, Settle: p.Settle, Drain: p.Drain, Deadline: p.Deadline,
 		LateLogins: p.LateLogins, LateAfter: p.LateAfter,
-		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, MinRealtimeCompleteness: t.MinRealtimeCompleteness, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
+		Thresholds: report.Thresholds{MaxLoss: t.MaxLoss, MaxLate: t.MaxLate, MaxRefused: t.MaxRefused, MinRealtimeCompleteness: t.MinRealtimeCompleteness, P99Ack: t.P99Ack, P99Delivery: t.P99Delivery,
 			MinOnlineRatio: t.MinOnlineRatio, MaxDisconnects: t.MaxDisconnects,
 			Recovery99: t.Recovery99, Recovery100: t.Recovery100},
 	}

@@ -108,3 +108,43 @@ func TestSettleLeavesTheWarmUpUnjudged(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedSendsFailTheRun: a server that refuses a fifth of the sends
+// loses nothing it acked, so max_loss passes; max_refused fails the run,
+// saying how many were refused. Without the fault the same run passes.
+func TestRefusedSendsFailTheRun(t *testing.T) {
+	for _, refuse := range []float64{0, 0.2} {
+		url, _ := startTarget(t, refserver.Faults{Refuse: refuse})
+		r, _ := newTestRunner(t, url)
+		p := config.Profile{
+			Name: "refused", Users: 10, GroupSize: 5, Rate: 10, Ramp: 200 * time.Millisecond, Duration: 2 * time.Second,
+			Drain: time.Second, Deadline: time.Second, LostAfter: 2 * time.Second,
+			Thresholds: config.Thresholds{MaxLoss: 0, MaxLate: 1, MaxRefused: 0.001, P99Ack: time.Second, P99Delivery: time.Second, MinOnlineRatio: 1},
+		}
+		rep, err := r.Run(t.Context(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row report.Threshold
+		for _, th := range rep.Thresholds {
+			if th.Name == "max_refused" {
+				row = th
+			}
+		}
+		t.Logf("refuse %v: %s; max_refused %s (limit %s); rejected %v, acked %d, loss %v", refuse, rep.Result, row.Actual, row.Limit,
+			rep.Messages.Rejected, rep.Messages.Acked, rep.Deliveries["all"].LossRatio)
+		switch refuse {
+		case 0:
+			if rep.Result != "pass" || !row.Pass {
+				t.Errorf("clean server: %s, max_refused %+v; want a pass", rep.Result, row)
+			}
+		default:
+			if rep.Result != "fail" || row.Pass || row.ActualValue < 0.1 || row.ActualValue > 0.3 {
+				t.Errorf("refusing %v: %s, max_refused %+v; want a failure at about %v", refuse, rep.Result, row, refuse)
+			}
+			if rep.Deliveries["all"].LossRatio != 0 {
+				t.Errorf("refused sends counted as lost deliveries: %v", rep.Deliveries["all"].LossRatio)
+			}
+		}
+	}
+}

@@ -25,6 +25,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Float64Var(&f.Reorder, "reorder", 0, "fraction of deliveries held back behind the next one (0..1)")
 	fs.DurationVar(&f.Delay, "delay", 0, "delay added to every delivery")
 	fs.DurationVar(&f.Jitter, "jitter", 0, "uniform random extra delay, 0..jitter, per delivery")
+	fs.Float64Var(&f.Refuse, "refuse", 0, "fraction of sends refused with an \"overloaded\" error instead of an ack, neither stored nor delivered (0..1)")
 	fs.IntVar(&f.Capacity, "capacity", 0, "most deliveries per second: the rest queue (a delivery that would wait over 30s is dropped); 0: no limit")
 	// StringArray, not StringSlice: the latter parses CSV, whose quoting
 	// rules would only make odd user names fail obscurely.
@@ -49,6 +50,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// Name the flag, not the option it feeds: the user typed the flag.
 	for name, p := range map[string]float64{
 		"--drop": f.Drop, "--drop-push": f.DropPush, "--skip-device": f.SkipDevice, "--duplicate": f.Duplicate, "--reorder": f.Reorder,
+		"--refuse": f.Refuse,
 	} {
 		if !(p >= 0 && p <= 1) {
 			return badConfig(fmt.Errorf("%s %v: must be a fraction in [0, 1]", name, p))
@@ -102,7 +104,7 @@ func runRefserver(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "imcanary refserver: ws://%s/ws\n", ln.Addr())
 	log.Info("target listening", "addr", ln.Addr().String(), "drop", f.Drop, "drop_push", f.DropPush, "skip_device", f.SkipDevice,
-		"duplicate", f.Duplicate, "reorder", f.Reorder, "delay", f.Delay, "jitter", f.Jitter, "capacity", f.Capacity, "stall", stalled, "send_queue", *sendQueue,
+		"duplicate", f.Duplicate, "reorder", f.Reorder, "refuse", f.Refuse, "delay", f.Delay, "jitter", f.Jitter, "capacity", f.Capacity, "stall", stalled, "send_queue", *sendQueue,
 		"max_devices", *maxDevices, "device_policy", *devicePolicy, "history", *history, "history_bytes", *historyBytes, "reactor", *reactor, "auth", secret != nil)
 	return srv.Serve(ctx, ln)
 }
