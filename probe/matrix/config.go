@@ -26,7 +26,8 @@ type Config struct {
 	// skipped are fetched with /messages when catch-up is on.
 	TimelineLimit int `koanf:"timeline_limit"`
 	// CatchupPages bounds the /messages pages one limited room is filled
-	// with, of 100 events each.
+	// with, of 100 events each, looking for the device's last event (and
+	// one more to take the few just past it, see pastMark).
 	CatchupPages int `koanf:"catchup_pages"`
 	// MaxSends bounds the send requests in flight, over every session.
 	MaxSends int `koanf:"max_sends"`

@@ -29,6 +29,17 @@ const sendSlotWait = 5 * time.Second
 // pageSize is the events one /messages page asks for.
 const pageSize = 100
 
+// pastMark is how many events past the device's last one a fill still
+// takes. /messages orders a room by its event graph, /sync by arrival:
+// two members' messages sent at once share a depth, and the one /sync
+// gave second can come after the first in /messages, behind the mark a
+// fill stops at (seen against Dendrite: a group message never filled, so
+// counted lost). The ledger counts a fetched message the device already
+// had as an overlap, not a duplicate, so taking a few more costs only
+// their parsing; a room has no more messages at one depth than members
+// sending at once.
+const pastMark = 20
+
 type session struct {
 	d     *Driver
 	conn  *longpoll.Conn
@@ -211,15 +222,20 @@ func (s *session) timeline(h probe.Handler, roomID string, tl *timeline, at int6
 }
 
 // fill pages back through roomID's history from prev_batch, newest first,
-// to the last event the device had (or the room's start, or catchup_pages
-// pages), and delivers what it fetched, oldest first, as recovered.
+// to the last event the device had and pastMark events beyond it (or the
+// room's start, or catchup_pages pages), and delivers what it fetched,
+// oldest first, as recovered.
 func (s *session) fill(h probe.Handler, roomID string, rm room, from string) error {
 	_, stop := s.catch.Position(roomID)
 	s.fetched = s.fetched[:0]
 	var at int64
 	path := "/_matrix/client/v3/rooms/" + url.PathEscape(roomID) + "/messages"
+	// past counts the events taken beyond the mark, -1 until it is met.
+	past := -1
 pages:
-	for range s.d.cfg.CatchupPages {
+	// catchup_pages pages to find the mark, and one more to take the
+	// events past it that the mark's page ended before.
+	for page := 0; page < s.d.cfg.CatchupPages || (past >= 0 && page == s.d.cfg.CatchupPages); page++ {
 		q := url.Values{"dir": {"b"}, "from": {from}, "limit": {strconv.Itoa(pageSize)}, "filter": {messagesFilter}}
 		r, err := s.get(path, q)
 		if err != nil {
@@ -233,8 +249,14 @@ pages:
 		}
 		at = r.At
 		for _, ev := range s.page.Chunk {
-			if stop != "" && ev.EventID == stop {
+			switch {
+			case past >= pastMark:
 				break pages
+			case past >= 0:
+				past++
+			case stop != "" && ev.EventID == stop:
+				past = 0
+				continue
 			}
 			s.fetched = append(s.fetched, ev)
 		}
