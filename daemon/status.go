@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -268,39 +269,40 @@ func (h *statusHandler) page(w http.ResponseWriter, r *http.Request) {
 // request: the history keeps the JSON only, and the page is the one
 // `imcanary soak --html` writes for the same run.
 func (h *statusHandler) reportPage(w http.ResponseWriter, r *http.Request) {
-	if h.store == nil {
-		http.Error(w, history.ErrNotFound.Error(), http.StatusNotFound)
-		return
-	}
-	rep, err := h.store.Soak(r.PathValue("id"))
-	if errors.Is(err, history.ErrNotFound) {
-		http.Error(w, err.Error(), http.StatusNotFound)
-		return
-	}
-	if err != nil {
-		h.serverError(w, r, err)
-		return
-	}
-	// Rendered to a buffer first, so that an error is a clean 500 rather
-	// than half a page.
-	var buf bytes.Buffer
-	if err := report.WriteHTML(&buf, rep); err != nil {
-		h.serverError(w, r, fmt.Errorf("report page of run %s: %w", rep.ID, err))
-		return
-	}
-	writeHTML(w, buf.Bytes())
+	serveStored(h, w, r, (*history.Store).Soak, report.WriteHTML, false)
 }
 
 // searchPage renders a search's page from its stored report, as
 // reportPage does a soak run's.
 func (h *statusHandler) searchPage(w http.ResponseWriter, r *http.Request) {
+	serveStored(h, w, r, (*history.Store).Search, report.WriteSearchHTML, false)
+}
+
+// apiSearch serves a search's report as `imcanary soak --json` writes it.
+func (h *statusHandler) apiSearch(w http.ResponseWriter, r *http.Request) {
+	serveStored(h, w, r, (*history.Store).Search, report.WriteSearchJSON, true)
+}
+
+// serveStored answers with the report of the request's id that load finds
+// in the history, as write renders it: a page, or JSON for the API. A
+// report not there is a 404 (in JSON under /api/), one that cannot be read
+// or rendered a 500. Rendered to a buffer first, so that an error is a
+// clean 500 rather than half an answer.
+func serveStored[T any](h *statusHandler, w http.ResponseWriter, r *http.Request, load func(*history.Store, string) (T, error), write func(io.Writer, T) error, api bool) {
+	notFound := func(msg string) {
+		if api {
+			writeJSONError(w, http.StatusNotFound, msg)
+		} else {
+			http.Error(w, msg, http.StatusNotFound)
+		}
+	}
 	if h.store == nil {
-		http.Error(w, history.ErrNotFound.Error(), http.StatusNotFound)
+		notFound(history.ErrNotFound.Error())
 		return
 	}
-	rep, err := h.store.Search(r.PathValue("id"))
+	rep, err := load(h.store, r.PathValue("id"))
 	if errors.Is(err, history.ErrNotFound) {
-		http.Error(w, err.Error(), http.StatusNotFound)
+		notFound(err.Error())
 		return
 	}
 	if err != nil {
@@ -308,28 +310,16 @@ func (h *statusHandler) searchPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var buf bytes.Buffer
-	if err := report.WriteSearchHTML(&buf, rep); err != nil {
-		h.serverError(w, r, fmt.Errorf("report page of search %s: %w", rep.ID, err))
+	if err := write(&buf, rep); err != nil {
+		h.serverError(w, r, fmt.Errorf("%s: %w", r.URL.Path, err))
+		return
+	}
+	if api {
+		setJSONHeaders(w)
+		w.Write(buf.Bytes())
 		return
 	}
 	writeHTML(w, buf.Bytes())
-}
-
-func (h *statusHandler) apiSearch(w http.ResponseWriter, r *http.Request) {
-	if h.store == nil {
-		writeJSONError(w, http.StatusNotFound, history.ErrNotFound.Error())
-		return
-	}
-	rep, err := h.store.Search(r.PathValue("id"))
-	if errors.Is(err, history.ErrNotFound) {
-		writeJSONError(w, http.StatusNotFound, err.Error())
-		return
-	}
-	if err != nil {
-		h.serverError(w, r, err)
-		return
-	}
-	h.writeJSON(w, r, rep)
 }
 
 func (h *statusHandler) apiStatus(w http.ResponseWriter, r *http.Request) {
@@ -373,29 +363,9 @@ func (h *statusHandler) apiRuns(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, r, resp)
 }
 
+// apiRun serves a soak run's report exactly as `imcanary soak` writes it.
 func (h *statusHandler) apiRun(w http.ResponseWriter, r *http.Request) {
-	if h.store == nil {
-		writeJSONError(w, http.StatusNotFound, history.ErrNotFound.Error())
-		return
-	}
-	rep, err := h.store.Soak(r.PathValue("id"))
-	if errors.Is(err, history.ErrNotFound) {
-		writeJSONError(w, http.StatusNotFound, err.Error())
-		return
-	}
-	if err != nil {
-		h.serverError(w, r, err)
-		return
-	}
-	// report.WriteJSON, so that the API serves a report exactly as
-	// `imcanary soak` writes it.
-	var buf bytes.Buffer
-	if err := report.WriteJSON(&buf, rep); err != nil {
-		h.serverError(w, r, err)
-		return
-	}
-	setJSONHeaders(w)
-	w.Write(buf.Bytes())
+	serveStored(h, w, r, (*history.Store).Soak, report.WriteJSON, true)
 }
 
 // serverError logs err, the one place it is logged, and answers 500 with

@@ -55,23 +55,7 @@ func (s *Store) SaveSearch(r *report.Search) error {
 
 // Search returns the search id; ErrNotFound for an id that names none.
 func (s *Store) Search(id string) (*report.Search, error) {
-	if !validID(id) {
-		return nil, ErrNotFound
-	}
-	path := filepath.Join(s.searchesPath(), id+".json")
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("run history: %w", err)
-	}
-	defer f.Close()
-	r, err := report.ReadSearchJSON(f)
-	if err != nil {
-		return nil, fmt.Errorf("run history: %s: %w", path, err)
-	}
-	return r, nil
+	return readReport(s.searchesPath(), id, report.ReadSearchJSON)
 }
 
 // Searches returns up to limit searches, newest first; a file that cannot

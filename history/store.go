@@ -407,10 +407,17 @@ func (s *Store) Runs(limit int) ([]report.RunSummary, error) {
 // that names no run, and an error naming the file when the report cannot
 // be read.
 func (s *Store) Soak(id string) (*report.Soak, error) {
+	return readReport(s.runs, id, report.ReadJSON)
+}
+
+// readReport reads the report id from dir/id.json with read: ErrNotFound
+// for an id that names no file there (or could not name one), an error
+// naming the file for one that cannot be read.
+func readReport[T any](dir, id string, read func(io.Reader) (*T, error)) (*T, error) {
 	if !validID(id) {
 		return nil, ErrNotFound
 	}
-	path := filepath.Join(s.runs, id+".json")
+	path := filepath.Join(dir, id+".json")
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNotFound
@@ -419,7 +426,7 @@ func (s *Store) Soak(id string) (*report.Soak, error) {
 		return nil, fmt.Errorf("run history: %w", err)
 	}
 	defer f.Close()
-	r, err := report.ReadJSON(f)
+	r, err := read(f)
 	if err != nil {
 		return nil, fmt.Errorf("run history: %s: %w", path, err)
 	}
