@@ -205,7 +205,11 @@ func (o *observer) Disconnect(user int, reason string, err error) {
 }
 
 func (o *observer) Ack(_ uint64, _ bool, latency time.Duration) {
-	judged := o.judged(time.Now().Add(-latency).UnixNano())
+	// Without a settle (judgeFrom 0) every ack is judged: no clock read.
+	judged := true
+	if from := o.judgeFrom.Load(); from != 0 {
+		judged = time.Now().Add(-latency).UnixNano() >= from
+	}
 	o.mu.Lock()
 	o.acked++
 	if judged {

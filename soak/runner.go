@@ -356,10 +356,9 @@ func drain(ctx context.Context, p config.Profile, pop *engine.Population, set *m
 	return aborted
 }
 
-// record exports the run's result and returns it. An inconclusive run
-// says nothing about the server either way, so the last success stands
-// as it was.
-func (r *Runner) record(p config.Profile, rep *report.Soak) string {
+// record exports the run's result. An inconclusive run says nothing
+// about the server either way, so the last success stands as it was.
+func (r *Runner) record(p config.Profile, rep *report.Soak) {
 	o := r.o
 	result := rep.Result
 	o.Metrics.SoakRuns.WithLabelValues(o.Target, p.Name, result).Inc()
@@ -370,7 +369,6 @@ func (r *Runner) record(p config.Profile, rep *report.Soak) string {
 		}
 		o.Metrics.SoakLastSuccess.WithLabelValues(o.Target, p.Name).Set(success)
 	}
-	return result
 }
 
 // fill computes the report's counts, percentiles and verdict. d counts the
