@@ -3,7 +3,7 @@
 # on loopback, with everything it needs, for imcanary's integration tests.
 #
 #   .ci/openim.sh build               # services and openim-deps into the cache (skipped if there)
-#   .ci/openim.sh start DIR BASEPORT  # config, data, logs and pids under DIR; prints "API_URL WS_URL SECRET_FILE"
+#   .ci/openim.sh start DIR BASEPORT  # config, data, logs and pids under DIR; prints "API_URL WS_URL SECRET_FILE FERRETDB_SOCKET"
 #   .ci/openim.sh stop DIR
 #
 # OpenIM is Apache-2.0; it runs here as separate servers and none of its
@@ -28,10 +28,12 @@
 #   - openim-deps (.ci/openim/deps, a module of our own): franz-go's kfake
 #     as the Kafka broker, in memory, and FerretDB v1 embedded on SQLite as
 #     the MongoDB, on a fresh directory each start.
-# FerretDB v1 has no projection in findAndModify, which OpenIM's seq
-# allocation uses: a message is acked but never given a seq, stored or
-# pushed, and /group/create_group answers an error. What works is what
-# comes before: users, tokens, the gateway's login, the send ack, kicks.
+#     FerretDB listens on a Unix socket (DIR/data/mongo.sock, printed
+#     last for mongofix's tests) behind mongofix (.ci/openim/mongofix),
+#     which rewrites the commands OpenIM sends that FerretDB v1 cannot run
+#     (findAndModify with a projection, with which OpenIM allocates every
+#     message's seq; see its rewrites), so messages are stored, numbered
+#     and pushed.
 #
 # Ports, BASEPORT+:
 #   1 WebSocket gateway   2 HTTP API       3 Redis        4 etcd client
@@ -94,7 +96,8 @@ usage() {
 # .ci/openim/deps builds a new one instead of reusing a stale cache.
 depsbin() {
   local h
-  h=$(cd "$depsrc" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+  h=$(cd "$depsrc/.." && find deps mongofix -name '*.go' ! -name '*_test.go' | LC_ALL=C sort |
+    xargs cat deps/go.mod deps/go.sum mongofix/go.mod mongofix/go.sum | sha256sum | cut -c1-16)
   echo "$root/deps-$h/openim-deps"
 }
 
@@ -156,6 +159,8 @@ EOF
       return 1
     fi
     install_dir "$tmp/deps" "$(dirname "$deps")" || { rm -rf "$tmp"; return 1; }
+    # Builds of older sources are of no further use: one is 41 MB.
+    find "$root" -maxdepth 1 -name 'deps-*' ! -path "$(dirname "$deps")" -exec rm -rf {} +
   fi
   rm -rf "$tmp"
 }
@@ -452,7 +457,7 @@ EOF
     --listen-client-urls "http://127.0.0.1:$etcdc" --advertise-client-urls "http://127.0.0.1:$etcdc" \
     --listen-peer-urls "http://127.0.0.1:$etcdp" --initial-advertise-peer-urls "http://127.0.0.1:$etcdp" \
     --initial-cluster "s1=http://127.0.0.1:$etcdp" --log-level warn --logger zap
-  run_bg deps "$(depsbin)" -kafka-port "$kafka" -mongo-port "$mongo" -sqlite-dir "$dir/data/ferretdb"
+  run_bg deps "$(depsbin)" -kafka-port "$kafka" -mongo-port "$mongo" -sqlite-dir "$dir/data/ferretdb" -ferretdb-socket "$dir/data/mongo.sock"
   wait_port redis "$redis" 20
   wait_port etcd "$etcdc" 20
   wait_port deps "$kafka" 20
@@ -492,7 +497,7 @@ EOF
         check_listeners "${listened[@]}" || fail "a listener is not where the config puts it (see above)"
         unset OIM_SECRET OIM_REDIS_PASSWORD
         echo "openim: ready in $((SECONDS - t0)) s" >&2
-        echo "http://127.0.0.1:$api ws://127.0.0.1:$ws $dir/secret"
+        echo "http://127.0.0.1:$api ws://127.0.0.1:$ws $dir/secret $dir/data/mongo.sock"
         return 0
       fi
     fi

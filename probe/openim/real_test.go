@@ -16,11 +16,10 @@ import (
 )
 
 // These tests run against the real OpenIM v3.8.3 services that .ci/openim.sh
-// starts (Redis and etcd from Debian, kfake as Kafka, FerretDB as MongoDB).
-// On that stack registration, tokens, the gateway's login, its heartbeat,
-// sends and their acks, the kick and GetNewestSeq work; group creation and
-// every message's seq fail on FerretDB (no findAndModify projection), so
-// nothing is pushed: delivery is tested against openimtest instead.
+// starts (Redis and etcd from Debian, kfake as Kafka, FerretDB behind
+// mongofix as MongoDB): registration, tokens, the gateway's login, its
+// heartbeat, sends and their acks, the kick, GetNewestSeq, and the message
+// path behind them, seqs, storage and pushes.
 const (
 	apiVar    = "IMCANARYTEST_OPENIM_API"
 	wsVar     = "IMCANARYTEST_OPENIM_WS"

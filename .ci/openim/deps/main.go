@@ -1,9 +1,11 @@
 // Command openim-deps runs, in one process, the two backing services of
 // OpenIM that Debian does not package: a Kafka broker (franz-go's kfake,
 // in memory) and a MongoDB wire-protocol server (FerretDB v1, embedded,
-// on SQLite). It exists only so that .ci/openim.sh can run a real OpenIM
-// v3.8.3 on a machine without Kafka or MongoDB; it is a separate module so
-// that imcanary's own go.mod never gains either as a dependency.
+// on SQLite, behind mongofix, which rewrites the commands of OpenIM's
+// that FerretDB v1 cannot run). It exists only so that .ci/openim.sh can
+// run a real OpenIM v3.8.3 on a machine without Kafka or MongoDB; it is a
+// separate module so that imcanary's own go.mod never gains either as a
+// dependency.
 //
 // Both listen on loopback only. It stops on SIGTERM or SIGINT: FerretDB
 // closes its listener and its SQLite databases, then the broker closes.
@@ -25,6 +27,8 @@ import (
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"imcanary.invalid/mongofix"
 )
 
 // The topics OpenIM's kafka.yml names. They are created before any
@@ -36,24 +40,25 @@ func main() {
 	kafkaPort := flag.Int("kafka-port", 0, "port of the Kafka broker on 127.0.0.1")
 	mongoPort := flag.Int("mongo-port", 0, "port of the MongoDB-protocol server on 127.0.0.1")
 	dataDir := flag.String("sqlite-dir", "", "directory for FerretDB's SQLite files; created, and must be empty")
+	socket := flag.String("ferretdb-socket", "", "Unix socket FerretDB listens on, behind the MongoDB port")
 	partitions := flag.Int("partitions", 8, "partitions of each seeded topic")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, logger, *kafkaPort, *mongoPort, *dataDir, *partitions); err != nil {
+	if err := run(ctx, logger, *kafkaPort, *mongoPort, *dataDir, *socket, *partitions); err != nil {
 		logger.Error("openim-deps failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, logger *slog.Logger, kafkaPort, mongoPort int, dataDir string, partitions int) error {
+func run(ctx context.Context, logger *slog.Logger, kafkaPort, mongoPort int, dataDir, socket string, partitions int) error {
 	if kafkaPort < 1 || kafkaPort > 65535 || mongoPort < 1 || mongoPort > 65535 {
 		return fmt.Errorf("-kafka-port %d and -mongo-port %d must both be ports (1-65535)", kafkaPort, mongoPort)
 	}
-	if dataDir == "" {
-		return errors.New("-sqlite-dir is required")
+	if dataDir == "" || socket == "" {
+		return errors.New("-sqlite-dir and -ferretdb-socket are required")
 	}
 	if partitions < 1 {
 		return fmt.Errorf("-partitions %d must be at least 1", partitions)
@@ -87,9 +92,16 @@ func run(ctx context.Context, logger *slog.Logger, kafkaPort, mongoPort int, dat
 	}
 	defer cluster.Close()
 
+	// FerretDB listens on a Unix socket, so that the only ports open are
+	// those .ci/openim.sh names; OpenIM reaches it only through mongofix.
 	mongoAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(mongoPort))
+	ln, err := net.Listen("tcp", mongoAddr)
+	if err != nil {
+		return fmt.Errorf("mongodb: %w", err)
+	}
+	defer ln.Close()
 	fdb, err := ferretdb.New(&ferretdb.Config{
-		Listener: ferretdb.ListenerConfig{TCP: mongoAddr},
+		Listener: ferretdb.ListenerConfig{Unix: socket},
 		// FerretDB logs every connection and command at info: warnings
 		// and errors are what a failed run needs.
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
@@ -100,7 +112,8 @@ func run(ctx context.Context, logger *slog.Logger, kafkaPort, mongoPort int, dat
 	if err != nil {
 		return fmt.Errorf("ferretdb: %w", err)
 	}
-	logger.Info("listening", "kafka", cluster.ListenAddrs(), "mongodb", mongoAddr, "topics", topics)
+	proxy := mongofix.New("unix", socket, logger.With("component", "mongofix"))
+	logger.Info("listening", "kafka", cluster.ListenAddrs(), "mongodb", mongoAddr, "ferretdb", socket, "topics", topics)
 
 	// Run returns once ctx is done and the listener has stopped serving.
 	done := make(chan struct{})
@@ -108,8 +121,16 @@ func run(ctx context.Context, logger *slog.Logger, kafkaPort, mongoPort int, dat
 		defer close(done)
 		_ = fdb.Run(ctx)
 	}()
-	<-ctx.Done()
-	logger.Info("stopping")
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(ctx, ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		if err != nil {
+			return err
+		}
+	}
+	logger.Info("stopping", "rewritten", proxy.String())
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
