@@ -12,9 +12,32 @@ import (
 )
 
 // TestConformance runs the adapters' common suite against openimtest, with
-// its faults. The real OpenIM that runs here stores no message (see
-// real_test.go), so it cannot take the suite.
+// its faults.
 func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceReal runs it against the real OpenIM v3.8.3 that
+// .ci/openim.sh starts: provisioning, sessions, a population's pushes,
+// a dead peer, catch-up, the kick and the secret, without faults (a real
+// server cannot inject them). Its slow-reader policy does not show within
+// seconds (a 10 s write deadline, then the next ping or 30 s of silence):
+// TestRealSlowReader shows it. Scale 2, as for the other servers that
+// write each message to a database before they push it.
+func TestConformanceReal(t *testing.T) {
+	srv := realTarget(t)
+	conformance.Run(t, conformance.Server{
+		Adapter: openim.Adapter, CatchUp: true, WrongSecret: true, Scale: 2,
+		Start: func(t *testing.T, _ conformance.Faults, via func(string) string) conformance.Instance {
+			section := openim.DefaultConfig()
+			section.APIURL = srv.api
+			tg := probe.Target{URL: conformance.Via(t, srv.ws, via), Secret: srv.secret, Section: section}
+			return conformance.Instance{
+				Target:     tg,
+				Kick:       func(user string) { conformance.LoginAgain(t, openim.Adapter, tg, user, probe.Device{}) },
+				KickReason: metrics.ReasonConflict,
+			}
+		},
+	})
+}
 
 // TestConformanceReactor runs it again with the sessions read by the
 // population's poller, without a goroutine each (population.reactor).

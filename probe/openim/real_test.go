@@ -26,25 +26,41 @@ const (
 	secretVar = "IMCANARYTEST_OPENIM_SECRET_FILE"
 )
 
-// realDriver returns a driver for the real services, or skips.
-func realDriver(t *testing.T, o openim.Options) *openim.Driver {
+// realServer is the real OpenIM's API and gateway, and its API secret.
+type realServer struct {
+	api, ws string
+	secret  []byte
+}
+
+func (r realServer) APIURL() string { return r.api }
+func (r realServer) WSURL() string  { return r.ws }
+
+// realTarget returns the real services, or skips.
+func realTarget(t *testing.T) realServer {
 	t.Helper()
 	api, ws, file := os.Getenv(apiVar), os.Getenv(wsVar), os.Getenv(secretVar)
 	if api == "" || ws == "" || file == "" {
 		t.Skipf("%s, %s or %s not set: no OpenIM to test against (.ci/openim.sh starts one)", apiVar, wsVar, secretVar)
 	}
-	if o.Secret == nil {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Secret = []byte(strings.TrimSpace(string(b)))
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
 	}
-	o.URL = ws
+	return realServer{api: api, ws: ws, secret: []byte(strings.TrimSpace(string(b)))}
+}
+
+// realDriver returns a driver for the real services, or skips.
+func realDriver(t *testing.T, o openim.Options) *openim.Driver {
+	t.Helper()
+	srv := realTarget(t)
+	if o.Secret == nil {
+		o.Secret = srv.secret
+	}
+	o.URL = srv.ws
 	if o.Heartbeat == 0 {
 		o.Heartbeat = 5 * time.Second
 	}
-	drv, err := openim.New(openim.Config{APIURL: api}, o)
+	drv, err := openim.New(openim.Config{APIURL: srv.api}, o)
 	if err != nil {
 		t.Fatal(err)
 	}

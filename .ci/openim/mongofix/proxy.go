@@ -27,6 +27,7 @@ type Proxy struct {
 	logger   *slog.Logger
 	dialer   net.Dialer
 	counts   map[string]*atomic.Int64 // by rewrite name; fixed at New
+	locks    locks
 }
 
 // New returns a proxy to the MongoDB-protocol server at upstream, an
@@ -86,10 +87,25 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// serveConn pumps one client connection to its own upstream connection,
-// one goroutine a direction. Requests a rewrite changed wait in pending,
-// by request id, for their reply: an entry lives as long as its command is
-// in flight, and the map goes with the connection.
+// conn is one client connection and its upstream connection, with a
+// goroutine a direction. Requests a rewrite changed wait in pending, by
+// request id, for their reply: an entry lives as long as its command is in
+// flight, and the map goes with the connection. Emulated commands run on
+// a second upstream connection of its own (side), one at a time, as the
+// client's own requests come.
+type conn struct {
+	p          *Proxy
+	client, up net.Conn
+
+	wmu sync.Mutex // writes to client: the pump's and the emulations' replies
+
+	mu      sync.Mutex
+	pending map[int32]func(bson.D) bson.D
+
+	side   net.Conn // dialled at the first emulation
+	nextID int32    // ids of what this conn writes itself
+}
+
 func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	u, err := p.dialer.DialContext(ctx, p.network, p.upstream)
@@ -98,29 +114,21 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	defer u.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close(); u.Close() })
+	cn := &conn{p: p, client: c, up: u, pending: map[int32]func(bson.D) bson.D{}}
+	stop := context.AfterFunc(ctx, func() {
+		c.Close()
+		u.Close()
+		cn.closeSide()
+	})
 	defer stop()
+	defer cn.closeSide()
 
-	var (
-		mu      sync.Mutex
-		pending = map[int32]func(bson.D) bson.D{}
-	)
 	done := make(chan error, 1)
 	go func() {
-		done <- p.pump(u, c, func(m opMsg) (func(bson.D) bson.D, bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			fix, ok := pending[m.responseTo]
-			delete(pending, m.responseTo)
-			return fix, ok
-		})
+		done <- cn.pump()
 		c.Close()
 	}()
-	err = p.requests(c, u, func(id int32, fix func(bson.D) bson.D) {
-		mu.Lock()
-		pending[id] = fix
-		mu.Unlock()
-	})
+	err = cn.requests(ctx)
 	u.Close()
 	if rerr := <-done; err == nil {
 		err = rerr
@@ -131,10 +139,10 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 }
 
 // requests carries client messages upstream, rewriting those a rewrite
-// matches; wait registers the reply's mend before the request leaves.
-func (p *Proxy) requests(c, u net.Conn, wait func(int32, func(bson.D) bson.D)) error {
+// matches and answering those it emulates.
+func (cn *conn) requests(ctx context.Context) error {
 	for {
-		msg, err := readMessage(c)
+		msg, err := readMessage(cn.client)
 		if err != nil {
 			return err
 		}
@@ -143,52 +151,134 @@ func (p *Proxy) requests(c, u net.Conn, wait func(int32, func(bson.D) bson.D)) e
 			return fmt.Errorf("from client: %w", err)
 		}
 		if ok {
-			if out, changed, err := p.rewriteRequest(m, wait); err != nil {
+			out, answered, err := cn.rewrite(ctx, m)
+			switch {
+			case err != nil:
 				return err
-			} else if changed {
+			case answered:
+				continue
+			case out != nil:
 				msg = out
 			}
 		}
-		if _, err := u.Write(msg); err != nil {
+		if _, err := cn.up.Write(msg); err != nil {
 			return err
 		}
 	}
 }
 
-func (p *Proxy) rewriteRequest(m opMsg, wait func(int32, func(bson.D) bson.D)) ([]byte, bool, error) {
+// rewrite returns the message to send instead of m (nil: m as it came),
+// or answers m itself (answered).
+func (cn *conn) rewrite(ctx context.Context, m opMsg) (out []byte, answered bool, err error) {
 	first, err := m.body.IndexErr(0)
 	if err != nil {
 		return nil, false, fmt.Errorf("from client: command body: %w", err)
 	}
-	rw := find(first.Key())
-	if rw == nil {
+	if !takes(first.Key()) {
 		return nil, false, nil
 	}
 	var cmd bson.D
 	if err := bson.Unmarshal(m.body, &cmd); err != nil {
-		return nil, false, fmt.Errorf("from client: %s: %w", rw.command, err)
+		return nil, false, fmt.Errorf("from client: %s: %w", first.Key(), err)
 	}
-	out, fix, ok := rw.request(cmd)
-	if !ok {
+	rw, changed, mend, exec := match(cmd)
+	switch {
+	case rw == nil:
 		return nil, false, nil
+	case exec != nil:
+		reply := exec(env{run: func(c bson.D) (bson.D, error) { return cn.sideRun(ctx, c) }, lock: cn.p.locks.lock})
+		cn.p.counts[rw.name].Add(1)
+		if m.flags&wiremessage.MoreToCome != 0 {
+			return nil, true, nil // the client wants no answer
+		}
+		return nil, true, cn.answer(m.requestID, reply)
 	}
-	body, err := bson.Marshal(out)
+	body, err := bson.Marshal(changed)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: rewritten command: %w", rw.name, err)
 	}
 	m.body = body
-	if fix != nil && m.flags&wiremessage.MoreToCome == 0 {
-		wait(m.requestID, fix)
+	if mend != nil && m.flags&wiremessage.MoreToCome == 0 {
+		cn.mu.Lock()
+		cn.pending[m.requestID] = mend
+		cn.mu.Unlock()
 	}
-	p.counts[rw.name].Add(1)
-	return m.bytes(), true, nil
+	cn.p.counts[rw.name].Add(1)
+	return m.bytes(), false, nil
+}
+
+// answer writes reply to the client as the answer to request id.
+func (cn *conn) answer(id int32, reply bson.D) error {
+	body, err := bson.Marshal(reply)
+	if err != nil {
+		return fmt.Errorf("emulated reply: %w", err)
+	}
+	cn.nextID++
+	msg := opMsg{requestID: cn.nextID, responseTo: id, body: body}.bytes()
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	_, err = cn.client.Write(msg)
+	return err
+}
+
+// sideRun sends cmd on the side connection and returns its reply.
+func (cn *conn) sideRun(ctx context.Context, cmd bson.D) (bson.D, error) {
+	cn.mu.Lock()
+	side := cn.side
+	cn.mu.Unlock()
+	if side == nil {
+		c, err := cn.p.dialer.DialContext(ctx, cn.p.network, cn.p.upstream)
+		if err != nil {
+			return nil, fmt.Errorf("side connection: %w", err)
+		}
+		cn.mu.Lock()
+		cn.side, side = c, c
+		cn.mu.Unlock()
+		if ctx.Err() != nil { // closeSide may have run before it was set
+			c.Close()
+			return nil, ctx.Err()
+		}
+	}
+	body, err := bson.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	cn.nextID++
+	id := cn.nextID
+	if _, err := side.Write(opMsg{requestID: id, body: body}.bytes()); err != nil {
+		return nil, fmt.Errorf("side connection: %w", err)
+	}
+	msg, err := readMessage(side)
+	if err != nil {
+		return nil, fmt.Errorf("side connection: %w", err)
+	}
+	m, ok, err := parseOpMsg(msg)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("side connection: %w", err)
+	case !ok || m.responseTo != id:
+		return nil, fmt.Errorf("side connection: a reply to %d, not to %d", m.responseTo, id)
+	}
+	var reply bson.D
+	if err := bson.Unmarshal(m.body, &reply); err != nil {
+		return nil, fmt.Errorf("side connection: reply: %w", err)
+	}
+	return reply, nil
+}
+
+func (cn *conn) closeSide() {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.side != nil {
+		cn.side.Close()
+	}
 }
 
 // pump carries upstream replies to the client, mending those whose
 // request a rewrite changed.
-func (p *Proxy) pump(u, c net.Conn, mend func(opMsg) (func(bson.D) bson.D, bool)) error {
+func (cn *conn) pump() error {
 	for {
-		msg, err := readMessage(u)
+		msg, err := readMessage(cn.up)
 		if err != nil {
 			return err
 		}
@@ -197,7 +287,11 @@ func (p *Proxy) pump(u, c net.Conn, mend func(opMsg) (func(bson.D) bson.D, bool)
 			return fmt.Errorf("from upstream: %w", err)
 		}
 		if ok {
-			if fix, wanted := mend(m); wanted {
+			cn.mu.Lock()
+			fix, wanted := cn.pending[m.responseTo]
+			delete(cn.pending, m.responseTo)
+			cn.mu.Unlock()
+			if wanted {
 				var reply bson.D
 				if err := bson.Unmarshal(m.body, &reply); err != nil {
 					return fmt.Errorf("from upstream: reply: %w", err)
@@ -212,7 +306,10 @@ func (p *Proxy) pump(u, c net.Conn, mend func(opMsg) (func(bson.D) bson.D, bool)
 				msg = m.bytes()
 			}
 		}
-		if _, err := c.Write(msg); err != nil {
+		cn.wmu.Lock()
+		_, err = cn.client.Write(msg)
+		cn.wmu.Unlock()
+		if err != nil {
 			return err
 		}
 	}

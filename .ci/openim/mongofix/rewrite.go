@@ -19,10 +19,24 @@ type rewrite struct {
 	// request returns the command to send instead and a function that
 	// mends its reply, or ok false to pass the command on unchanged.
 	request func(cmd bson.D) (out bson.D, reply func(bson.D) bson.D, ok bool)
+	// emulate, instead of request, runs the command as others that
+	// FerretDB can run and answers it itself.
+	emulate emulation
 }
 
 // rewrites lists every rewrite, in the order they are tried.
 var rewrites = []rewrite{
+	{
+		// FerretDB v1.24 answers NotImplemented to an update pipeline
+		// ("Aggregation pipelines are not supported yet"). OpenIM writes
+		// every change of a conversation, a group's members, a user's
+		// joined groups and friends to a version log this way
+		// (version_log.go writeLogBatch2), and fails the change when it
+		// cannot: /group/create_group answered 500.
+		name:    "findAndModify.pipeline",
+		command: "findAndModify",
+		emulate: findAndModifyPipeline,
+	},
 	{
 		// FerretDB v1.24 answers NotImplemented (238) to findAndModify
 		// with "fields". OpenIM allocates every conversation's seqs with
@@ -33,6 +47,16 @@ var rewrites = []rewrite{
 		name:    "findAndModify.fields",
 		command: "findAndModify",
 		request: findAndModifyFields,
+	},
+	{
+		// FerretDB v1.24 evaluates only $sum and $type in a pipeline's
+		// expressions. OpenIM pulls messages by seq from MongoDB when
+		// Redis does not have them (msg.go FindSeqs: $project of $map
+		// with $arrayElemAt) and reads version logs' changes
+		// (findChangeLog: $cond, $filter, $size).
+		name:    "aggregate.expressions",
+		command: "aggregate",
+		emulate: aggregatePipeline,
 	},
 }
 
@@ -73,12 +97,36 @@ func index(d bson.D, key string) int {
 	return -1
 }
 
-// find returns the rewrite for a command name, or nil.
-func find(command string) *rewrite {
+// match returns the first rewrite that takes cmd: a request to send
+// instead with the mend of its reply, or an emulation to run.
+func match(cmd bson.D) (rw *rewrite, out bson.D, mend func(bson.D) bson.D, exec func(env) bson.D) {
+	if len(cmd) == 0 {
+		return nil, nil, nil, nil
+	}
 	for i := range rewrites {
-		if strings.EqualFold(rewrites[i].command, command) {
-			return &rewrites[i]
+		rw := &rewrites[i]
+		if !strings.EqualFold(rw.command, cmd[0].Key) {
+			continue
+		}
+		if rw.emulate != nil {
+			if exec, ok := rw.emulate(cmd); ok {
+				return rw, nil, nil, exec
+			}
+			continue
+		}
+		if out, mend, ok := rw.request(cmd); ok {
+			return rw, out, mend, nil
 		}
 	}
-	return nil
+	return nil, nil, nil, nil
+}
+
+// takes reports whether some rewrite is for a command of this name.
+func takes(command string) bool {
+	for i := range rewrites {
+		if strings.EqualFold(rewrites[i].command, command) {
+			return true
+		}
+	}
+	return false
 }
