@@ -26,14 +26,17 @@
 #   - Redis (Debian redis-server), a password from a random secret, no
 #     persistence; etcd (Debian etcd-server) as the service registry.
 #   - openim-deps (.ci/openim/deps, a module of our own): franz-go's kfake
-#     as the Kafka broker, in memory, and FerretDB v1 embedded on SQLite as
-#     the MongoDB, on a fresh directory each start.
-#     FerretDB listens on a Unix socket (DIR/data/mongo.sock, printed
-#     last for mongofix's tests) behind mongofix (.ci/openim/mongofix),
-#     which rewrites the commands OpenIM sends that FerretDB v1 cannot run
-#     (findAndModify with a projection, with which OpenIM allocates every
-#     message's seq; see its rewrites), so messages are stored, numbered
-#     and pushed.
+#     as the Kafka broker, in memory, and FerretDB v1 embedded as the
+#     MongoDB, on a PostgreSQL 15 cluster of its own (Debian's, listening
+#     only on a Unix socket in DIR/data/postgres, durability off) with a
+#     fresh database each start. FerretDB listens on a Unix socket too
+#     (DIR/data/mongo.sock, printed last, for mongofix's tests) behind
+#     mongofix (.ci/openim/mongofix), which rewrites the commands OpenIM
+#     sends that FerretDB v1 cannot run (findAndModify with a projection,
+#     with which OpenIM allocates every message's seq, update and
+#     aggregation pipelines; see its rewrites), so messages are stored,
+#     numbered and pushed. DIR/data/debug.sock serves openim-deps' Go
+#     profiles, and its log ends with what each MongoDB command cost.
 #
 # Ports, BASEPORT+:
 #   1 WebSocket gateway   2 HTTP API       3 Redis        4 etcd client
@@ -86,6 +89,43 @@ services=(
 # The names they register in etcd (share.yml rpcRegisterName); start
 # waits for every one of them.
 registered="user auth friend group conversation msg push messageGateway"
+
+pgbin=/usr/lib/postgresql/15/bin
+
+# pg CMD... runs a PostgreSQL program as a user it accepts.
+pg() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+# pg_start DIR makes and starts a PostgreSQL cluster in DIR that listens
+# only on a Unix socket in DIR, with a database ferretdb.
+pg_start() {
+  local pgdir=$1
+  mkdir -p "$pgdir"
+  if [ "$(id -u)" -eq 0 ]; then
+    chown postgres: "$pgdir"
+    local d=$pgdir
+    while [ "$d" != / ]; do
+      runuser -u postgres -- test -x "$d" || chmod o+x "$d"
+      d=$(dirname "$d")
+    done
+  fi
+  if [ ! -f "$pgdir/data/PG_VERSION" ]; then
+    pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync \
+      >"$pgdir/initdb.log" 2>&1 || { cat "$pgdir/initdb.log" >&2; return 1; }
+  fi
+  pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
+    -o "-c listen_addresses= -k $pgdir -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+    start >/dev/null || { cat "$pgdir/postgres.log" >&2; return 1; }
+  # A fresh database every start: OpenIM's startup makes its indexes
+  # again, and its tests count on a server without their old data.
+  local psql=("$pgbin/psql" -X -q -h "$pgdir" -U postgres -d postgres -v ON_ERROR_STOP=1)
+  pg "${psql[@]}" -c "DROP DATABASE IF EXISTS ferretdb" -c "CREATE DATABASE ferretdb" >/dev/null
+}
 
 usage() {
   echo "usage: $0 build | start DIR BASEPORT | stop DIR" >&2
@@ -457,7 +497,10 @@ EOF
     --listen-client-urls "http://127.0.0.1:$etcdc" --advertise-client-urls "http://127.0.0.1:$etcdc" \
     --listen-peer-urls "http://127.0.0.1:$etcdp" --initial-advertise-peer-urls "http://127.0.0.1:$etcdp" \
     --initial-cluster "s1=http://127.0.0.1:$etcdp" --log-level warn --logger zap
-  run_bg deps "$(depsbin)" -kafka-port "$kafka" -mongo-port "$mongo" -sqlite-dir "$dir/data/ferretdb" -ferretdb-socket "$dir/data/mongo.sock"
+  pg_start "$dir/data/postgres" || fail "PostgreSQL for FerretDB did not start"
+  local pgurl="postgres://postgres@/ferretdb?host=$dir/data/postgres&sslmode=disable"
+  run_bg deps "$(depsbin)" -kafka-port "$kafka" -mongo-port "$mongo" -ferretdb-socket "$dir/data/mongo.sock" \
+    -debug-socket "$dir/data/debug.sock" -postgresql-url "$pgurl"
   wait_port redis "$redis" 20
   wait_port etcd "$etcdc" 20
   wait_port deps "$kafka" 20
@@ -529,6 +572,16 @@ stop() {
     jobs+=($!)
   done
   wait "${jobs[@]}"
+  # FerretDB's PostgreSQL, last: FerretDB has let go of it.
+  local data=$dir/data/postgres/data
+  if [ -f "$data/postmaster.pid" ]; then
+    local pm
+    pm=$(head -n 1 "$data/postmaster.pid")
+    pg "$pgbin/pg_ctl" -D "$data" -m fast -w -t 20 stop >/dev/null 2>&1 || true
+    if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
+      kill -9 "$pm" 2>/dev/null || true
+    fi
+  fi
 }
 
 case ${1:-} in

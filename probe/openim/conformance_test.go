@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) { runConformance(t, false) }
 func TestConformanceReal(t *testing.T) {
 	srv := realTarget(t)
 	conformance.Run(t, conformance.Server{
-		Adapter: openim.Adapter, CatchUp: true, WrongSecret: true, Scale: 2,
+		Adapter: openim.Adapter, CatchUp: true, WrongSecret: true, Scale: 4,
 		Start: func(t *testing.T, _ conformance.Faults, via func(string) string) conformance.Instance {
 			section := openim.DefaultConfig()
 			section.APIURL = srv.api

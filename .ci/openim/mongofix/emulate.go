@@ -61,10 +61,14 @@ func (e env) call(cmd bson.D) (bson.D, error) {
 	return reply, nil
 }
 
-// findAll runs find with filter (and sort and limit, when set) and
-// follows its cursor to the end. The reply's batches are capped by the
+// findAll runs find with filter (and sort and limit, when set; a filter
+// by a keyed collection's key goes by _id) and follows its cursor to the
+// end. The reply's batches are capped by the
 // wire's message size; the whole by maxResult.
 func (e env) findAll(db, coll string, filter, sort any, limit int64) ([]bson.D, error) {
+	if f, ok := byKey(coll, filter); ok {
+		filter = f
+	}
 	cmd := bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: filter}}
 	if sort != nil {
 		cmd = append(cmd, bson.E{Key: "sort", Value: sort})

@@ -33,13 +33,21 @@ func readMessage(r io.Reader) ([]byte, error) {
 	return msg, nil
 }
 
-// opMsg is an OP_MSG split into what a rewrite may change (the body, the
-// kind 0 section) and what it passes on as it came (the kind 1 sections).
+// opMsg is an OP_MSG: its body (the kind 0 section) and its document
+// sequences (kind 1), in which a driver sends the documents of an insert
+// and the statements of an update or a delete.
 type opMsg struct {
 	requestID, responseTo int32
 	flags                 wiremessage.MsgFlag
 	body                  bsoncore.Document
-	sequences             []byte // the kind 1 sections, raw
+	sequences             []docSeq
+}
+
+// docSeq is a kind 1 section: the command field it stands for and its
+// documents.
+type docSeq struct {
+	ident string
+	docs  []bsoncore.Document
 }
 
 // parseOpMsg splits msg, or says it is not an OP_MSG (ok false, no error:
@@ -64,7 +72,6 @@ func parseOpMsg(msg []byte) (m opMsg, ok bool, err error) {
 	}
 	for len(rem) > 0 {
 		var kind wiremessage.SectionType
-		start := rem
 		if kind, rem, hok = wiremessage.ReadMsgSectionType(rem); !hok {
 			return m, false, errors.New("OP_MSG section without a kind")
 		}
@@ -80,10 +87,16 @@ func parseOpMsg(msg []byte) (m opMsg, ok bool, err error) {
 				return m, false, fmt.Errorf("OP_MSG body: %w", err)
 			}
 		case wiremessage.DocumentSequence:
-			if _, _, rem, hok = wiremessage.ReadMsgSectionRawDocumentSequence(rem); !hok {
+			var sq docSeq
+			if sq.ident, sq.docs, rem, hok = wiremessage.ReadMsgSectionDocumentSequence(rem); !hok {
 				return m, false, errors.New("OP_MSG document sequence section is malformed")
 			}
-			m.sequences = append(m.sequences, start[:len(start)-len(rem)]...)
+			for _, d := range sq.docs {
+				if err := d.Validate(); err != nil {
+					return m, false, fmt.Errorf("OP_MSG document sequence %q: %w", sq.ident, err)
+				}
+			}
+			m.sequences = append(m.sequences, sq)
 		default:
 			return m, false, fmt.Errorf("OP_MSG section of unknown kind %d", kind)
 		}
@@ -102,6 +115,15 @@ func (m opMsg) bytes() []byte {
 	b = wiremessage.AppendMsgFlags(b, m.flags&^wiremessage.ChecksumPresent)
 	b = wiremessage.AppendMsgSectionType(b, wiremessage.SingleDocument)
 	b = append(b, m.body...)
-	b = append(b, m.sequences...)
+	for _, sq := range m.sequences {
+		b = wiremessage.AppendMsgSectionType(b, wiremessage.DocumentSequence)
+		var at int32
+		at, b = bsoncore.ReserveLength(b)
+		b = append(append(b, sq.ident...), 0)
+		for _, d := range sq.docs {
+			b = append(b, d...)
+		}
+		b = bsoncore.UpdateLength(b, at, int32(len(b)-int(at)))
+	}
 	return bsoncore.UpdateLength(b, idx, int32(len(b)-int(idx)))
 }

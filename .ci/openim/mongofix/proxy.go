@@ -15,6 +15,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/mongo/driver/wiremessage"
@@ -28,12 +29,37 @@ type Proxy struct {
 	dialer   net.Dialer
 	counts   map[string]*atomic.Int64 // by rewrite name; fixed at New
 	locks    locks
+	slow     time.Duration
+
+	statMu sync.Mutex
+	stats  map[[2]string]*Timing // by command and collection
+}
+
+// Timing is how many commands of a kind were answered and how long they
+// took in all.
+type Timing struct {
+	N     int64
+	Total time.Duration
+}
+
+// Timings returns what each command, on each collection, has cost so
+// far ("update msg" → count and time).
+func (p *Proxy) Timings() map[string]Timing {
+	p.statMu.Lock()
+	defer p.statMu.Unlock()
+	out := make(map[string]Timing, len(p.stats))
+	for k, t := range p.stats {
+		out[k[0]+" "+k[1]] = *t
+	}
+	return out
 }
 
 // New returns a proxy to the MongoDB-protocol server at upstream, an
-// address of network ("tcp" or "unix").
-func New(network, upstream string, logger *slog.Logger) *Proxy {
-	p := &Proxy{network: network, upstream: upstream, logger: logger, counts: map[string]*atomic.Int64{}}
+// address of network ("tcp" or "unix"). A command whose reply takes slow
+// or longer is logged (0: none is).
+func New(network, upstream string, slow time.Duration, logger *slog.Logger) *Proxy {
+	p := &Proxy{network: network, upstream: upstream, slow: slow, logger: logger,
+		counts: map[string]*atomic.Int64{}, stats: map[[2]string]*Timing{}}
 	for _, rw := range rewrites {
 		p.counts[rw.name] = new(atomic.Int64)
 	}
@@ -47,6 +73,21 @@ func (p *Proxy) Counts() map[string]int64 {
 		out[name] = n.Load()
 	}
 	return out
+}
+
+// TimingsString lists Timings, costliest first, for a log line at the end.
+func (p *Proxy) TimingsString() string {
+	t := p.Timings()
+	names := make([]string, 0, len(t))
+	for n := range t {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return t[names[i]].Total > t[names[j]].Total })
+	s := ""
+	for _, n := range names {
+		s += fmt.Sprintf("%s: %d in %v; ", n, t[n].N, t[n].Total.Round(time.Millisecond))
+	}
+	return s
 }
 
 // String lists the counts, for a log line at the end.
@@ -93,6 +134,12 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 // flight, and the map goes with the connection. Emulated commands run on
 // a second upstream connection of its own (side), one at a time, as the
 // client's own requests come.
+// inflight is a command awaiting its reply, for the slow-command log.
+type inflight struct {
+	command, coll string
+	at            time.Time
+}
+
 type conn struct {
 	p          *Proxy
 	client, up net.Conn
@@ -101,6 +148,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	pending map[int32]func(bson.D) bson.D
+	started map[int32]inflight // every command awaiting its reply
 
 	side   net.Conn // dialled at the first emulation
 	nextID int32    // ids of what this conn writes itself
@@ -114,7 +162,7 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	defer u.Close()
-	cn := &conn{p: p, client: c, up: u, pending: map[int32]func(bson.D) bson.D{}}
+	cn := &conn{p: p, client: c, up: u, pending: map[int32]func(bson.D) bson.D{}, started: map[int32]inflight{}}
 	stop := context.AfterFunc(ctx, func() {
 		c.Close()
 		u.Close()
@@ -151,6 +199,7 @@ func (cn *conn) requests(ctx context.Context) error {
 			return fmt.Errorf("from client: %w", err)
 		}
 		if ok {
+			cn.start(m)
 			out, answered, err := cn.rewrite(ctx, m)
 			switch {
 			case err != nil:
@@ -174,14 +223,24 @@ func (cn *conn) rewrite(ctx context.Context, m opMsg) (out []byte, answered bool
 	if err != nil {
 		return nil, false, fmt.Errorf("from client: command body: %w", err)
 	}
-	if !takes(first.Key()) {
+	coll, _ := first.Value().StringValueOK()
+	if !anyTakes(first.Key(), coll) {
 		return nil, false, nil
 	}
-	var cmd bson.D
-	if err := bson.Unmarshal(m.body, &cmd); err != nil {
+	c := &command{}
+	if err := bson.Unmarshal(m.body, &c.body); err != nil {
 		return nil, false, fmt.Errorf("from client: %s: %w", first.Key(), err)
 	}
-	rw, changed, mend, exec := match(cmd)
+	for _, sq := range m.sequences {
+		ds := seqDocs{ident: sq.ident, docs: make([]bson.D, len(sq.docs))}
+		for i, d := range sq.docs {
+			if err := bson.Unmarshal(d, &ds.docs[i]); err != nil {
+				return nil, false, fmt.Errorf("from client: %s: %s: %w", first.Key(), sq.ident, err)
+			}
+		}
+		c.seqs = append(c.seqs, ds)
+	}
+	rw, mend, exec := match(c)
 	switch {
 	case rw == nil:
 		return nil, false, nil
@@ -191,13 +250,19 @@ func (cn *conn) rewrite(ctx context.Context, m opMsg) (out []byte, answered bool
 		if m.flags&wiremessage.MoreToCome != 0 {
 			return nil, true, nil // the client wants no answer
 		}
+		cn.done(m.requestID)
 		return nil, true, cn.answer(m.requestID, reply)
 	}
-	body, err := bson.Marshal(changed)
-	if err != nil {
+	if m.body, err = bson.Marshal(c.body); err != nil {
 		return nil, false, fmt.Errorf("%s: rewritten command: %w", rw.name, err)
 	}
-	m.body = body
+	for i, ds := range c.seqs {
+		for j, d := range ds.docs {
+			if m.sequences[i].docs[j], err = bson.Marshal(d); err != nil {
+				return nil, false, fmt.Errorf("%s: rewritten %s: %w", rw.name, ds.ident, err)
+			}
+		}
+	}
 	if mend != nil && m.flags&wiremessage.MoreToCome == 0 {
 		cn.mu.Lock()
 		cn.pending[m.requestID] = mend
@@ -205,6 +270,49 @@ func (cn *conn) rewrite(ctx context.Context, m opMsg) (out []byte, answered bool
 	}
 	cn.p.counts[rw.name].Add(1)
 	return m.bytes(), false, nil
+}
+
+// start notes m's start, for Timings and the slow-command log; a command
+// that wants no reply (moreToCome) is not timed.
+func (cn *conn) start(m opMsg) {
+	if m.flags&wiremessage.MoreToCome != 0 {
+		return
+	}
+	first, err := m.body.IndexErr(0)
+	if err != nil {
+		return
+	}
+	coll, _ := first.Value().StringValueOK()
+	cn.mu.Lock()
+	cn.started[m.requestID] = inflight{command: first.Key(), coll: coll, at: time.Now()}
+	cn.mu.Unlock()
+}
+
+// done logs the command answered by the reply to id if it took longer
+// than the proxy's slow threshold: FerretDB on SQLite slows down by
+// collection scans long before it fails, and this is where it shows.
+func (cn *conn) done(id int32) {
+	cn.mu.Lock()
+	f, ok := cn.started[id]
+	delete(cn.started, id)
+	cn.mu.Unlock()
+	if !ok {
+		return
+	}
+	took := time.Since(f.at)
+	cn.p.statMu.Lock()
+	k := [2]string{f.command, f.coll}
+	t := cn.p.stats[k]
+	if t == nil {
+		t = &Timing{}
+		cn.p.stats[k] = t
+	}
+	t.N++
+	t.Total += took
+	cn.p.statMu.Unlock()
+	if cn.p.slow > 0 && took >= cn.p.slow {
+		cn.p.logger.Warn("mongofix: slow command", "command", f.command, "collection", f.coll, "took", took.Round(time.Millisecond))
+	}
 }
 
 // answer writes reply to the client as the answer to request id.
@@ -291,6 +399,7 @@ func (cn *conn) pump() error {
 			fix, wanted := cn.pending[m.responseTo]
 			delete(cn.pending, m.responseTo)
 			cn.mu.Unlock()
+			cn.done(m.responseTo)
 			if wanted {
 				var reply bson.D
 				if err := bson.Unmarshal(m.body, &reply); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -42,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New("unix", sock, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := New("unix", sock, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx, ln) }()
 	// Registered first, so it runs after the clients have disconnected.
@@ -133,7 +134,7 @@ func TestFindAndModifyFields(t *testing.T) {
 func TestPassThrough(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	coll := f.viaFix.Collection("msg")
+	coll := f.viaFix.Collection("other")
 	if _, err := coll.InsertOne(ctx, bson.M{"doc_id": "d:0", "msgs": bson.A{bson.M{"msg": nil}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestMalformedFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := New("unix", up.Addr().String(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := New("unix", up.Addr().String(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx, ln) }()
 
@@ -214,5 +215,90 @@ func TestMalformedFrame(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after stop, %d before", n, before)
+	}
+}
+
+// OpenIM's message documents are stored with their doc_id as _id, and
+// the filters by doc_id it sends go by _id, which FerretDB pushes down to
+// its database's index on _id (see keyed).
+func TestKeyed(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	explain := func(filter bson.D) bool {
+		var r struct {
+			Pushdown bool `bson:"filterPushdown"`
+		}
+		err := f.direct.RunCommand(ctx, bson.D{{Key: "explain", Value: bson.D{{Key: "find", Value: "msg"}, {Key: "filter", Value: filter}}}}).Decode(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Pushdown
+	}
+	coll := f.viaFix.Collection("msg")
+	if _, err := coll.InsertMany(ctx, []any{
+		bson.M{"doc_id": "si_a_b:0", "msgs": bson.A{bson.M{"msg": nil}, bson.M{"msg": nil}}},
+		bson.M{"doc_id": "si_a_b:1", "msgs": bson.A{bson.M{"msg": nil}}},
+		bson.M{"doc_id": int32(5)}, // not a string: left as it came
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !explain(bson.D{{Key: "_id", Value: "si_a_b:0"}}) {
+		t.Fatal("FerretDB does not push a filter by _id down to its database")
+	}
+	var ids []struct {
+		ID    any `bson:"_id"`
+		DocID any `bson:"doc_id"`
+	}
+	cur, err := f.direct.Collection("msg").Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cur.All(ctx, &ids); err != nil || len(ids) != 3 {
+		t.Fatalf("stored %v, %v", ids, err)
+	}
+	for _, d := range ids {
+		if s, ok := d.DocID.(string); ok && d.ID != s {
+			t.Errorf("document %v stored with _id %v, want its doc_id", d.DocID, d.ID)
+		}
+		if _, ok := d.DocID.(string); !ok {
+			if _, oid := d.ID.(primitive.ObjectID); !oid {
+				t.Errorf("document with doc_id %v: _id %v, want the driver's ObjectID", d.DocID, d.ID)
+			}
+		}
+	}
+
+	// OpenIM's UpdateMsg: one message's slot, by doc_id.
+	res, err := coll.UpdateOne(ctx, bson.M{"doc_id": "si_a_b:0"}, bson.M{"$set": bson.M{"msgs.1.msg": bson.M{"seq": int64(2)}}})
+	if err != nil || res.MatchedCount != 1 || res.ModifiedCount != 1 {
+		t.Fatalf("update by doc_id: %+v, %v", res, err)
+	}
+	var doc struct {
+		Msgs []struct {
+			Msg *struct {
+				Seq int64 `bson:"seq"`
+			} `bson:"msg"`
+		} `bson:"msgs"`
+	}
+	if err := coll.FindOne(ctx, bson.M{"doc_id": "si_a_b:0"}).Decode(&doc); err != nil {
+		t.Fatalf("find by doc_id: %v", err)
+	}
+	if len(doc.Msgs) != 2 || doc.Msgs[1].Msg == nil || doc.Msgs[1].Msg.Seq != 2 {
+		t.Errorf("read back %+v", doc)
+	}
+	// A filter with more than the key goes as it came, and still matches.
+	if n, err := coll.CountDocuments(ctx, bson.M{"doc_id": "si_a_b:0", "msgs.1.msg.seq": int64(2)}); err != nil || n != 1 {
+		t.Errorf("count by doc_id and more: %d, %v", n, err)
+	}
+	if res, err := coll.DeleteOne(ctx, bson.M{"doc_id": "si_a_b:1"}); err != nil || res.DeletedCount != 1 {
+		t.Errorf("delete by doc_id: %+v, %v", res, err)
+	}
+	if n, _ := f.direct.Collection("msg").CountDocuments(ctx, bson.D{}); n != 2 {
+		t.Errorf("%d documents left, want 2", n)
+	}
+	c := f.proxy.Counts()
+	for name, want := range map[string]int64{"insert.keyed": 1, "update.keyed": 1, "find.keyed": 1, "delete.keyed": 1} {
+		if c[name] != want {
+			t.Errorf("%s counted %d, want %d", name, c[name], want)
+		}
 	}
 }
