@@ -265,11 +265,11 @@ func (p *renderPageData) tables(r *Soak) {
 	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
 		l := r.Latency[k]
 		if l.Count == 0 {
-			p.Latency = append(p.Latency, []string{k, "0", "-", "-", "-", "-"})
+			p.Latency = append(p.Latency, []string{k, "0", "-", "-", "-", "-", "-"})
 			continue
 		}
 		p.Latency = append(p.Latency, []string{k, renderCount(l.Count), renderLatency(l.P50),
-			renderLatency(l.P95), renderLatency(l.P99), renderLatency(l.Max)})
+			renderLatency(l.P95), renderLatency(l.P99), renderLatency(l.Max), renderLatency(l.Mean)})
 	}
 	if c := r.ConnectPath; c != nil {
 		p.ConnectPath, p.ConnectNote = renderConnectTable(c), connectPathNote

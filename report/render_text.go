@@ -107,15 +107,15 @@ func (tw *renderTextWriter) soakDeliveries(r *Soak) {
 
 // soakLatency writes the latency percentiles by kind.
 func (tw *renderTextWriter) soakLatency(r *Soak) {
-	rows := [][]string{{"latency", "count", "p50", "p95", "p99", "max"}}
+	rows := [][]string{{"latency", "count", "p50", "p95", "p99", "max", "mean"}}
 	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
 		p := r.Latency[k]
 		if p.Count == 0 {
-			rows = append(rows, []string{k, "0", "-", "-", "-", "-"})
+			rows = append(rows, []string{k, "0", "-", "-", "-", "-", "-"})
 			continue
 		}
 		rows = append(rows, []string{k, renderCount(p.Count), renderLatency(p.P50), renderLatency(p.P95),
-			renderLatency(p.P99), renderLatency(p.Max)})
+			renderLatency(p.P99), renderLatency(p.Max), renderLatency(p.Mean)})
 	}
 	if len(rows) == 1 {
 		tw.printf("latency  none\n")

@@ -284,7 +284,8 @@ func percentiles(h *hdrhistogram.Histogram) report.Percentiles {
 	}
 	return report.Percentiles{
 		Count: h.TotalCount(), P50: pctl(h, 50), P95: pctl(h, 95), P99: pctl(h, 99),
-		Max: time.Duration(h.Max()) * time.Microsecond,
+		Max:  time.Duration(h.Max()) * time.Microsecond,
+		Mean: time.Duration(h.Mean() * float64(time.Microsecond)),
 	}
 }
 
