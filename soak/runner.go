@@ -98,7 +98,9 @@ type Progress struct {
 	// Remaining is what the profile has left from where the run is: the
 	// rest of the current phase as configured, from when it actually
 	// began, and the phases after it. The drain may end sooner.
-	Remaining   time.Duration
+	Remaining time.Duration
+	// Online is the sessions online, of Users: the profile's users times
+	// their devices.
 	Online      int
 	Users       int
 	SentPerSec  float64

@@ -194,7 +194,8 @@ func (s *sampler) sample(now time.Time) {
 	if s.progress != nil && dt > 0 && (s.r == nil || dt >= s.every().Seconds()/2) {
 		s.progress(Progress{
 			Phase: phase, Elapsed: now.Sub(s.start), Remaining: s.remaining(phase, phaseStart, now),
-			Online: online, Users: s.p.Users,
+			// Online counts sessions: one per device of each user.
+			Online: online, Users: s.p.Users * max(s.p.Devices, 1),
 			SentPerSec: float64(sent) / dt, DelivPerSec: float64(deliv) / dt,
 			Lost: all.Lost, Late: all.Late,
 			// The first messages sent can be judged lost only
