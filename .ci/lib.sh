@@ -67,3 +67,61 @@ not_running() {
     exit 1
   fi
 }
+
+# PostgreSQL 15 from Debian, for the servers that keep their data in a
+# cluster of their own (Mattermost, Tinode, FerretDB under OpenIM).
+pgbin=/usr/lib/postgresql/15/bin
+
+# pg CMD... runs a PostgreSQL program as a user it accepts.
+pg() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+# pg_start PGDIR OPTIONS makes a cluster in PGDIR/data (once) and starts
+# it with the server options OPTIONS ("-c name=value ..."), its log in
+# PGDIR/postgres.log, durability off (fsync, synchronous_commit, full page
+# writes: a test server's data is thrown away). On failure it prints why
+# and returns 1.
+pg_start() {
+  local pgdir=$1 opts=$2
+  [ -x "$pgbin/initdb" ] || { echo "PostgreSQL 15 is not installed (apt-get install postgresql-15)" >&2; return 1; }
+  mkdir -p "$pgdir"
+  if [ "$(id -u)" -eq 0 ]; then
+    chown postgres: "$pgdir"
+    # mktemp -d makes 0700 directories: the postgres user must be able to
+    # reach its own directory through them.
+    local d
+    d=$(dirname "$pgdir")
+    while [ "$d" != / ]; do
+      runuser -u postgres -- test -x "$d" || chmod o+x "$d"
+      d=$(dirname "$d")
+    done
+  fi
+  if [ ! -f "$pgdir/data/PG_VERSION" ]; then
+    pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync \
+      >"$pgdir/initdb.log" 2>&1 || { cat "$pgdir/initdb.log" >&2; return 1; }
+  fi
+  if ! pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
+    -o "$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >/dev/null; then
+    echo "postgres did not start:" >&2
+    cat "$pgdir/postgres.log" >&2 || true
+    return 1
+  fi
+}
+
+# pg_stop DATA stops the cluster whose data directory is DATA, if it runs.
+pg_stop() {
+  local data=$1 pm
+  [ -f "$data/postmaster.pid" ] || return 0
+  pm=$(head -n 1 "$data/postmaster.pid")
+  pg "$pgbin/pg_ctl" -D "$data" -m fast -w -t 20 stop >/dev/null 2>&1 || true
+  # The postmaster takes its backends with it; if it is still there, it
+  # is killed.
+  if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
+    kill -9 "$pm" 2>/dev/null || true
+  fi
+}

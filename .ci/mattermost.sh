@@ -40,7 +40,6 @@ version=v6.7.2
 module=github.com/mattermost/mattermost-server/v6
 cache=${IMCANARY_CACHE:-/var/cache/imcanary}
 root=$cache/mattermost-$version
-pgbin=/usr/lib/postgresql/15/bin
 pgoffset=37400
 # The directories the server finds relative to its working directory
 # (fileutils.FindDir): translations (loaded at start, before the store),
@@ -107,15 +106,6 @@ EOF
   rm -rf "$tmp"
 }
 
-# pg CMD... runs a PostgreSQL program as a user it accepts.
-pg() {
-  if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
-
 start() {
   local dir port pgport
   dir=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -132,30 +122,9 @@ start() {
   check_ports "$port" "$pgport"
 
   local pgdir=$dir/postgres
-  mkdir -p "$pgdir"
-  if [ "$(id -u)" -eq 0 ]; then
-    chown postgres: "$pgdir"
-    # mktemp -d makes 0700 directories: the postgres user must be able to
-    # reach its own directory through them.
-    local d=$dir
-    while [ "$d" != / ]; do
-      runuser -u postgres -- test -x "$d" || chmod o+x "$d"
-      d=$(dirname "$d")
-    done
-  fi
-  if [ ! -f "$pgdir/data/PG_VERSION" ]; then
-    pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync \
-      >"$pgdir/initdb.log" 2>&1 || { cat "$pgdir/initdb.log" >&2; exit 1; }
-  fi
   # Mattermost opens up to MaxOpenConns (100, below) connections, plus a
   # few for its migrations and jobs.
-  if ! pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
-    -o "-c listen_addresses=127.0.0.1 -p $pgport -k $pgdir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=150" \
-    start >/dev/null; then
-    echo "postgres did not start:" >&2
-    cat "$pgdir/postgres.log" >&2 || true
-    exit 1
-  fi
+  pg_start "$pgdir" "-c listen_addresses=127.0.0.1 -p $pgport -k $pgdir -c max_connections=150" || exit 1
   # Trust authentication: the password is never checked.
   local psql=("$pgbin/psql" -X -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres -v ON_ERROR_STOP=1)
   if [ "$("${psql[@]}" -tAc "SELECT 1 FROM pg_database WHERE datname = 'mattermost'")" != 1 ]; then
@@ -286,17 +255,7 @@ stop() {
   # Mattermost closes its hubs, jobs and database pool on SIGTERM; past a
   # bound, it is killed.
   stop_pidfile "$dir/mattermost.pid" 300
-  local data=$dir/postgres/data
-  if [ -f "$data/postmaster.pid" ]; then
-    local pm
-    pm=$(head -n 1 "$data/postmaster.pid")
-    pg "$pgbin/pg_ctl" -D "$data" -m fast -w -t 20 stop >/dev/null 2>&1 || true
-    # The postmaster takes its backends with it; if it is still there,
-    # it is killed.
-    if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
-      kill -9 "$pm" 2>/dev/null || true
-    fi
-  fi
+  pg_stop "$dir/postgres/data"
 }
 
 case ${1:-} in

@@ -90,41 +90,15 @@ services=(
 # waits for every one of them.
 registered="user auth friend group conversation msg push messageGateway"
 
-pgbin=/usr/lib/postgresql/15/bin
-
-# pg CMD... runs a PostgreSQL program as a user it accepts.
-pg() {
-  if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
-
-# pg_start DIR makes and starts a PostgreSQL cluster in DIR that listens
-# only on a Unix socket in DIR, with a database ferretdb.
-pg_start() {
+# ferretdb_pg DIR starts FerretDB's PostgreSQL in DIR, on a Unix socket
+# there and no TCP port, with a fresh database ferretdb: OpenIM's startup
+# makes its indexes again, and its tests count on a server without their
+# old data.
+ferretdb_pg() {
   local pgdir=$1
-  mkdir -p "$pgdir"
-  if [ "$(id -u)" -eq 0 ]; then
-    chown postgres: "$pgdir"
-    local d=$pgdir
-    while [ "$d" != / ]; do
-      runuser -u postgres -- test -x "$d" || chmod o+x "$d"
-      d=$(dirname "$d")
-    done
-  fi
-  if [ ! -f "$pgdir/data/PG_VERSION" ]; then
-    pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync \
-      >"$pgdir/initdb.log" 2>&1 || { cat "$pgdir/initdb.log" >&2; return 1; }
-  fi
-  pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
-    -o "-c listen_addresses= -k $pgdir -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-    start >/dev/null || { cat "$pgdir/postgres.log" >&2; return 1; }
-  # A fresh database every start: OpenIM's startup makes its indexes
-  # again, and its tests count on a server without their old data.
-  local psql=("$pgbin/psql" -X -q -h "$pgdir" -U postgres -d postgres -v ON_ERROR_STOP=1)
-  pg "${psql[@]}" -c "DROP DATABASE IF EXISTS ferretdb" -c "CREATE DATABASE ferretdb" >/dev/null
+  pg_start "$pgdir" "-c listen_addresses= -k $pgdir" || return 1
+  pg "$pgbin/psql" -X -q -h "$pgdir" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+    -c "DROP DATABASE IF EXISTS ferretdb" -c "CREATE DATABASE ferretdb" >/dev/null
 }
 
 usage() {
@@ -497,7 +471,7 @@ EOF
     --listen-client-urls "http://127.0.0.1:$etcdc" --advertise-client-urls "http://127.0.0.1:$etcdc" \
     --listen-peer-urls "http://127.0.0.1:$etcdp" --initial-advertise-peer-urls "http://127.0.0.1:$etcdp" \
     --initial-cluster "s1=http://127.0.0.1:$etcdp" --log-level warn --logger zap
-  pg_start "$dir/data/postgres" || fail "PostgreSQL for FerretDB did not start"
+  ferretdb_pg "$dir/data/postgres" || fail "PostgreSQL for FerretDB did not start"
   local pgurl="postgres://postgres@/ferretdb?host=$dir/data/postgres&sslmode=disable"
   run_bg deps "$(depsbin)" -kafka-port "$kafka" -mongo-port "$mongo" -ferretdb-socket "$dir/data/mongo.sock" \
     -debug-socket "$dir/data/debug.sock" -postgresql-url "$pgurl"
@@ -573,15 +547,7 @@ stop() {
   done
   wait "${jobs[@]}"
   # FerretDB's PostgreSQL, last: FerretDB has let go of it.
-  local data=$dir/data/postgres/data
-  if [ -f "$data/postmaster.pid" ]; then
-    local pm
-    pm=$(head -n 1 "$data/postmaster.pid")
-    pg "$pgbin/pg_ctl" -D "$data" -m fast -w -t 20 stop >/dev/null 2>&1 || true
-    if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
-      kill -9 "$pm" 2>/dev/null || true
-    fi
-  fi
+  pg_stop "$dir/data/postgres/data"
 }
 
 case ${1:-} in

@@ -31,7 +31,6 @@ set -euo pipefail
 version=v0.25.3
 cache=${IMCANARY_CACHE:-/var/cache/imcanary}
 root=$cache/tinode-$version
-pgbin=/usr/lib/postgresql/15/bin
 # The API key every client sends; it is valid for the default
 # api_key_salt, which the config below keeps (Tinode's own loadtest uses
 # the same key). It identifies a client application, it grants nothing.
@@ -88,15 +87,6 @@ EOF
   rm -rf "$tmp"
 }
 
-# pg CMD... runs a PostgreSQL program as a user it accepts.
-pg() {
-  if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
-
 # A random base64 key of N bytes, kept in DIR/NAME so that a restart on
 # the same DIR finds its users (uid_key) and tokens (token key) valid.
 key() {
@@ -132,28 +122,7 @@ start() {
   done
 
   local pgdir=$dir/postgres
-  mkdir -p "$pgdir"
-  if [ "$(id -u)" -eq 0 ]; then
-    chown postgres: "$pgdir"
-    # mktemp -d makes 0700 directories: the postgres user must be able to
-    # reach its own directory through them.
-    local d=$dir
-    while [ "$d" != / ]; do
-      runuser -u postgres -- test -x "$d" || chmod o+x "$d"
-      d=$(dirname "$d")
-    done
-  fi
-  if [ ! -f "$pgdir/data/PG_VERSION" ]; then
-    pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync \
-      >"$pgdir/initdb.log" 2>&1 || { cat "$pgdir/initdb.log" >&2; exit 1; }
-  fi
-  if ! pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/postgres.log" -w -t 30 \
-    -o "-c listen_addresses=127.0.0.1 -p $pgport -k $pgdir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-    start >/dev/null; then
-    echo "postgres did not start:" >&2
-    cat "$pgdir/postgres.log" >&2 || true
-    exit 1
-  fi
+  pg_start "$pgdir" "-c listen_addresses=127.0.0.1 -p $pgport -k $pgdir -c max_connections=200" || exit 1
 
   local uid_key token_key maxsub=${IMCANARYTEST_TINODE_MAX_SUBSCRIBERS:-1024}
   uid_key=$(key "$dir" uid_key 16)
@@ -270,17 +239,7 @@ stop() {
   # Tinode shuts down its topics and sessions on SIGTERM; past a bound,
   # it is killed.
   stop_pidfile "$dir/tinode.pid" 100
-  local data=$dir/postgres/data
-  if [ -f "$data/postmaster.pid" ]; then
-    local pm
-    pm=$(head -n 1 "$data/postmaster.pid")
-    pg "$pgbin/pg_ctl" -D "$data" -m fast -w -t 20 stop >/dev/null 2>&1 || true
-    # The postmaster takes its backends with it; if it is still there,
-    # it is killed.
-    if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
-      kill -9 "$pm" 2>/dev/null || true
-    fi
-  fi
+  pg_stop "$dir/postgres/data"
 }
 
 case ${1:-} in
