@@ -291,6 +291,7 @@ func TestSoakScenarios(t *testing.T) {
 		"openim-sampled",
 		"openim-large-group",
 		"openim-native-reliability",
+		"openim-native-reliability-ci",
 		"openim-native-sampled",
 		"talkwire-loopback-1",
 		"talkwire-loopback-2",
