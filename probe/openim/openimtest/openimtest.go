@@ -2,11 +2,11 @@
 // net/http/httptest is an HTTP one: the REST routes a monitor uses and
 // the WebSocket gateway, on two loopback listeners (OpenIM's 10002 and
 // 10001), with users, groups, per-conversation seqs, pushes, newest-seq
-// and pull-by-seq in memory. It exists because a real v3.8.3 runs on
-// these machines only as far as the send ack (FerretDB cannot allocate
-// seqs), and it injects, on request, the delivery faults a monitor must
-// detect: dropped, duplicated, reordered and late pushes, and messages
-// acked but never stored.
+// and pull-by-seq in memory. It injects, on request, the delivery faults
+// a monitor must detect and a real server will not show on demand:
+// dropped, duplicated, reordered and late pushes, and messages acked but
+// never stored. (The real v3.8.3 that CI runs takes the tests that need no
+// injected fault.)
 //
 // Every protobuf payload is the protocol module's own type
 // (github.com/openimsdk/protocol v0.0.72-alpha.70, the version
