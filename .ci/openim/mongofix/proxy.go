@@ -128,18 +128,18 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// conn is one client connection and its upstream connection, with a
-// goroutine a direction. Requests a rewrite changed wait in pending, by
-// request id, for their reply: an entry lives as long as its command is in
-// flight, and the map goes with the connection. Emulated commands run on
-// a second upstream connection of its own (side), one at a time, as the
-// client's own requests come.
 // inflight is a command awaiting its reply, for the slow-command log.
 type inflight struct {
 	command, coll string
 	at            time.Time
 }
 
+// conn is one client connection and its upstream connection, with a
+// goroutine a direction. Requests a rewrite changed wait in pending, by
+// request id, for their reply: an entry lives as long as its command is in
+// flight, and the map goes with the connection. Emulated commands run on
+// a second upstream connection of its own (side), one at a time, as the
+// client's own requests come.
 type conn struct {
 	p          *Proxy
 	client, up net.Conn
