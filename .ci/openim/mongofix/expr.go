@@ -1,6 +1,7 @@
 package mongofix
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -509,7 +510,7 @@ func rank(x any) int {
 func compare(a, b any) int {
 	ra, rb := rank(a), rank(b)
 	if ra != rb {
-		return cmpInt(ra, rb)
+		return cmp.Compare(ra, rb)
 	}
 	switch x := a.(type) {
 	case int32, int64, float64:
@@ -523,7 +524,7 @@ func compare(a, b any) int {
 			ib, bInt = int64(y32), true
 		}
 		if aInt && bInt {
-			return cmpInt(ia, ib)
+			return cmp.Compare(ia, ib)
 		}
 		fa, _ := number(a)
 		fb, _ := number(b)
@@ -546,7 +547,7 @@ func compare(a, b any) int {
 		}
 		return 1
 	case primitive.DateTime:
-		return cmpInt(int64(x), int64(b.(primitive.DateTime)))
+		return cmp.Compare(int64(x), int64(b.(primitive.DateTime)))
 	case primitive.ObjectID:
 		return strings.Compare(x.Hex(), b.(primitive.ObjectID).Hex())
 	case bson.A:
@@ -556,7 +557,7 @@ func compare(a, b any) int {
 				return c
 			}
 		}
-		return cmpInt(len(x), len(y))
+		return cmp.Compare(len(x), len(y))
 	case bson.D:
 		y := b.(bson.D)
 		for i := 0; i < len(x) && i < len(y); i++ {
@@ -567,7 +568,7 @@ func compare(a, b any) int {
 				return c
 			}
 		}
-		return cmpInt(len(x), len(y))
+		return cmp.Compare(len(x), len(y))
 	case nil, missing, primitive.Undefined:
 		return 0
 	}
@@ -586,14 +587,4 @@ func number(x any) (float64, bool) {
 		return v, true
 	}
 	return 0, false
-}
-
-func cmpInt[T int | int64](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
