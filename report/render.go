@@ -494,3 +494,14 @@ func renderDeliveryRow(r *Soak, kind string, d Deliveries) []string {
 		renderCount(d.Undelivered), renderCount(d.Late), renderCount(d.Duplicate), renderCount(d.Reordered),
 		renderPercent(d.Realtime()), renderPercent(d.Eventual()), renderPercent(d.LossRatio)}
 }
+
+// latencyMeans says some latency has a mean: reports stored before
+// reports had means have none, and show the table they showed then.
+func latencyMeans(l map[string]Percentiles) bool {
+	for _, p := range l {
+		if p.Mean > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -49,6 +49,9 @@ type renderPageData struct {
 	DeliveryHeader        []string
 	Deliveries            [][]string
 	Latency               [][]string
+	// LatencyMean says the latency rows have a mean: a report stored
+	// before reports had one shows the table it showed then.
+	LatencyMean bool
 	// ConnectPath is the connect path's table, its header first; nil
 	// when the report has none.
 	ConnectPath           [][]string
@@ -262,14 +265,18 @@ func (p *renderPageData) tables(r *Soak) {
 	for _, k := range renderKeyOrder(r.Deliveries, renderDeliveryKinds...) {
 		p.Deliveries = append(p.Deliveries, renderDeliveryRow(r, k, r.Deliveries[k]))
 	}
+	p.LatencyMean = latencyMeans(r.Latency)
 	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
 		l := r.Latency[k]
-		if l.Count == 0 {
-			p.Latency = append(p.Latency, []string{k, "0", "-", "-", "-", "-", "-"})
-			continue
+		row := []string{k, "0", "-", "-", "-", "-", "-"}
+		if l.Count > 0 {
+			row = []string{k, renderCount(l.Count), renderLatency(l.P50),
+				renderLatency(l.P95), renderLatency(l.P99), renderLatency(l.Max), renderLatency(l.Mean)}
 		}
-		p.Latency = append(p.Latency, []string{k, renderCount(l.Count), renderLatency(l.P50),
-			renderLatency(l.P95), renderLatency(l.P99), renderLatency(l.Max), renderLatency(l.Mean)})
+		if !p.LatencyMean {
+			row = row[:len(row)-1]
+		}
+		p.Latency = append(p.Latency, row)
 	}
 	if c := r.ConnectPath; c != nil {
 		p.ConnectPath, p.ConnectNote = renderConnectTable(c), connectPathNote

@@ -108,14 +108,20 @@ func (tw *renderTextWriter) soakDeliveries(r *Soak) {
 // soakLatency writes the latency percentiles by kind.
 func (tw *renderTextWriter) soakLatency(r *Soak) {
 	rows := [][]string{{"latency", "count", "p50", "p95", "p99", "max", "mean"}}
+	mean := latencyMeans(r.Latency)
 	for _, k := range renderKeyOrder(r.Latency, renderLatencyKinds...) {
 		p := r.Latency[k]
-		if p.Count == 0 {
-			rows = append(rows, []string{k, "0", "-", "-", "-", "-", "-"})
-			continue
+		row := []string{k, "0", "-", "-", "-", "-", "-"}
+		if p.Count > 0 {
+			row = []string{k, renderCount(p.Count), renderLatency(p.P50), renderLatency(p.P95),
+				renderLatency(p.P99), renderLatency(p.Max), renderLatency(p.Mean)}
 		}
-		rows = append(rows, []string{k, renderCount(p.Count), renderLatency(p.P50), renderLatency(p.P95),
-			renderLatency(p.P99), renderLatency(p.Max), renderLatency(p.Mean)})
+		rows = append(rows, row)
+	}
+	if !mean {
+		for i := range rows {
+			rows[i] = rows[i][:len(rows[i])-1]
+		}
 	}
 	if len(rows) == 1 {
 		tw.printf("latency  none\n")
