@@ -196,7 +196,7 @@ func TestMattermostCatchUpFetch(t *testing.T) {
 
 // TestMattermostCatchUpOff: without catch-up a device connects afresh,
 // so what is posted while it is away is lost to it, and the ledger says
-// so.
+// so: lost, or undelivered at the end.
 func TestMattermostCatchUpOff(t *testing.T) {
 	fx := start(t, popConfig{users: 40, groupSize: 5, rate: 0.25, catchUp: false})
 	time.Sleep(time.Second)
@@ -208,8 +208,12 @@ func TestMattermostCatchUpOff(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	c := probetest.Settle(fx.t, fx.pop, fx.set, 10*time.Second, metrics.Normal)
 	t.Logf("catch-up off, two receivers dropped three times: %v", c)
-	if c.Lost == 0 {
-		t.Errorf("%v: nothing lost, want the posts sent to the away devices counted lost", c)
+	// Missing: lost, or never come when sending stopped (a stream's last
+	// posts, with nothing after them in it to show the gap; a soak's
+	// report counts them undelivered, which is loss). CI saw a run with 9
+	// missing and none yet lost.
+	if missing := c.Expected - c.Delivered - c.Recovered; missing == 0 {
+		t.Errorf("%v: nothing missing, want the posts sent to the away devices lost or undelivered", c)
 	}
 	if c.Recovered != 0 {
 		t.Errorf("%v: recovered with catch-up off", c)
