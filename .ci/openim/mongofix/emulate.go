@@ -84,31 +84,29 @@ func (e env) findAll(db, coll string, filter, sort any, limit int64) ([]bson.D, 
 		if err != nil {
 			return nil, err
 		}
-		var r struct {
-			Cursor struct {
-				ID         int64    `bson:"id"`
-				FirstBatch []bson.D `bson:"firstBatch"`
-				NextBatch  []bson.D `bson:"nextBatch"`
-			} `bson:"cursor"`
+		// The reply is already decoded: its cursor is read from it, not
+		// encoded and decoded again.
+		cursor, _ := value(reply, "cursor").(bson.D)
+		id, _ := value(cursor, "id").(int64)
+		batch, _ := value(cursor, "firstBatch").(bson.A)
+		if next, ok := value(cursor, "nextBatch").(bson.A); ok {
+			batch = next
 		}
-		raw, merr := bson.Marshal(reply)
-		if merr != nil {
-			return nil, merr
-		}
-		if err := bson.Unmarshal(raw, &r); err != nil {
-			return nil, fmt.Errorf("find reply: %w", err)
-		}
-		for _, d := range append(r.Cursor.FirstBatch, r.Cursor.NextBatch...) {
+		for _, x := range batch {
+			d, ok := x.(bson.D)
+			if !ok {
+				return nil, fmt.Errorf("find reply: a batch element of type %T", x)
+			}
 			b, _ := bson.Marshal(d)
 			if size += len(b); size > maxResult {
 				return nil, fmt.Errorf("result over %d bytes: more than mongofix answers in one batch", maxResult)
 			}
 			docs = append(docs, d)
 		}
-		if r.Cursor.ID == 0 {
+		if id == 0 {
 			return docs, nil
 		}
-		reply, err = e.call(bson.D{{Key: "getMore", Value: r.Cursor.ID}, {Key: "collection", Value: coll}, {Key: "$db", Value: db}})
+		reply, err = e.call(bson.D{{Key: "getMore", Value: id}, {Key: "collection", Value: coll}, {Key: "$db", Value: db}})
 	}
 }
 
