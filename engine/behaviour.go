@@ -106,16 +106,25 @@ const (
 	inFlux                     // within a change's window: not judged
 )
 
-// at judges member pos at ackAt (Unix ns): a message the server
-// acknowledged then was accepted no later, and a deadline after the
-// server confirmed a change every message accepted before it has been
-// acknowledged or written off.
-func (g *groupState) at(pos int, ackAt, deadline int64) membership {
+// at judges member pos for a message in flight from sentAt until ackAt
+// (Unix ns): the server accepted it somewhere in between, and may fan it
+// out up to a deadline later. A change whose window, from when it was asked
+// of the server until a deadline after the server confirmed it, overlaps
+// that flight leaves the member in flux. So does a change that began after
+// ackAt: the judgement races it, and the presence read may already be the
+// change's.
+//
+// Presence is read before the change's bounds: toggleMembership stores a
+// change's start before its new presence, so a new presence read here
+// comes with its own start (or a later change's), never with the previous
+// change's bounds alone.
+func (g *groupState) at(pos int, sentAt, ackAt, deadline int64) membership {
+	present := g.present[pos].Load()
 	start, done := g.changeStart[pos].Load(), g.changeDone[pos].Load()
-	if start != 0 && ackAt >= start && (done == 0 || ackAt <= done+deadline) {
+	if start != 0 && (done == 0 || sentAt <= done+deadline) {
 		return inFlux
 	}
-	if g.present[pos].Load() {
+	if present {
 		return member
 	}
 	return outsider
@@ -124,14 +133,14 @@ func (g *groupState) at(pos int, ackAt, deadline int64) membership {
 // settled reports whether member pos is in the group and out of any
 // change's window at now: only then is a delivery's lag its server's.
 func (g *groupState) settled(pos int, now, deadline int64) bool {
-	return g.at(pos, now, deadline) == member
+	return g.at(pos, now, now, deadline) == member
 }
 
 // oweGroup counts what the ack of seq on the group stream st owes, by
 // cohort, and tells each recipient device not owed it (an outsider, or a
 // member in flux that has not had it yet) that the seq is not its to
 // miss. Without membership churn every member is owed, at no cost.
-func (p *Population) oweGroup(st *sendStream, seq uint64, intended, ackAt int64) (normal, slow int) {
+func (p *Population) oweGroup(st *sendStream, seq uint64, intended, sentAt, ackAt int64) (normal, slow int) {
 	if !p.churn {
 		return int(st.fanout - st.slowFanout), int(st.slowFanout)
 	}
@@ -139,7 +148,7 @@ func (p *Population) oweGroup(st *sendStream, seq uint64, intended, ackAt int64)
 	g := st.grp
 	for r, pos := range st.recipients() {
 		ru := p.users[r]
-		judged := g.at(pos, ackAt, deadline)
+		judged := g.at(pos, sentAt, ackAt, deadline)
 		for _, dev := range ru.devices {
 			owed := judged == member
 			if judged != member && !dev.inbox.Excuse(st.key, st.kind, seq, intended) {
@@ -217,7 +226,10 @@ func (p *Population) churnDelay(u *user) int64 {
 }
 
 // toggleMembership has u leave one of its groups, or rejoin the one it
-// left.
+// left. SetMembers sends the group's whole member list, so a change that
+// succeeds confirms every member of the group; one that fails leaves what
+// the server did unknown, and the member in flux until a later change of
+// the group succeeds. The user's next event retries it.
 func (p *Population) toggleMembership(ctx context.Context, rg probe.Regrouper, u *user) {
 	st := u.groups[rand.IntN(len(u.groups))]
 	if u.outOf != nil {
@@ -225,24 +237,33 @@ func (p *Population) toggleMembership(ctx context.Context, rg probe.Regrouper, u
 	}
 	g, pos := st.grp, st.pos
 	join := !g.present[pos].Load()
+	// In this order: at reads them in the reverse one.
 	g.changeDone[pos].Store(0)
 	g.changeStart[pos].Store(time.Now().UnixNano())
 	g.present[pos].Store(join)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.Deadline)
 	err := rg.SetMembers(cctx, p.groupNow(g))
 	cancel()
+	p.opts.Set.MembershipChanges.Inc()
 	if err != nil {
-		// What the server did is unknown: the member stays in flux
-		// for a deadline from now, then as it was.
+		// The member's sends and the lag sweep go by its last known
+		// presence; the ledger owes it nothing while in flux.
 		g.present[pos].Store(!join)
+		u.outOf = st
 		p.log.Warn("membership change failed", "user", u.name, "group", p.groups[g.idx].Name, "join", join, "err", err)
-	} else if join {
+		return
+	}
+	if join {
 		u.outOf = nil
 	} else {
 		u.outOf = st
 	}
-	g.changeDone[pos].Store(time.Now().UnixNano())
-	p.opts.Set.MembershipChanges.Inc()
+	now := time.Now().UnixNano()
+	for i := range g.members {
+		if g.changeStart[i].Load() != 0 && g.changeDone[i].Load() == 0 {
+			g.changeDone[i].Store(now)
+		}
+	}
 }
 
 // groupNow is group g with its present members.

@@ -30,7 +30,7 @@ func (dev *device) OnAck(ref uint64, _ probe.Ack) {
 	u.p.opts.Set.Kind[f.st.kind].AckLatency.Observe(float64(now-f.sentAt) / 1e9)
 	normal, slow := int(f.st.fanout-f.st.slowFanout), int(f.st.slowFanout)
 	if f.st.grp != nil {
-		normal, slow = u.p.oweGroup(f.st, f.seq, f.intended, now)
+		normal, slow = u.p.oweGroup(f.st, f.seq, f.intended, f.sentAt, now)
 	}
 	u.p.ledger.Owe(f.st.kind, normal, slow)
 	if obs := u.p.opts.Observer; obs != nil {

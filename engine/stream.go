@@ -35,8 +35,9 @@ type user struct {
 	slow bool
 	// toggle, guarded by mu, alternates direct and group messages.
 	toggle bool
-	// outOf is the group stream of the group the user has left, nil
-	// while it is in all of its groups; owned by the regroup loop.
+	// outOf is the group stream of the group whose membership the user
+	// changes next: the one it has left, or one whose change failed; nil
+	// while it is in all of its groups. Owned by the regroup loop.
 	outOf *sendStream
 
 	// mu guards the fields below, toggle, and each device's sess and
