@@ -25,6 +25,10 @@ const (
 	apiVar    = "IMCANARYTEST_OPENIM_API"
 	wsVar     = "IMCANARYTEST_OPENIM_WS"
 	secretVar = "IMCANARYTEST_OPENIM_SECRET_FILE"
+	// slowPrefix names a second server of the same kind, for the
+	// slow-reader drill alone: the slow readers hold up every push of
+	// the server they are on (see TestConformanceReal).
+	slowPrefix = "IMCANARYTEST_OPENIM_SLOW_"
 )
 
 // realServer is the real OpenIM's API and gateway, and its API secret.
@@ -38,6 +42,18 @@ func (r realServer) WSURL() string  { return r.ws }
 
 // realTarget returns the real services, or skips.
 func realTarget(t *testing.T) realServer {
+	t.Helper()
+	return realFrom(t, apiVar, wsVar, secretVar)
+}
+
+// realSlowTarget returns the real services kept for the slow-reader
+// drill, or skips.
+func realSlowTarget(t *testing.T) realServer {
+	t.Helper()
+	return realFrom(t, slowPrefix+"API", slowPrefix+"WS", slowPrefix+"SECRET_FILE")
+}
+
+func realFrom(t *testing.T, apiVar, wsVar, secretVar string) realServer {
 	t.Helper()
 	api, ws, file := os.Getenv(apiVar), os.Getenv(wsVar), os.Getenv(secretVar)
 	if api == "" || ws == "" || file == "" {

@@ -88,10 +88,16 @@ type Server struct {
 	// server that drops what the reader cannot take and keeps its
 	// session, which must then count as loss in the slow readers'
 	// cohort. SlowMessageSize is the drill's message size, 0 for 4 KiB:
-	// large enough to fill the server's queue within seconds.
+	// large enough to fill the server's queue within seconds. SlowPause
+	// is how long a slow reader stops reading, 0 for 6 s, and SlowRate
+	// the messages a second each other user sends meanwhile, 0 for 20:
+	// a server whose policy is a write deadline needs a pause past the
+	// deadline plus the time its pushes take to fill the socket.
 	SlowStart       func(t *testing.T, via func(hostport string) string) Instance
 	SlowReason      string
 	SlowMessageSize int
+	SlowPause       time.Duration
+	SlowRate        float64
 	// Silence is the longest the adapter, as the target configures it,
 	// may take to notice a server gone silent (a dead peer); 0 is a
 	// WebSocket session's idle deadline, wsconn.IdleFor: two heartbeats
@@ -665,8 +671,8 @@ func slowReader(t *testing.T, s Server) {
 		t.Fatalf("%s: New: %v", s.Adapter.Config.Name, err)
 	}
 	size := cmp.Or(s.SlowMessageSize, 4<<10)
-	const pause = 6 * time.Second
-	r := startOn(t, s, drv, in, popOpts{users: 10, groupSize: 5, rate: 20, catchUp: s.CatchUp, messageSize: size,
+	pause := cmp.Or(s.SlowPause, 6*time.Second)
+	r := startOn(t, s, drv, in, popOpts{users: 10, groupSize: 5, rate: cmp.Or(s.SlowRate, 20), catchUp: s.CatchUp, messageSize: size,
 		slow: engine.SlowReaders{Fraction: 0.2, Pause: pause}})
 	watched(t, s, r, "at the start")
 	began := time.Now()
