@@ -22,6 +22,9 @@ type Shard struct {
 // Sharded reports whether there is more than one shard.
 func (s Shard) Sharded() bool { return s.Count > 1 }
 
+// String is the shard as a spec, "I/N", whatever form it was given in.
+func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.Index, s.Count) }
+
 // Label is the value of the shard label.
 func (s Shard) Label() string { return strconv.Itoa(s.Index) }
 

@@ -280,6 +280,9 @@ func newSoakRunner(cfg config.Config, sh config.Shard, conn engine.Connection, b
 	// for the background population and the canary.
 	o := soak.FromConfig(cfg, conn, m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
 	o.Storm, o.StormSource = bg, metrics.SourceBackground
+	if sh.Sharded() {
+		o.Shard = sh.String()
+	}
 	return soak.NewRunner(o)
 }
 

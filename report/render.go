@@ -505,3 +505,16 @@ func latencyMeans(l map[string]Percentiles) bool {
 	}
 	return false
 }
+
+// renderShards names the shard runs a merged report was made of, "" for
+// any other report.
+func renderShards(r *Soak) string {
+	if len(r.Shards) == 0 {
+		return ""
+	}
+	runs := make([]string, len(r.Shards))
+	for i, sh := range r.Shards {
+		runs[i] = fmt.Sprintf("%s %s %s", sh.Shard, sh.ID, strings.ToUpper(sh.Result))
+	}
+	return fmt.Sprintf("merged from %d shards: %s", len(r.Shards), strings.Join(runs, ", "))
+}

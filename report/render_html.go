@@ -42,13 +42,16 @@ type renderPageData struct {
 	Profile, Target       string
 	ID, Start, Length     string
 	Phases                string
-	Failed                []string
-	Settings              []renderKV
-	Cards                 []renderCard
-	Thresholds            []renderThresholdRow
-	DeliveryHeader        []string
-	Deliveries            [][]string
-	Latency               [][]string
+	// Shard is a shard's own report's shard; Shards the runs a merged
+	// report was made of.
+	Shard, Shards  string
+	Failed         []string
+	Settings       []renderKV
+	Cards          []renderCard
+	Thresholds     []renderThresholdRow
+	DeliveryHeader []string
+	Deliveries     [][]string
+	Latency        [][]string
 	// LatencyMean says the latency rows have a mean: a report stored
 	// before reports had one shows the table it showed then.
 	LatencyMean bool
@@ -117,6 +120,8 @@ func renderNewPage(r *Soak) renderPageData {
 		Start:   renderTime(r.Start),
 		Length:  renderOr(renderRunLength(r), "unknown"),
 		Phases:  renderPhases(r),
+		Shard:   r.Shard,
+		Shards:  renderShards(r),
 		Failed:  renderFailedThresholds(r),
 		Notes:   r.Notes,
 		Charts:  renderCharts(r),

@@ -63,8 +63,14 @@ func (tw *renderTextWriter) soakHead(r *Soak) {
 	if r.ID != "" {
 		meta = append(meta, "id "+r.ID)
 	}
+	if r.Shard != "" {
+		meta = append(meta, "shard "+r.Shard)
+	}
 	if len(meta) > 0 {
 		tw.printf("%s\n", strings.Join(meta, "; "))
+	}
+	if m := renderShards(r); m != "" {
+		tw.printf("%s\n", m)
 	}
 	if failed := renderFailedThresholds(r); len(failed) > 0 {
 		tw.printf("failed thresholds: %s\n", strings.Join(failed, ", "))

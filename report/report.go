@@ -76,6 +76,18 @@ type Soak struct {
 	Errors []ErrorCount `json:"errors"`
 	// Samples are the run's time series, one per sample interval.
 	Samples []Sample `json:"samples"`
+	// Shard is the shard of a sharded deployment that ran this report's
+	// run, "I/N" (the shard setting), empty for a process of its own. A
+	// merged report has Shards instead.
+	Shard string `json:"shard,omitempty"`
+	// Shards are the shard reports a merged report was made of (imcanary
+	// soak merge), in shard order; empty in a shard's own report.
+	Shards []ShardRun `json:"shards,omitempty"`
+	// Histograms are the latency histograms the Latency percentiles were
+	// read from, by the same keys, in hdrhistogram-go's compressed V2
+	// encoding (base64 text): percentiles of several shards cannot be
+	// combined, their histograms can. Reports before them have none.
+	Histograms map[string]string `json:"histograms,omitempty"`
 	// Notes say how numbers were measured where a reader could misread
 	// them, and anything that makes the verdict less than certain.
 	Notes []string `json:"notes,omitempty"`
@@ -83,6 +95,15 @@ type Soak struct {
 	// and the profile's pinned baseline, in that order; empty in reports
 	// written before comparisons, or saved without a history.
 	Comparisons []Comparison `json:"comparisons,omitempty"`
+}
+
+// ShardRun is one shard's run in a merged report.
+type ShardRun struct {
+	Shard  string    `json:"shard"`
+	ID     string    `json:"id"`
+	Result string    `json:"result"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
 }
 
 // Profile is the soak profile a run used, as configured.
@@ -170,8 +191,12 @@ type Messages struct {
 	SendSeconds float64 `json:"send_seconds"`
 	Acked       int64   `json:"acked"`
 	Unacked     int64   `json:"unacked"` // ack timeouts and sessions that ended first
-	Offline     int64   `json:"offline"` // intended sends skipped: sender offline
-	WriteErrors int64   `json:"write_errors"`
+	// AckTimeouts is the part of Unacked that no ack came for within the
+	// ack timeout (the rest ended with their session); 0 in reports
+	// before it.
+	AckTimeouts int64 `json:"ack_timeouts,omitempty"`
+	Offline     int64 `json:"offline"` // intended sends skipped: sender offline
+	WriteErrors int64 `json:"write_errors"`
 	// Rejected counts the server's refusals by its error code.
 	Rejected map[string]int64 `json:"rejected"`
 }

@@ -51,6 +51,10 @@ type RunnerOptions struct {
 	// meanwhile); nil drops the run's own cohort.
 	Storm       StormTarget
 	StormSource string
+	// Shard is the shard of a sharded deployment this runner is on, "I/N",
+	// recorded in each report so that the shards' reports of one run
+	// can be merged (Merge); empty for a process of its own.
+	Shard string
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
@@ -237,7 +241,7 @@ func (r *Runner) newReport(p config.Profile, pop *engine.Population, start time.
 		ID: report.NewRunID(start), Kind: "soak", Target: r.o.Target, Start: start,
 		Profile: profileOf(p),
 		Users:   report.Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
-		CatchUp: config.CatchUpOff,
+		CatchUp: config.CatchUpOff, Shard: r.o.Shard,
 	}
 	if r.o.Connection.CatchUp {
 		rep.CatchUp = config.CatchUpOn
@@ -408,14 +412,17 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 		"delivery_direct": percentiles(obs.deliv[0]),
 		"delivery_group":  percentiles(obs.deliv[1]),
 	}
+	hists := map[string]*hdrhistogram.Histogram{
+		"login": obs.login, "ack": obs.ack, "delivery_direct": obs.deliv[0], "delivery_group": obs.deliv[1],
+	}
 	both := hdrhistogram.Import(obs.deliv[0].Export())
 	both.Merge(obs.deliv[1])
-	var lateSlow, onTimeSlow int64
 	if s.lateNormal > 0 {
 		rep.Latency["delivery_on_time"] = percentiles(obs.onTimeDeliv)
 		rep.Latency["delivery_late_login"] = percentiles(obs.lateDeliv)
-		lateSlow, onTimeSlow = above(obs.lateDeliv, p.Thresholds.P99Delivery), above(obs.onTimeDeliv, p.Thresholds.P99Delivery)
+		hists["delivery_on_time"], hists["delivery_late_login"] = obs.onTimeDeliv, obs.lateDeliv
 	}
+	rep.Histograms = encodeHistograms(hists)
 	rep.Errors = topErrors(obs.errors, 10)
 	// Normal users' disconnects: the slow readers' are the drill's.
 	rep.Disconnects = map[string]int64{}
@@ -435,64 +442,32 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 	rep.Messages = m
 	rep.Users.FailedLogins = d.connectFail
 
-	t := p.Thresholds
-	allDeliv := percentiles(both)
 	// Refused: rejected with a code, or no ack within the ack timeout;
 	// a send a disconnect cut short is the disconnect's.
-	var refused float64
-	refusedN := d.sendErr[metrics.SendAckTimeout]
+	refused := d.sendErr[metrics.SendAckTimeout]
+	rep.Messages.AckTimeouts = refused
 	for _, n := range m.Rejected {
-		refusedN += n
+		refused += n
 	}
-	if answered := m.Acked + refusedN; answered > 0 {
-		refused = float64(refusedN) / float64(answered)
+	tl := tally{all: all, delivery: both, refused: refused, disconnects: disconnects}
+	if s.lateNormal > 0 {
+		tl.onTime, tl.late = obs.onTimeDeliv, obs.lateDeliv
 	}
-	rep.Thresholds = []report.Threshold{
-		ratioRow("max_loss", t.MaxLoss, all.LossRatio, all.LossRatio <= t.MaxLoss),
-		ratioRow("max_late", t.MaxLate, all.LateRatio, all.LateRatio <= t.MaxLate),
-		ratioRow("max_refused", t.MaxRefused, refused, refused <= t.MaxRefused),
-	}
-	if t.MinRealtimeCompleteness > 0 {
-		rt := all.Realtime()
-		rep.Thresholds = append(rep.Thresholds, ratioRow("min_realtime_completeness", t.MinRealtimeCompleteness, rt, rt >= t.MinRealtimeCompleteness))
-	}
-	rep.Thresholds = append(rep.Thresholds, []report.Threshold{
-		durationRow("p99_ack", t.P99Ack, rep.Latency["ack"].P99),
-		withCause(durationRow("p99_delivery", t.P99Delivery, allDeliv.P99), lateLoginCause(lateSlow, onTimeSlow, t.P99Delivery, rep.Latency["delivery_on_time"])),
-		ratioRow("min_online_ratio", t.MinOnlineRatio, rep.Users.MinOnlineRatio, rep.Users.MinOnlineRatio >= t.MinOnlineRatio),
-		{Name: "max_disconnects", Limit: fmt.Sprint(t.MaxDisconnects), Actual: fmt.Sprint(disconnects),
-			LimitValue: float64(t.MaxDisconnects), ActualValue: float64(disconnects), Pass: disconnects <= t.MaxDisconnects},
-		{Name: "all_users_logged_in", Limit: fmt.Sprint(p.Users), Actual: fmt.Sprint(rep.Users.LoggedIn),
-			LimitValue: float64(p.Users), ActualValue: float64(rep.Users.LoggedIn), Pass: rep.Users.LoggedIn == p.Users},
-		{Name: "deliveries", Limit: "≥ 1", Actual: fmt.Sprint(all.Delivered),
-			LimitValue: 1, ActualValue: float64(all.Delivered), Pass: all.Delivered >= 1},
-	}...)
+	rep.Thresholds = thresholdRows(rep, tl)
 	if slow > 0 {
-		rep.Drill = drillOf(p, slow, d, obs, s.slowLag(), allDeliv.P99)
+		rep.Drill = drillOf(p, slow, d, obs, s.slowLag(), percentiles(both).P99)
 	}
 	rep.Saturation = s.saturation(rep, obs.satDeliv.Load())
 	if st != nil {
 		r.fillStorm(rep, p, st)
 	}
-
-	failed := false
-	for _, th := range rep.Thresholds {
-		failed = failed || !th.Pass
-	}
-	switch {
-	case aborted:
-		rep.Result = metrics.ResultAborted
+	rep.Result = resultOf(rep, aborted)
+	if aborted {
 		note := "The run was stopped before its end: counts cover only the time it ran"
 		if sending > 0 {
 			note += fmt.Sprintf(", and the send rate is over the %s it sent, not the %s planned", report.FormatSpan(sending), report.FormatSpan(p.Duration))
 		}
 		rep.Notes = append(rep.Notes, note+".")
-	case failed && judged(rep.Saturation):
-		rep.Result = metrics.ResultInconclusive
-	case failed:
-		rep.Result = metrics.ResultFail
-	default:
-		rep.Result = metrics.ResultPass
 	}
 	if note := saturationNote(rep); note != "" {
 		rep.Notes = append(rep.Notes, note)

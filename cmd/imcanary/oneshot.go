@@ -83,6 +83,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) > 0 && args[0] == "pin" {
 		return runSoakPin(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "merge" {
+		return runSoakMerge(args[1:], stdout, stderr)
+	}
 	fs := newFlags("soak", stdout, stderr)
 	profile := fs.String("profile", "", "name of the soak profile to run (from soak.profiles)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
@@ -186,6 +189,64 @@ func runSoakPin(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "pinned %s (%s, started %s) as the baseline of profile %q: its later runs are compared with it\n",
 		sum.ID, sum.Result, report.FormatTime(sum.Start), sum.Profile)
 	return nil
+}
+
+// runSoakMerge is imcanary soak merge REPORT...: it merges the JSON
+// reports of every shard of one sharded soak run into one report, prints
+// it, and exits on its verdict, judged on the sums.
+func runSoakMerge(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("soak", stdout, stderr)
+	jsonOut := fs.String("json", "", "also write the merged report as JSON to this file")
+	htmlOut := fs.String("html", "", "also write the merged report as HTML to this file")
+	if err := parseFlags(fs, "soak", args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() == 0 {
+		return usageError{errors.New("soak merge: want the JSON report of every shard of the run (each shard's --json, or DATA_DIR/runs/RUN_ID.json)")}
+	}
+	var shards []*report.Soak
+	for _, path := range fs.Args() {
+		r, err := readReport(path)
+		if err != nil {
+			return badConfig(fmt.Errorf("soak merge: %w", err))
+		}
+		shards = append(shards, r)
+	}
+	rep, err := soak.Merge(shards)
+	if err != nil {
+		return badConfig(fmt.Errorf("soak merge: %w", err))
+	}
+	if err := report.WriteText(stdout, rep); err != nil {
+		return err
+	}
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer, *report.Soak) error
+	}{{*jsonOut, report.WriteJSON}, {*htmlOut, report.WriteHTML}} {
+		if out.path == "" {
+			continue
+		}
+		if err := writeFile(out.path, func(w io.Writer) error { return out.write(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if rep.Result != metrics.ResultPass {
+		return errFailed
+	}
+	return nil
+}
+
+func readReport(path string) (*report.Soak, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := report.ReadJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
 }
 
 func writeFile(path string, write func(io.Writer) error) error {
