@@ -568,8 +568,8 @@ func TestKeysFor(t *testing.T) {
 			[]string{"target.url", "target.secret_file", "canary.users", "canary.deadline", "canary.messages", "population.heartbeat", "saturation.window", "data_dir"},
 			[]string{"http.listen", "canary.schedule", "canary.jitter", "history.max_runs", "population.users", "population.rate", "shard", "slo.objective"}},
 		{CommandSoak,
-			[]string{"target.url", "history.max_runs", "history.max_age", "history.max_canary_rounds", "data_dir", "population.deadline", "population.message_size"},
-			[]string{"http.listen", "canary.schedule", "canary.users", "population.users", "population.slow_readers.fraction", "shard"}},
+			[]string{"target.url", "history.max_runs", "history.max_age", "history.max_canary_rounds", "data_dir", "population.deadline", "population.message_size", "shard"},
+			[]string{"http.listen", "canary.schedule", "canary.users", "population.users", "population.slow_readers.fraction"}},
 	}
 	for _, tt := range tests {
 		got := testLoader.KeysFor(tt.cmd)

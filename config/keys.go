@@ -258,7 +258,7 @@ var keyDocs = map[string]keyDoc{
 	"population.slow_readers.read_delay":  {"slow readers' pause after each delivery", CommandRun},
 	"population.slow_readers.pause":       {"slow readers stop reading this long at their first delivery", CommandRun},
 	"population.slow_readers.pause_every": {"slow readers pause again this long after each pause ends; 0 pauses once", CommandRun},
-	"shard":                               {"this daemon's shard: I/N, or auto/N for the host name's trailing ordinal (a StatefulSet pod's); empty is the only one", CommandRun},
+	"shard":                               {"this process's shard: I/N, or auto/N for the host name's trailing ordinal (a StatefulSet pod's, an Indexed Job pod's); empty is the only one", CommandRun | CommandSoak},
 	"saturation.interval":                 {"how often imcanary samples its own health", everyone},
 	"saturation.window":                   {"span each saturation limit is judged over, a multiple of saturation.interval", everyone},
 	"saturation.max_send_lag":             {"highest p99 of imcanary's send lag before it is saturated", everyone},

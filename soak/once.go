@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +91,9 @@ func SearchOnce(ctx context.Context, cfg config.Config, profile string, log *slo
 	if p.Search.Vary == "" {
 		return nil, fmt.Errorf("profile %s has no search (search.vary)", profile)
 	}
+	if cfg.Shard != "" {
+		return nil, fmt.Errorf("profile %s: a search runs in one process, not as shards (shard %q)", profile, cfg.Shard)
+	}
 	users := p.Users
 	if p.Search.Vary == config.SearchUsers {
 		users = int(p.Search.Max)
@@ -168,6 +172,19 @@ func oneShot(cfg config.Config, users int, mark bool, log *slog.Logger, run func
 	if !mark {
 		marks = nil
 	}
-	r := NewRunner(FromConfig(cfg, conn, m, marks, cfg.Population.Prefix+"-"+OnceCohort, log))
-	return run(r, store)
+	host, _ := os.Hostname()
+	sh, err := config.ParseShard(cfg.Shard, host)
+	if err != nil {
+		return fmt.Errorf("shard %q: %w", cfg.Shard, err)
+	}
+	prefix := cfg.Population.Prefix
+	if sh.Sharded() {
+		// As a daemon's shards: never logged in as another shard's.
+		prefix = fmt.Sprintf("%s-s%d", prefix, sh.Index)
+	}
+	o := FromConfig(cfg, conn, m, marks, prefix+"-"+OnceCohort, log)
+	if sh.Sharded() {
+		o.Shard = sh.String()
+	}
+	return run(NewRunner(o), store)
 }

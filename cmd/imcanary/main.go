@@ -58,7 +58,7 @@ POST /-/reload reads the configuration again.`},
 its checks and exits: 0 pass, 1 fail, 2 bad usage or configuration, 3 passed
 but --push.gateway failed. For a deploy pipeline; scheduled rounds run inside
 imcanary run.`},
-	{"soak", "imcanary soak --profile NAME [--config FILE] [--json FILE] [--html FILE] [--push.gateway URL] [--KEY=VALUE ...]\n" +
+	{"soak", "imcanary soak --profile NAME [--config FILE] [--json FILE] [--html FILE] [--push.gateway URL] [--shard I/N] [--start_at TIME] [--KEY=VALUE ...]\n" +
 		"       imcanary soak pin RUN_ID [--config FILE] [--data_dir DIR]\n" +
 		"       imcanary soak merge [--json FILE] [--html FILE] SHARD_REPORT.json...",
 		"run one soak profile and exit: 0 pass, 1 fail",
@@ -72,8 +72,10 @@ baseline. A profile with a search (search.vary) runs a search for the
 server's limit instead: a run per step, then the knee, the threshold that
 broke first and each step's figures, compared with the previous search and
 the pinned one; it exits 0 when it found the knee or no limit within
-search.max, 1 otherwise. "imcanary soak merge" makes one report of the JSON
-reports of every shard of one sharded run (shard I/N, started together):
+search.max, 1 otherwise. With --shard I/N the run is shard I of N of one
+run, with users of its own, and --start_at starts it at a given moment, so
+that the shards start together. "imcanary soak merge" makes one report of
+the JSON reports of every shard of one sharded run:
 counts summed, latencies from the shards' histograms merged, thresholds
 judged on the sums; it exits 0 pass, 1 fail, 2 when the reports are not
 every shard of one run.`},

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/report"
 )
 
@@ -73,5 +76,66 @@ func TestSoakMerge(t *testing.T) {
 	stderr.Reset()
 	if code := run([]string{"soak", "merge", a}, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "shard 1/2 missing") {
 		t.Errorf("soak merge of one shard of two = %d, %q; want %d naming the missing shard", code, stderr.String(), exitUsage)
+	}
+}
+
+// TestSoakShardsStartTogether: two one-shot soak runs given --shard 0/2
+// and 1/2 and one --start_at start at that moment, not before, and their
+// JSON reports merge into one run of both shards' users; a start time
+// already past is refused.
+func TestSoakShardsStartTogether(t *testing.T) {
+	url := startTarget(t, refserver.Faults{})
+	// RFC 3339 in whole seconds, at least a second ahead.
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).UTC()
+	var (
+		wg        sync.WaitGroup
+		codes     [2]int
+		outs      [2]bytes.Buffer
+		errOuts   [2]bytes.Buffer
+		jsonFiles [2]string
+	)
+	for i := range 2 {
+		cfg := soakConfig(t, url)
+		jsonFiles[i] = filepath.Join(t.TempDir(), "shard.json")
+		args := []string{"soak", "--config", cfg, "--profile", "smoke", "--shard", fmt.Sprintf("%d/2", i),
+			"--start_at", at.Format(time.RFC3339), "--json", jsonFiles[i]}
+		wg.Go(func() { codes[i] = run(args, &outs[i], &errOuts[i]) })
+	}
+	wg.Wait()
+	var shards []*report.Soak
+	for i := range 2 {
+		if codes[i] != exitOK && codes[i] != exitFail {
+			t.Fatalf("shard %d: soak = %d:\n%s%s", i, codes[i], outs[i].String(), errOuts[i].String())
+		}
+		b, err := os.ReadFile(jsonFiles[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := report.ReadJSON(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d/2", i); r.Shard != want || r.Start.Before(at) {
+			t.Errorf("shard %d's report: shard %q, started %v; want %q, not before %v", i, r.Shard, r.Start, want, at)
+		}
+		shards = append(shards, r)
+	}
+	if d := shards[1].Start.Sub(shards[0].Start).Abs(); d > time.Second {
+		t.Errorf("the shards started %v apart, want together", d)
+	}
+	var out, errOut bytes.Buffer
+	code := run([]string{"soak", "merge", jsonFiles[1], jsonFiles[0]}, &out, &errOut)
+	if code == exitUsage || !strings.Contains(out.String(), "merged from 2 shards") {
+		t.Errorf("soak merge = %d:\n%s%s", code, out.String(), errOut.String())
+	}
+	if f := shards[0].Deliveries["all"].Expected + shards[1].Deliveries["all"].Expected; f == 0 || !strings.Contains(out.String(), "40 configured, 40 logged in") {
+		t.Errorf("merged report of %d expected deliveries does not count both shards' 20 users:\n%s", f, out.String())
+	}
+
+	out.Reset()
+	errOut.Reset()
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	if code := run([]string{"soak", "--config", soakConfig(t, url), "--profile", "smoke", "--start_at", past}, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "ago") {
+		t.Errorf("soak --start_at an hour ago = %d, %q; want %d saying it is past", code, errOut.String(), exitUsage)
 	}
 }

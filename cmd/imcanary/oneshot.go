@@ -16,6 +16,7 @@ import (
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/history"
 	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
 	"github.com/imcanary/imcanary/protocols"
 	"github.com/imcanary/imcanary/report"
 	"github.com/imcanary/imcanary/soak"
@@ -90,6 +91,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	profile := fs.String("profile", "", "name of the soak profile to run (from soak.profiles)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "also write the report as HTML to this file")
+	startAt := fs.String("start_at", "", "start the run at this time (RFC 3339, such as 2026-12-07T03:00:00Z), so that the shards of one run (--shard) start together; a time already past is refused")
 	pushOpt := pushFlags(fs, pushJobSoak)
 	cfgFile, logLevel, logFormat := commonFlags(fs, config.CommandSoak)
 	if err := parseFlags(fs, "soak", args); err != nil {
@@ -100,6 +102,13 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *profile == "" {
 		return usageError{errors.New("--profile is required")}
+	}
+	var at time.Time
+	if *startAt != "" {
+		var err error
+		if at, err = time.Parse(time.RFC3339, *startAt); err != nil {
+			return usageError{fmt.Errorf("--start_at %q: want an RFC 3339 time such as 2026-12-07T03:00:00Z", *startAt)}
+		}
 	}
 	if err := pushOpt.check(); err != nil {
 		return usageError{err}
@@ -121,6 +130,17 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer lock.Release()
 	if p, ok := cfg.Profile(*profile); ok && p.Search.Vary != "" {
 		return runSearch(ctx, cfg, *profile, log, *jsonOut, *htmlOut, pushOpt.gateway, stdout, stderr)
+	}
+	if !at.IsZero() {
+		// Checked once the configuration is known good, so that a bad
+		// one fails now rather than at the start time.
+		if late := time.Since(at); late > time.Second {
+			return usageError{fmt.Errorf("--start_at %s was %s ago: this run would not start together with the others", *startAt, late.Round(time.Second))}
+		}
+		fmt.Fprintf(stdout, "waiting until %s to start\n", at.UTC().Format(time.RFC3339))
+		if !probe.Sleep(ctx, time.Until(at)) {
+			return errors.New("stopped while waiting for --start_at")
+		}
 	}
 	pr := newProgressPrinter(stdout)
 	rep, err := soak.Once(ctx, cfg, *profile, log, pr.print)
