@@ -151,19 +151,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	if err := report.WriteText(stdout, rep); err != nil {
+	if err := writeSoakReport(stdout, rep, *jsonOut, *htmlOut); err != nil {
 		return err
-	}
-	for _, out := range []struct {
-		path  string
-		write func(io.Writer, *report.Soak) error
-	}{{*jsonOut, report.WriteJSON}, {*htmlOut, report.WriteHTML}} {
-		if out.path == "" {
-			continue
-		}
-		if err := writeFile(out.path, func(w io.Writer) error { return out.write(w, rep) }); err != nil {
-			return err
-		}
 	}
 	var verdict, pushErr error
 	if rep.Result != metrics.ResultPass {
@@ -236,22 +225,31 @@ func runSoakMerge(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return badConfig(fmt.Errorf("soak merge: %w", err))
 	}
+	if err := writeSoakReport(stdout, rep, *jsonOut, *htmlOut); err != nil {
+		return err
+	}
+	if rep.Result != metrics.ResultPass {
+		return errFailed
+	}
+	return nil
+}
+
+// writeSoakReport prints rep as text and writes it as JSON and HTML to
+// the files named, if any.
+func writeSoakReport(stdout io.Writer, rep *report.Soak, jsonPath, htmlPath string) error {
 	if err := report.WriteText(stdout, rep); err != nil {
 		return err
 	}
 	for _, out := range []struct {
 		path  string
 		write func(io.Writer, *report.Soak) error
-	}{{*jsonOut, report.WriteJSON}, {*htmlOut, report.WriteHTML}} {
+	}{{jsonPath, report.WriteJSON}, {htmlPath, report.WriteHTML}} {
 		if out.path == "" {
 			continue
 		}
 		if err := writeFile(out.path, func(w io.Writer) error { return out.write(w, rep) }); err != nil {
 			return err
 		}
-	}
-	if rep.Result != metrics.ResultPass {
-		return errFailed
 	}
 	return nil
 }
