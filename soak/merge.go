@@ -239,7 +239,9 @@ func addSaturation(m, o *report.Saturation) *report.Saturation {
 
 // mergeSamples lines the shards' samples up by their offset from their
 // own run's start, one interval wide: the counts and rates of a moment
-// are summed over the shards, its latencies are the highest shard's.
+// are summed over the shards, its latencies are the highest shard's. The
+// result is no longer than the shards' samples together, whatever times
+// a report claims.
 func mergeSamples(rs []*report.Soak) []report.Sample {
 	interval := time.Duration(0)
 	for _, r := range rs {
@@ -251,17 +253,19 @@ func mergeSamples(rs []*report.Soak) []report.Sample {
 	if interval <= 0 {
 		return slices.Clone(rs[0].Samples)
 	}
-	var out []report.Sample
+	at := map[int64]*report.Sample{}
 	start := rs[0].Start
 	for _, r := range rs {
 		for _, s := range r.Samples {
-			i := int((s.T.Sub(r.Start) + interval/2) / interval)
-			for len(out) <= i {
-				out = append(out, report.Sample{T: start.Add(time.Duration(len(out)) * interval)})
+			off := s.T.Sub(r.Start)
+			if off < 0 {
+				continue
 			}
-			o := &out[i]
-			if o.Phase == "" {
-				o.Phase = s.Phase
+			i := int64((off + interval/2) / interval)
+			o := at[i]
+			if o == nil {
+				o = &report.Sample{T: start.Add(time.Duration(i) * interval), Phase: s.Phase}
+				at[i] = o
 			}
 			o.Online += s.Online
 			o.SentPerSec += s.SentPerSec
@@ -278,9 +282,11 @@ func mergeSamples(rs []*report.Soak) []report.Sample {
 			}
 		}
 	}
-	// An interval no shard sampled (a shard's first sample late) stays
-	// out rather than stand as a moment of nothing.
-	return slices.DeleteFunc(out, func(s report.Sample) bool { return s.Phase == "" })
+	out := make([]report.Sample, 0, len(at))
+	for _, i := range slices.Sorted(maps.Keys(at)) {
+		out = append(out, *at[i])
+	}
+	return out
 }
 
 func mergeNotes(m *report.Soak, rs []*report.Soak) []string {

@@ -224,3 +224,31 @@ func TestMergeRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestMergeSamplesBounded: samples are summed moment by moment, and a
+// report whose samples claim times before its start or years after it
+// (a hand-edited file) neither panics the merge nor makes it allocate for
+// the years between: the merged series is no longer than its inputs.
+func TestMergeSamplesBounded(t *testing.T) {
+	a, b := shardReport("0/2"), shardReport("1/2")
+	for i := range 3 {
+		at := a.Start.Add(time.Duration(i) * time.Second)
+		a.Samples = append(a.Samples, report.Sample{T: at, Phase: report.PhaseSend, Online: 1, SentPerSec: 2})
+		b.Samples = append(b.Samples, report.Sample{T: at.Add(100 * time.Millisecond), Phase: report.PhaseSend, Online: 3, SentPerSec: 4})
+	}
+	b.Samples = append(b.Samples,
+		report.Sample{T: b.Start.Add(-time.Hour), Phase: report.PhaseSend, Online: 100},
+		report.Sample{T: b.Start.Add(100 * 365 * 24 * time.Hour), Phase: report.PhaseDrain, Online: 100})
+	m, err := Merge([]*report.Soak{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Samples) != 4 {
+		t.Fatalf("%d merged samples, want the 3 moments both shards sampled and the far one: %+v", len(m.Samples), m.Samples)
+	}
+	for _, s := range m.Samples[:3] {
+		if s.Online != 4 || s.SentPerSec != 6 {
+			t.Errorf("merged sample %+v, want online 1+3 and 2+4 sent a second", s)
+		}
+	}
+}
