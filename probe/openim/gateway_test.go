@@ -463,8 +463,11 @@ func TestRefusedCredentials(t *testing.T) {
 // 51,200 bytes is refused before it is written, with an error saying so,
 // and the session stays up.
 func TestOversizeSendRefused(t *testing.T) {
-	gw := newGateway(t, openimtest.Options{})
-	drv := newDriver(t, gw, openim.Options{})
+	onServers(t, base, func(t *testing.T, srv server, _ popConfig) { oversizeSendRefused(t, srv) })
+}
+
+func oversizeSendRefused(t *testing.T, srv server) {
+	drv := newDriver(t, srv, openim.Options{})
 	ctx := context.Background()
 	if err := drv.Provision(ctx, probe.Plan{Users: []string{"big-a", "big-b"}}); err != nil {
 		t.Fatal(err)
@@ -505,12 +508,15 @@ func TestOversizeSendRefused(t *testing.T) {
 // address and the secret, runs a canary round that passes: the daemon's
 // own path from the configuration to the driver.
 func TestShippedConfig(t *testing.T) {
-	gw := newGateway(t, openimtest.Options{})
+	onServers(t, base, func(t *testing.T, srv server, _ popConfig) { shippedConfig(t, srv) })
+}
+
+func shippedConfig(t *testing.T, srv server) {
 	// The secret is read from the environment when the target opens.
-	t.Setenv(config.SecretEnv, secret)
+	t.Setenv(config.SecretEnv, string(secretOf(srv)))
 	cfg, err := protocols.Loader().Load("../../configs/openim.yaml", []string{
-		"IMCANARY_TARGET_URL=" + gw.WSURL(),
-		"IMCANARY_TARGET_OPENIM_API_URL=" + gw.APIURL(),
+		"IMCANARY_TARGET_URL=" + srv.WSURL(),
+		"IMCANARY_TARGET_OPENIM_API_URL=" + srv.APIURL(),
 		"IMCANARY_DATA_DIR=" + t.TempDir(),
 	}, nil)
 	if err != nil {
