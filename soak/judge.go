@@ -116,5 +116,11 @@ func decodeHistogram(what, s string) (*hdrhistogram.Histogram, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	if ours := newHist(); h.LowestTrackableValue() != ours.LowestTrackableValue() ||
+		h.HighestTrackableValue() != ours.HighestTrackableValue() || h.SignificantFigures() != ours.SignificantFigures() {
+		return nil, fmt.Errorf("%s: a histogram of %d to %d at %d significant figures, not a soak run's (%d µs to %d µs at %d)", what,
+			h.LowestTrackableValue(), h.HighestTrackableValue(), h.SignificantFigures(),
+			ours.LowestTrackableValue(), ours.HighestTrackableValue(), ours.SignificantFigures())
+	}
 	return h, nil
 }

@@ -210,6 +210,13 @@ func TestMergeRefuses(t *testing.T) {
 			b.Latency = map[string]report.Percentiles{"ack": {Count: 5}}
 			return []*report.Soak{shardReport("0/2"), b}
 		}, "histograms"},
+		{"another histogram's range", func() []*report.Soak {
+			h := hdrhistogram.New(1, 1000, 2)
+			_ = h.RecordValue(5)
+			b := shardReport("1/2")
+			b.Histograms = encodeHistograms(map[string]*hdrhistogram.Histogram{"ack": h})
+			return []*report.Soak{shardReport("0/2"), b}
+		}, "not a soak run's"},
 		{"a bad histogram", func() []*report.Soak {
 			b := shardReport("1/2")
 			b.Histograms = map[string]string{"ack": "HISTFAAA!"}

@@ -254,13 +254,20 @@ func writeSoakReport(stdout io.Writer, rep *report.Soak, jsonPath, htmlPath stri
 	return nil
 }
 
+// maxReportBytes bounds a report file soak merge reads: a long run's
+// report, samples and histograms included, is well under a megabyte.
+const maxReportBytes = 64 << 20
+
 func readReport(path string) (*report.Soak, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r, err := report.ReadJSON(f)
+	if st, err := f.Stat(); err == nil && st.Size() > maxReportBytes {
+		return nil, fmt.Errorf("%s: %d bytes, more than a soak report's %d at most", path, st.Size(), maxReportBytes)
+	}
+	r, err := report.ReadJSON(io.LimitReader(f, maxReportBytes))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
