@@ -60,7 +60,7 @@ but --push.gateway failed. For a deploy pipeline; scheduled rounds run inside
 imcanary run.`},
 	{"soak", "imcanary soak --profile NAME [--config FILE] [--json FILE] [--html FILE] [--push.gateway URL] [--shard I/N] [--start_at TIME] [--KEY=VALUE ...]\n" +
 		"       imcanary soak pin RUN_ID [--config FILE] [--data_dir DIR]\n" +
-		"       imcanary soak merge [--json FILE] [--html FILE] SHARD_REPORT.json...",
+		"       imcanary soak merge [--json FILE] [--html FILE] SHARD_REPORT.json|DIR...",
 		"run one soak profile and exit: 0 pass, 1 fail",
 		`Runs the soak profile NAME of soak.profiles once, showing its progress,
 prints the report, saves it in the history under data_dir and exits: 0 pass,
@@ -75,7 +75,8 @@ the pinned one; it exits 0 when it found the knee or no limit within
 search.max, 1 otherwise. With --shard I/N the run is shard I of N of one
 run, with users of its own, and --start_at starts it at a given moment, so
 that the shards start together. "imcanary soak merge" makes one report of
-the JSON reports of every shard of one sharded run:
+the JSON reports of every shard of one sharded run (files, or a directory
+of them):
 counts summed, latencies from the shards' histograms merged, thresholds
 judged on the sums; it exits 0 pass, 1 fail, 2 when the reports are not
 every shard of one run.`},

@@ -80,9 +80,10 @@ func TestSoakMerge(t *testing.T) {
 }
 
 // TestSoakShardsStartTogether: two one-shot soak runs given --shard 0/2
-// and 1/2 and one --start_at start at that moment, not before, and their
-// JSON reports merge into one run of both shards' users; a start time
-// already past is refused.
+// and 1/2 and one --start_at start at that moment, not before, write their
+// JSON reports into one directory of the run, and soak merge of that
+// directory makes one run of both shards' users; a start time already
+// past is refused.
 func TestSoakShardsStartTogether(t *testing.T) {
 	url := startTarget(t, refserver.Faults{})
 	// RFC 3339 in whole seconds, at least a second ahead.
@@ -94,9 +95,12 @@ func TestSoakShardsStartTogether(t *testing.T) {
 		errOuts   [2]bytes.Buffer
 		jsonFiles [2]string
 	)
+	// One directory of the run on a volume the shards share, made by the
+	// first report written to it.
+	runDir := filepath.Join(t.TempDir(), "run-"+at.Format("20060102T150405Z"))
 	for i := range 2 {
 		cfg := soakConfig(t, url)
-		jsonFiles[i] = filepath.Join(t.TempDir(), "shard.json")
+		jsonFiles[i] = filepath.Join(runDir, fmt.Sprintf("shard-%d.json", i))
 		args := []string{"soak", "--config", cfg, "--profile", "smoke", "--shard", fmt.Sprintf("%d/2", i),
 			"--start_at", at.Format(time.RFC3339), "--json", jsonFiles[i]}
 		wg.Go(func() { codes[i] = run(args, &outs[i], &errOuts[i]) })
@@ -124,7 +128,7 @@ func TestSoakShardsStartTogether(t *testing.T) {
 		t.Errorf("the shards started %v apart, want together", d)
 	}
 	var out, errOut bytes.Buffer
-	code := run([]string{"soak", "merge", jsonFiles[1], jsonFiles[0]}, &out, &errOut)
+	code := run([]string{"soak", "merge", runDir}, &out, &errOut)
 	if code == exitUsage || !strings.Contains(out.String(), "merged from 2 shards") {
 		t.Errorf("soak merge = %d:\n%s%s", code, out.String(), errOut.String())
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -211,10 +212,14 @@ func runSoakMerge(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if fs.NArg() == 0 {
-		return usageError{errors.New("soak merge: want the JSON report of every shard of the run (each shard's --json, or DATA_DIR/runs/RUN_ID.json)")}
+		return usageError{errors.New("soak merge: want the JSON report of every shard of the run (each shard's --json, or DATA_DIR/runs/RUN_ID.json), or a directory holding them")}
+	}
+	paths, err := reportPaths(fs.Args())
+	if err != nil {
+		return badConfig(fmt.Errorf("soak merge: %w", err))
 	}
 	var shards []*report.Soak
-	for _, path := range fs.Args() {
+	for _, path := range paths {
 		r, err := readReport(path)
 		if err != nil {
 			return badConfig(fmt.Errorf("soak merge: %w", err))
@@ -254,6 +259,31 @@ func writeSoakReport(stdout io.Writer, rep *report.Soak, jsonPath, htmlPath stri
 	return nil
 }
 
+// reportPaths is args with each directory replaced by the .json files in
+// it, in name order: a shared volume where every shard wrote its report.
+func reportPaths(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, a)
+			continue
+		}
+		found, err := filepath.Glob(filepath.Join(a, "*.json"))
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s: no .json report in the directory", a)
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
 // maxReportBytes bounds a report file soak merge reads: a long run's
 // report, samples and histograms included, is well under a megabyte.
 const maxReportBytes = 64 << 20
@@ -274,7 +304,12 @@ func readReport(path string) (*report.Soak, error) {
 	return r, nil
 }
 
+// writeFile writes a file of the command's output, making its directory
+// if it does not exist (a shard's directory of a run on a shared volume).
 func writeFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
