@@ -23,6 +23,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -79,13 +80,15 @@ type kustomization struct {
 // types maps "apiVersion kind" to the type a document of that kind decodes
 // into. A kind not listed is an error: extend the map with its real type.
 var types = map[string]func() any{
-	"v1 Namespace":                            func() any { return new(corev1.Namespace) },
-	"v1 ConfigMap":                            func() any { return new(corev1.ConfigMap) },
-	"v1 Service":                              func() any { return new(corev1.Service) },
-	"v1 Secret":                               func() any { return new(corev1.Secret) },
-	"apps/v1 StatefulSet":                     func() any { return new(appsv1.StatefulSet) },
-	"monitoring.coreos.com/v1 PodMonitor":     func() any { return new(monitoringv1.PodMonitor) },
-	"monitoring.coreos.com/v1 PrometheusRule": func() any { return new(monitoringv1.PrometheusRule) },
+	"v1 Namespace":                                  func() any { return new(corev1.Namespace) },
+	"v1 ConfigMap":                                  func() any { return new(corev1.ConfigMap) },
+	"v1 Service":                                    func() any { return new(corev1.Service) },
+	"v1 Secret":                                     func() any { return new(corev1.Secret) },
+	"apps/v1 StatefulSet":                           func() any { return new(appsv1.StatefulSet) },
+	"batch/v1 Job":                                  func() any { return new(batchv1.Job) },
+	"v1 PersistentVolumeClaim":                      func() any { return new(corev1.PersistentVolumeClaim) },
+	"monitoring.coreos.com/v1 PodMonitor":           func() any { return new(monitoringv1.PodMonitor) },
+	"monitoring.coreos.com/v1 PrometheusRule":       func() any { return new(monitoringv1.PrometheusRule) },
 	"kustomize.config.k8s.io/v1beta1 Kustomization": func() any { return new(kustomization) },
 }
 
