@@ -64,6 +64,7 @@ func TestShardSoakReportsMerge(t *testing.T) {
 		}
 		reps = append(reps, r)
 	}
+	t.Logf("the shards' first runs started %v apart", reps[1].Start.Sub(reps[0].Start))
 	m, err := soak.Merge(reps)
 	if err != nil {
 		t.Fatalf("merging the shards' first runs (started %v and %v): %v", reps[0].Start, reps[1].Start, err)
