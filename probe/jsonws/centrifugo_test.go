@@ -3,6 +3,7 @@ package jsonws_test
 import (
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -154,11 +155,12 @@ func TestCentrifugoMappingMatchesNative(t *testing.T) {
 	}
 	for k, kind := range []string{"direct", "group"} {
 		a, b := p99[0][k], p99[1][k]
-		// A histogram's p99 is a bucket's bound: within a factor of
-		// two of each other, a bucket either way, plus what the
-		// machine's own scheduling adds.
-		if a <= 0 || b <= 0 || b > 2*a+5*time.Millisecond || a > 2*b+5*time.Millisecond {
-			t.Errorf("p99 %s delivery latency: native %v, mapping %v: not within noise of each other", kind, a, b)
+		// A histogram's p99 is a bucket's bound, and the buckets step
+		// by 2 and 2.5 (1-2-5): within noise is a bucket either way.
+		// A factor of two missed the step from 20 to 50 ms that a
+		// loaded machine's scheduling makes of a p99 near 20.
+		if ia, ib := latencyBucket(a), latencyBucket(b); a <= 0 || b <= 0 || ia-ib > 1 || ib-ia > 1 {
+			t.Errorf("p99 %s delivery latency: native %v, mapping %v: more than a bucket apart", kind, a, b)
 		}
 	}
 	if n := unmatched(); n != 0 {
@@ -167,4 +169,11 @@ func TestCentrifugoMappingMatchesNative(t *testing.T) {
 	if gaps != 0 {
 		t.Errorf("mapping: %d gaps in Centrifugo's offsets within a session (%d seqs), want none", gaps, missed)
 	}
+}
+
+// latencyBucket is the index of the latency histogram bucket whose upper
+// bound is d, as probetest.Quantile returns it; len(buckets) past the last.
+func latencyBucket(d time.Duration) int {
+	i, _ := slices.BinarySearch(metrics.LatencyBuckets, d.Seconds())
+	return i
 }
