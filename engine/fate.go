@@ -126,3 +126,29 @@ func (f *fate) of(seq uint64) fateOf {
 	}
 	return fatePending
 }
+
+// extend makes every seq up to top written and in flight, for a
+// receiver's copy of another process's record (stream.takeMarks), which
+// learns of a stream's seqs out of order and with gaps. A copy is
+// touched by its inbox alone, under the inbox's lock.
+func (f *fate) extend(top uint64) {
+	bits := f.bits.Load()
+	if bits == nil {
+		bits = new(fateBits)
+		f.bits.Store(bits)
+	}
+	sent := f.sent.Load()
+	if top <= sent {
+		return
+	}
+	from := sent + 1
+	if top >= fateRing {
+		from = max(from, top-fateRing+1)
+	}
+	f.sent.Store(top)
+	for s := from; s <= top; s++ {
+		w, b := fateBit(s)
+		bits.acked[w].And(^b)
+		bits.off[w].And(^b)
+	}
+}

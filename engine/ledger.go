@@ -201,7 +201,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 	}
 	// A sender can only write off messages it sent before this one; a
 	// message from the future would hold its stream's gaps open for ever.
-	if h.VoidHi >= h.Seq || h.VoidHi-h.VoidLo > maxGap || h.Intended > now+int64(maxSkew) {
+	if h.VoidHi >= h.Seq || h.VoidHi-h.VoidLo > maxGap || h.Intended > now+int64(maxSkew) || (h.HasResolved && h.Resolved >= h.Seq) {
 		l.set.Ignored[metrics.IgnoredMalformed].Inc()
 		in.observe(&h, now, Ignored)
 		return
@@ -218,14 +218,27 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 			return
 		}
 		st = &stream{kind: metrics.KindOf(h.Stream[0] == 'g'), base: h.Seq, key: string(key)}
-		if bytes.Equal(h.Run, l.run) {
+		switch {
+		case bytes.Equal(h.Run, l.run):
 			st.base, st.own = 1, true
 			st.fate = l.fateOf(st.key)
 			if !own {
 				st.fan = l.fanoutOf(st.key)
 			}
+		case h.HasResolved:
+			// Another shard's sender of a population laid out across
+			// shards: its marks stand in for the ack record this
+			// process does not have. A stream that began after this
+			// ledger did is owed here from its first message.
+			st.mirror, st.fate = true, new(fate)
+			if h.Begun >= l.start {
+				st.base = 1
+			}
 		}
 		in.track(st)
+	}
+	if st.mirror && h.HasResolved {
+		st.takeMarks(&h)
 	}
 	kset := &l.set.Kind[st.kind]
 	ks := &kset.Cohort[in.cohort]
@@ -491,6 +504,14 @@ func (in *Inbox) Sweep(now int64) {
 	for key, st := range in.streams {
 		kset := &l.set.Kind[st.kind]
 		ks := &kset.Cohort[in.cohort]
+		if st.mirror && len(st.awaiting) > 0 && now-st.last > l.lostAfter {
+			// No later message has come to say what became of the
+			// last ones, and the sender has long since had its ack or
+			// written them off: were they written off, its next
+			// message would say so, and there was none. Taken as
+			// acknowledged, the one guess of the marks (see takeMarks).
+			st.resolveThrough(st.fate.sent.Load(), 0)
+		}
 		if len(st.awaiting) > 0 {
 			in.settle(st, kset, ks)
 		}

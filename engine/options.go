@@ -115,6 +115,15 @@ type Options struct {
 	// population grown at run time is made of blocks, each a Population
 	// of its own, numbered on from the one before.
 	Offset, GroupOffset int
+	// Slice, when set (Hi above 0), lays the population out across
+	// shards: Users, the groups and the direct pairs describe the whole
+	// population, the same in every shard, and this process logs in,
+	// sends for and receives for users Lo to Hi-1 alone. A message is
+	// owed to every device of its recipients wherever they live, and the
+	// sender's process counts it so; each receiving process checks what
+	// it gets by the marks the sender writes into the body (see
+	// probe.Header.Resolved), since no other channel joins the shards.
+	Slice Slice
 	// Block marks such a block: its owner keeps the population's
 	// wanted-sessions and ready gauges, which a block would set for
 	// itself alone.
@@ -168,4 +177,17 @@ type Health interface {
 	ReceiveLag(time.Duration)
 	// Saturated reports whether the prober's numbers are now suspect.
 	Saturated() bool
+}
+
+// Slice is the users Lo to Hi-1 of a population laid out across shards:
+// see Options.Slice.
+type Slice struct{ Lo, Hi int }
+
+// Across reports whether s lays a population out across shards.
+func (s Slice) Across() bool { return s.Hi > 0 }
+
+// Of returns the slice shard i of n runs of a population of users users:
+// consecutive, and as even as can be.
+func SliceOf(i, n, users int) Slice {
+	return Slice{Lo: i * users / n, Hi: (i + 1) * users / n}
 }

@@ -151,6 +151,10 @@ func NewPopulation(o Options) (*Population, error) {
 		return bad("MaxConnectRate %v, want at least 0", o.MaxConnectRate)
 	case o.MaxClockUncertainty < 0:
 		return bad("MaxClockUncertainty %v, want at least 0", o.MaxClockUncertainty)
+	case o.Slice.Across() && (o.Slice.Lo < 0 || o.Slice.Lo >= o.Slice.Hi || o.Slice.Hi > o.Users):
+		return bad("Slice %+v of %d users: want 0 ≤ Lo < Hi ≤ Users", o.Slice, o.Users)
+	case o.Slice.Across() && o.CrossPeer != "":
+		return bad("Slice and CrossPeer: a population laid out across shards has no cross-shard peer of its own")
 	}
 	for _, g := range o.Groups {
 		if g.Size < 2 || g.Count < 0 {
@@ -197,6 +201,12 @@ func NewPopulation(o Options) (*Population, error) {
 	if _, ok := o.Driver.(probe.Regrouper); p.churn && !ok {
 		return bad("a behaviour class churns group membership, which this protocol's driver cannot change at run time")
 	}
+	if p.churn && o.Slice.Across() {
+		// A sender owes a group message to the members present when
+		// the server accepted it; it cannot see the membership changes
+		// of members in other shards.
+		return bad("a behaviour class churns group membership, which a population laid out across shards cannot follow yet")
+	}
 	p.layout()
 	return p, nil
 }
@@ -229,7 +239,7 @@ func (p *Population) layoutUsers() {
 	p.users = make([]*user, o.Users)
 	for i := range p.users {
 		name := fmt.Sprintf("%s-u%d", o.Prefix, o.Offset+i)
-		u := &user{p: p, idx: int32(i), name: name, nameB: []byte(name)}
+		u := &user{p: p, idx: int32(i), name: name, nameB: []byte(name), remote: !p.local(i)}
 		// Half the users start with a group message: if all alternated
 		// in phase, group fan-out would come in bursts every other
 		// interval.
@@ -247,6 +257,13 @@ func (p *Population) layoutUsers() {
 		if len(o.Behaviours) > 0 {
 			u.class = int32(classOf(i, o.Behaviours))
 			u.interval = p.classes[u.class].interval
+		}
+		if u.remote {
+			// Another shard's: named, and owed deliveries by this
+			// shard's senders, but it neither logs in nor sends here.
+			u.interval = 0
+			p.users[i] = u
+			continue
 		}
 		for d := range o.Devices {
 			in := p.ledger.NewInbox()
@@ -270,7 +287,7 @@ func (p *Population) layoutDirect() {
 		if peer >= n {
 			peer = i - 1
 		}
-		if peer >= 0 && peer != i {
+		if peer >= 0 && peer != i && !u.remote {
 			pn := p.users[peer].name
 			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, kind: metrics.Direct, dst: int32(peer)}
 		}
@@ -290,6 +307,9 @@ func (p *Population) layoutGroups() {
 		nameS := "g." + grp.Name
 		name := []byte(nameS)
 		for pos, m := range members {
+			if p.users[m].remote {
+				continue
+			}
 			st := &sendStream{name: name, nameS: nameS, kind: metrics.Group,
 				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: int32(pos), dst: -1}
 			p.users[m].groups = append(p.users[m].groups, st)
@@ -325,6 +345,14 @@ func (p *Population) layoutOwed() {
 				}
 			}
 			for r, pos := range st.recipients() {
+				if ru := p.users[r]; ru.remote {
+					// Counted here, checked there.
+					st.fanout += int32(o.Devices)
+					if ru.slow {
+						st.slowFanout += int32(o.Devices)
+					}
+					continue
+				}
 				for _, dev := range p.users[r].devices {
 					owe(dev, pos)
 				}
@@ -434,6 +462,9 @@ func spread(i int, f float64) bool {
 
 // Plan returns the users and groups the population needs on the server.
 func (p *Population) Plan() probe.Plan {
+	if p.opts.Slice.Across() {
+		return p.slicePlan()
+	}
 	users := make([]string, len(p.users))
 	var direct []probe.Pair
 	for i, u := range p.users {
@@ -451,8 +482,63 @@ func (p *Population) Plan() probe.Plan {
 	return probe.Plan{Users: users, Groups: p.groups, Direct: direct}
 }
 
-// Users returns the number of users.
+// slicePlan is the plan of a slice of a population laid out across
+// shards: its own users, every group one of them is in, with all its
+// members, and the direct pairs one of them is in, either way (a
+// recipient may have to subscribe). Each shard provisions what its users
+// need; a group that spans shards is provisioned by each, which
+// Provision's idempotence allows.
+func (p *Population) slicePlan() probe.Plan {
+	sl := p.opts.Slice
+	var plan probe.Plan
+	for i := sl.Lo; i < sl.Hi; i++ {
+		plan.Users = append(plan.Users, p.users[i].name)
+	}
+	for g, members := range p.groupLayout() {
+		if slices.ContainsFunc(members, p.local) {
+			plan.Groups = append(plan.Groups, p.groups[g])
+		}
+	}
+	n := p.opts.Users
+	for i, u := range p.users {
+		peer := i ^ 1
+		if peer >= n {
+			peer = i - 1
+		}
+		if peer >= 0 && peer != i && (p.local(i) || p.local(peer)) {
+			plan.Direct = append(plan.Direct, probe.Pair{From: u.name, To: p.users[peer].name})
+		}
+	}
+	return plan
+}
+
+// local reports whether user i is this process's to run: all are, but in
+// a population laid out across shards.
+func (p *Population) local(i int) bool {
+	sl := p.opts.Slice
+	return !sl.Across() || (sl.Lo <= i && i < sl.Hi)
+}
+
+// localUsers is how many users this process logs in.
+func (p *Population) localUsers() int {
+	if sl := p.opts.Slice; sl.Across() {
+		return sl.Hi - sl.Lo
+	}
+	return p.opts.Users
+}
+
+// Users returns the number of users: of the whole population, where it is
+// laid out across shards (see Slice for this process's).
 func (p *Population) Users() int { return len(p.users) }
+
+// Slice returns the users this process runs: all of them but in a
+// population laid out across shards.
+func (p *Population) Slice() Slice {
+	if sl := p.opts.Slice; sl.Across() {
+		return sl
+	}
+	return Slice{Lo: 0, Hi: len(p.users)}
+}
 
 // Devices returns the number of devices of each user.
 func (p *Population) Devices() int { return p.opts.Devices }
@@ -661,7 +747,7 @@ func (p *Population) Ramp() time.Duration {
 	}
 	// Capped, so that a rate of one login an hour cannot overflow the
 	// times built on it.
-	d := min(float64(o.Users)/o.MaxConnectRate*float64(time.Second), float64(maxRamp))
+	d := min(float64(p.localUsers())/o.MaxConnectRate*float64(time.Second), float64(maxRamp))
 	return max(o.Ramp, time.Duration(d))
 }
 

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/imcanary/imcanary/metrics"
+import (
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
 
 // A receive stream is what one device's Inbox knows of one sender's
 // stream (run, sender, stream): which seqs it holds, and how it came to
@@ -54,6 +57,44 @@ type stream struct {
 	// written them off. At most the sender's messages in flight.
 	fate     *fate
 	awaiting []unsettled
+	// mirror marks another shard's stream of a population laid out
+	// across shards: fate is then this stream's own copy of the sender's
+	// record, filled from the marks its messages carry, and resolved the
+	// highest resolved mark seen.
+	mirror   bool
+	resolved uint64
+}
+
+// takeMarks copies what h's marks say into the stream's copy of its
+// sender's ack record: h's seq, and every seq below it, written; every
+// seq up to h.Resolved resolved, written off where the off mask says and
+// acknowledged otherwise. A seq resolved more than 64 below the first
+// mark that covers it, whose fate no mask this device saw carried, is
+// taken as acknowledged: a sender writes a message off within its ack
+// deadline, so that takes a stream sending 64 messages within one.
+func (st *stream) takeMarks(h *probe.Header) {
+	st.fate.extend(max(h.Seq, h.Resolved))
+	if h.Resolved > st.resolved {
+		st.resolveThrough(h.Resolved, h.OffMask)
+	}
+}
+
+// resolveThrough resolves the seqs above st.resolved up to top: written
+// off where bit top-seq of off is set, acknowledged otherwise.
+func (st *stream) resolveThrough(top, off uint64) {
+	f := st.fate
+	from := st.resolved + 1
+	if top >= fateRing {
+		from = max(from, top-fateRing+1)
+	}
+	for s := from; s <= top; s++ {
+		if d := top - s; d < 64 && off&(1<<d) != 0 {
+			f.writeOff(s)
+		} else {
+			f.ack(s)
+		}
+	}
+	st.resolved = max(st.resolved, top)
 }
 
 // unsettled is a first delivery not yet counted: what counting it needs.

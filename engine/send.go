@@ -42,7 +42,7 @@ func (p *Population) sender(ctx context.Context, shard, shards int, start time.T
 		}
 		// First send: after the user's ramp slot, at a random phase, so
 		// that users do not send in lockstep.
-		u.next = start.UnixNano() + int64(o.Ramp)*int64(u.idx)/int64(o.Users) + rand.Int64N(u.interval) + 1
+		u.next = start.UnixNano() + int64(o.Ramp)*int64(int(u.idx)-p.Slice().Lo)/int64(p.localUsers()) + rand.Int64N(u.interval) + 1
 		h = append(h, u)
 	}
 	heap.Init(&h)
@@ -151,6 +151,9 @@ func (p *Population) sendOn(u *user, st *sendStream, intended int64, buf []byte)
 	st.fate.write(st.seq)
 	h := probe.Header{Run: p.run, Sender: u.nameB, Stream: st.name, Seq: st.seq, Intended: intended + int64(p.opts.TestClockOffset)}
 	h.VoidLo, h.VoidHi = st.takeVoid()
+	if p.opts.Slice.Across() {
+		st.marks(&h)
+	}
 	ref := p.refs.Add(1)
 	if len(u.inflight) >= maxInflight {
 		old := u.inflight[0]

@@ -119,8 +119,10 @@ func (p *Population) startDevice(ctx context.Context, dev *device, start time.Ti
 	o := p.opts
 	u := dev.u
 	var at time.Time
-	if all := o.Users * o.Devices; all > 1 && o.Ramp > 0 {
-		slot := int(u.idx)*o.Devices + int(dev.idx)
+	// Slots over this process's users: a shard ramps its slice in over
+	// the whole ramp, as the shards of one population start together.
+	if all := p.localUsers() * o.Devices; all > 1 && o.Ramp > 0 {
+		slot := (int(u.idx)-p.Slice().Lo)*o.Devices + int(dev.idx)
 		at = start.Add(time.Duration(int64(o.Ramp) * int64(slot) / int64(all)))
 	}
 	if u.late && start.Add(o.LateAfter).After(at) {
@@ -340,7 +342,7 @@ func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Sessi
 	dev.nextPause = 0
 	u.everOnline.Store(true)
 	o.Set.Online.Inc()
-	if p.addOnline(1) == int64(o.Users*o.Devices) && !p.ready.Swap(true) {
+	if p.addOnline(1) == int64(p.localUsers()*o.Devices) && !p.ready.Swap(true) {
 		if !o.Block {
 			o.Set.Ready.Set(1)
 		}

@@ -33,6 +33,9 @@ type user struct {
 	late bool
 	// slow users read deliberately slowly (a drill) and do not send.
 	slow bool
+	// remote users are another shard's, in a population laid out across
+	// shards: they have no devices and no send streams here.
+	remote bool
 	// toggle, guarded by mu, alternates direct and group messages.
 	toggle bool
 	// outOf is the group stream of the group whose membership the user
@@ -137,6 +140,36 @@ type sendStream struct {
 	// fate tells this process's recipients which messages the server
 	// acknowledged and which were written off.
 	fate *fate
+	// For recipients in other shards (Options.Slice), the marks each
+	// message carries: resolved is the highest seq at and below which
+	// every seq is acknowledged or written off, lastOff the highest seq
+	// written off, and begun the intended time of seq 1.
+	resolved, lastOff uint64
+	begun             int64
+}
+
+// marks writes into h, the body of the message st.seq just written, what
+// a receiver in another shard needs to tell an owed delivery from one
+// the sender wrote off: the resolved mark, which of the 64 seqs at and
+// below it were written off, and when the stream began. Called with the
+// sending user's lock held.
+func (st *sendStream) marks(h *probe.Header) {
+	if st.begun == 0 {
+		st.begun = h.Intended
+	}
+	for st.resolved+1 < st.seq && st.fate.of(st.resolved+1) != fatePending {
+		st.resolved++
+	}
+	h.HasResolved, h.Resolved, h.Begun, h.OffMask = true, st.resolved, st.begun, 0
+	if st.lastOff == 0 || st.lastOff+64 <= st.resolved {
+		// The common case, and no scan: nothing written off in reach.
+		return
+	}
+	for d := range min(uint64(64), st.resolved) {
+		if st.fate.of(st.resolved-d) == fateOff {
+			h.OffMask |= 1 << d
+		}
+	}
 }
 
 // recipients yields the user index of each user st delivers to, the
@@ -242,6 +275,7 @@ func (u *user) take(ref uint64) (flight, bool) {
 func (st *sendStream) addVoid(seq uint64) {
 	// Every write-off comes here: its delivery, if any, is not owed.
 	st.fate.writeOff(seq)
+	st.lastOff = max(st.lastOff, seq)
 	i := 0
 	for i < len(st.voids) && st.voids[i].hi+1 < seq {
 		i++

@@ -23,6 +23,25 @@ import (
 // none): a receiver that misses them does not count them as lost, because the
 // server never promised them.
 //
+// A sender whose recipients live in other processes (a population laid
+// out across shards) adds, after the void span, what those receivers
+// cannot see for themselves:
+//
+//	... VOID_LO-VOID_HI rRESOLVED [mOFFMASK] [bBEGUN] [PADDING]
+//
+// RESOLVED is the sender's resolved mark: every seq up to it was either
+// acknowledged by the server or written off. OFFMASK (hexadecimal, left
+// out when 0) has bit i set when seq RESOLVED-i was written off, so that
+// each message repeats the fate of the 64 seqs below its mark, and a
+// receiver that misses one message still learns them from the next.
+// BEGUN is the intended time (Unix ns) of the stream's seq 1: a receiver
+// that began before it is owed the stream from its start.
+//
+// Earlier versions read six fields and take the rest for padding, so
+// they parse these bodies too; and a token that is not exactly one of
+// these ends them here, so that whatever an earlier version accepted
+// still parses the same.
+//
 // Nothing but the message itself links sender and receiver, which is what
 // lets shards in different processes check each other.
 
@@ -34,6 +53,12 @@ type Header struct {
 	Seq                 uint64
 	Intended            int64
 	VoidLo, VoidHi      uint64
+	// HasResolved says the body carries the resolved mark; Resolved,
+	// OffMask and Begun are what it carries (Begun 0 for none).
+	HasResolved bool
+	Resolved    uint64
+	OffMask     uint64
+	Begun       int64
 }
 
 // Errors returned by ParseBody.
@@ -62,6 +87,18 @@ func AppendBody(dst []byte, h *Header, size int) []byte {
 	dst = strconv.AppendUint(dst, h.VoidLo, 10)
 	dst = append(dst, '-')
 	dst = strconv.AppendUint(dst, h.VoidHi, 10)
+	if h.HasResolved {
+		dst = append(dst, " r"...)
+		dst = strconv.AppendUint(dst, h.Resolved, 10)
+	}
+	if h.OffMask != 0 {
+		dst = append(dst, " m"...)
+		dst = strconv.AppendUint(dst, h.OffMask, 16)
+	}
+	if h.Begun > 0 {
+		dst = append(dst, " b"...)
+		dst = strconv.AppendInt(dst, h.Begun, 10)
+	}
 	if pad := size - (len(dst) - start); pad > 1 {
 		dst = append(dst, ' ')
 		for range pad - 1 {
@@ -108,7 +145,71 @@ func ParseBody(b []byte, h *Header) error {
 	if h.VoidHi, err = parseUint(hi); err != nil || h.VoidHi < h.VoidLo {
 		return errFieldNumber
 	}
+	h.HasResolved, h.Resolved, h.OffMask, h.Begun = false, 0, 0, 0
+	parseMarks(rest, h)
 	return nil
+}
+
+// parseMarks reads the optional tokens after the void span into h, in
+// any order, each at most once; the first token that is not exactly one
+// of them is padding, and ends them.
+func parseMarks(rest []byte, h *Header) {
+	var seen [3]bool
+	for len(rest) > 1 {
+		var tok []byte
+		tok, rest, _ = bytes.Cut(rest, []byte{' '})
+		if len(tok) < 2 {
+			return
+		}
+		var (
+			n   uint64
+			ok  bool
+			idx int
+		)
+		switch tok[0] {
+		case 'r':
+			idx = 0
+			n, ok = jsonscan.ParseUint(tok[1:])
+		case 'm':
+			idx = 1
+			n, ok = parseHex(tok[1:])
+		case 'b':
+			idx = 2
+			n, ok = jsonscan.ParseUint(tok[1:])
+			ok = ok && n <= 1<<63-1
+		}
+		if !ok || seen[idx] {
+			return
+		}
+		seen[idx] = true
+		switch idx {
+		case 0:
+			h.HasResolved, h.Resolved = true, n
+		case 1:
+			h.OffMask = n
+		case 2:
+			h.Begun = int64(n)
+		}
+	}
+}
+
+// parseHex parses 1 to 16 lowercase hexadecimal digits.
+func parseHex(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 16 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			n = n<<4 | uint64(c-'0')
+		case 'a' <= c && c <= 'f':
+			n = n<<4 | uint64(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, true
 }
 
 // parseUint parses a decimal field of a body.

@@ -17,6 +17,8 @@ func FuzzBodyRoundTrip(f *testing.F) {
 	f.Add([]byte("imc1 r\xff s\x00 d.\n 1 2 3-4"), uint16(64))
 	f.Add([]byte("imc1 r s d 1 9223372036854775808 0-0"), uint16(0))
 	f.Add([]byte("imc2 r s d 1 2 0-0"), uint16(0))
+	f.Add([]byte("imc1 r s d 9 2 0-0 r7 m3 b1"), uint16(90))
+	f.Add([]byte("imc1 r s d 9 2 0-0 b1 r7 r8 xx"), uint16(0))
 	f.Fuzz(func(t *testing.T, b []byte, size uint16) {
 		in := bytes.Clone(b)
 		var h Header
@@ -53,5 +55,6 @@ func FuzzBodyRoundTrip(f *testing.F) {
 
 func sameHeader(a, b *Header) bool {
 	return bytes.Equal(a.Run, b.Run) && bytes.Equal(a.Sender, b.Sender) && bytes.Equal(a.Stream, b.Stream) &&
-		a.Seq == b.Seq && a.Intended == b.Intended && a.VoidLo == b.VoidLo && a.VoidHi == b.VoidHi
+		a.Seq == b.Seq && a.Intended == b.Intended && a.VoidLo == b.VoidLo && a.VoidHi == b.VoidHi &&
+		a.HasResolved == b.HasResolved && a.Resolved == b.Resolved && a.OffMask == b.OffMask && a.Begun == b.Begun
 }

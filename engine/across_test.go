@@ -1,0 +1,225 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imcanary/imcanary/config"
+	"github.com/imcanary/imcanary/metrics"
+	"github.com/imcanary/imcanary/probe"
+)
+
+// A population laid out across shards, each shard a Population of its own
+// (its own run, its own metrics), all on one memServer: what one shard
+// sends, others receive, and only the sums over the shards balance.
+
+const acrossUsers = 42
+
+// runAcross runs shards populations, each the slice SliceOf(i, shards) of
+// one population of 42 users: one group of all 42, and the direct pairs,
+// two of which (20-21 and 30-31 with four shards) cross a shard's edge.
+func runAcross(t *testing.T, srv *memServer, shards int) []*memRun {
+	t.Helper()
+	runs := make([]*memRun, shards)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{}, shards)
+	t.Cleanup(func() {
+		cancel()
+		for range shards {
+			<-done
+		}
+	})
+	for i := range runs {
+		r := &memRun{srv: srv, set: metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)}
+		var err error
+		r.pop, err = NewPopulation(Options{
+			Connection: Connection{Driver: srv, Run: fmt.Sprintf("r%d", i), Heartbeat: 10 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
+			Set:        r.set, Prefix: "m", Users: acrossUsers, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
+			Deadline: memDeadline, LostAfter: memLost, Slice: SliceOf(i, shards, acrossUsers),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i] = r
+		// Exits when the test ends.
+		go func() {
+			_ = r.pop.Run(ctx)
+			done <- struct{}{}
+		}()
+	}
+	for i, r := range runs {
+		if !r.pop.WaitReady(ctx) {
+			t.Fatalf("shard %d never online", i)
+		}
+	}
+	return runs
+}
+
+// settleAcross stops every shard's sending and lets twice lost_after pass.
+func settleAcross(runs []*memRun) memTotals {
+	for _, r := range runs {
+		r.pop.SetSending(false)
+	}
+	time.Sleep(2 * memLost)
+	synctest.Wait()
+	var sum memTotals
+	for _, r := range runs {
+		c := r.totals()
+		sum.expected += c.expected
+		sum.delivered += c.delivered
+		sum.recovered += c.recovered
+		sum.lost += c.lost
+		sum.late += c.late
+		sum.dup += c.dup
+		sum.reordered += c.reordered
+		sum.unowed += c.unowed
+	}
+	return sum
+}
+
+// TestAcrossShardsBalance: summed over the shards, every delivery a
+// sender's shard counted owed is delivered or lost in the shard of its
+// recipient, exactly; the lost are exactly the deliveries the server
+// dropped, and on a clean server none. The expected include what a
+// sender's shard owes to users of the other shards.
+func TestAcrossShardsBalance(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		dropEvery int // 0: none
+	}{{"clean", 0}, {"drop 1 in 100", 100}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := newMemServer()
+				if tc.dropEvery > 0 {
+					srv.setFaults(every(tc.dropEvery, memFault{drop: true}))
+				}
+				runs := runAcross(t, srv, 4)
+				time.Sleep(10 * time.Second)
+				// The last drops are followed by clean deliveries
+				// of their streams, which reveal them.
+				srv.setFaults(nil)
+				time.Sleep(2 * time.Second)
+				c := settleAcross(runs)
+				made := srv.counts()
+				t.Logf("summed over 4 shards %+v; server %+v", c, made)
+				if c.expected < 5000 {
+					t.Fatalf("%v deliveries expected, want thousands", c.expected)
+				}
+				if n := srv.overflow.Load(); n != 0 {
+					t.Fatalf("%d events overflowed a session queue", n)
+				}
+				if c.lost != float64(made.dropped) || c.delivered+c.lost != c.expected || c.dup+c.unowed+c.recovered != 0 {
+					t.Errorf("%+v: want the %d dropped lost, the rest delivered, once", c, made.dropped)
+				}
+				// Every delivery the server made was owed by
+				// the sender's shard, the deliveries to other
+				// shards' users (three quarters of the group's)
+				// included.
+				if c.expected != float64(made.deliveries) {
+					t.Errorf("%v expected, the server made %d deliveries: want every one owed", c.expected, made.deliveries)
+				}
+			})
+		})
+	}
+}
+
+// marked is a delivery of another shard's stream in a scripted test: seq,
+// intended at start+at and received 5 ms later, with the resolved mark
+// and off mask the sender wrote into it.
+type marked struct {
+	seq, resolved, off uint64
+	at                 time.Duration
+}
+
+// TestInboxMarks: a receiver of another shard's stream counts a delivery
+// only once the sender's marks say what became of it: delivered when
+// acknowledged, unowed when written off; the last ones, which no later
+// message covers, once lost_after has passed with none; the stream is
+// owed from seq 1 when it began after the ledger did, and from the first
+// message seen otherwise.
+func TestInboxMarks(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		begun time.Duration // the stream's seq 1, from the ledger's start
+		got   []marked
+		// before is what is counted before the sweep past lost_after,
+		// after what is counted once it has run.
+		before, after struct{ delivered, unowed, lost float64 }
+	}{
+		{
+			name: "acknowledged, covered by the next",
+			got:  []marked{{seq: 1, at: 10 * ms}, {seq: 2, resolved: 1, at: 20 * ms}, {seq: 3, resolved: 2, at: 30 * ms}},
+			// 3 is covered by nothing: held until the sweep.
+			before: struct{ delivered, unowed, lost float64 }{2, 0, 0},
+			after:  struct{ delivered, unowed, lost float64 }{3, 0, 0},
+		},
+		{
+			name:   "written off yet delivered",
+			got:    []marked{{seq: 1, at: 10 * ms}, {seq: 2, at: 20 * ms}, {seq: 3, resolved: 2, off: 1, at: 30 * ms}, {seq: 4, resolved: 3, off: 2, at: 40 * ms}},
+			before: struct{ delivered, unowed, lost float64 }{2, 1, 0},
+			after:  struct{ delivered, unowed, lost float64 }{3, 1, 0},
+		},
+		{
+			// The off mask of a missed message is repeated by the
+			// next: 2 was written off, and the news comes with 4.
+			name:   "written off, the news one message late",
+			got:    []marked{{seq: 1, at: 10 * ms}, {seq: 2, at: 20 * ms}, {seq: 4, resolved: 3, off: 2, at: 40 * ms}},
+			before: struct{ delivered, unowed, lost float64 }{1, 1, 0},
+			// 3 never came, and was acknowledged: lost.
+			after: struct{ delivered, unowed, lost float64 }{2, 1, 1},
+		},
+		{
+			name:   "written off and never delivered: not lost",
+			got:    []marked{{seq: 1, at: 10 * ms}, {seq: 3, resolved: 2, off: 1, at: 30 * ms}, {seq: 4, resolved: 3, at: 40 * ms}},
+			before: struct{ delivered, unowed, lost float64 }{2, 0, 0},
+			after:  struct{ delivered, unowed, lost float64 }{3, 0, 0},
+		},
+		{
+			name:   "began after the ledger: owed from seq 1",
+			begun:  time.Millisecond,
+			got:    []marked{{seq: 3, resolved: 2, at: 30 * ms}, {seq: 4, resolved: 3, at: 40 * ms}},
+			before: struct{ delivered, unowed, lost float64 }{1, 0, 0},
+			after:  struct{ delivered, unowed, lost float64 }{2, 0, 2},
+		},
+		{
+			name:   "began before the ledger: owed from the first seen",
+			begun:  -time.Millisecond,
+			got:    []marked{{seq: 3, resolved: 2, at: 30 * ms}, {seq: 4, resolved: 3, at: 40 * ms}},
+			before: struct{ delivered, unowed, lost float64 }{1, 0, 0},
+			after:  struct{ delivered, unowed, lost float64 }{2, 0, 0},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := newTestSet(t)
+			start := time.Unix(1000, 0)
+			l := NewLedger(set, "me", start, testDeadline, testLostAfter)
+			in := l.NewInbox()
+			for _, m := range tc.got {
+				b := probe.AppendBody(nil, &probe.Header{
+					Run: []byte("other"), Sender: []byte("alice"), Stream: []byte("g.room"), Seq: m.seq,
+					Intended: start.Add(m.at).UnixNano(), HasResolved: true, Resolved: m.resolved, OffMask: m.off,
+					Begun: start.Add(tc.begun).UnixNano(),
+				}, 0)
+				in.Receive(b, start.Add(m.at+5*ms).UnixNano())
+			}
+			k := set.Kind[metrics.Group].Cohort[metrics.Normal]
+			read := func() struct{ delivered, unowed, lost float64 } {
+				return struct{ delivered, unowed, lost float64 }{metrics.Value(k.Delivered), metrics.Value(k.Unowed), metrics.Value(k.Lost)}
+			}
+			in.Sweep(start.Add(100 * ms).UnixNano())
+			if got := read(); got != tc.before {
+				t.Errorf("before lost_after: %+v, want %+v", got, tc.before)
+			}
+			in.Sweep(start.Add(100*ms + testLostAfter + ms).UnixNano())
+			if got := read(); got != tc.after {
+				t.Errorf("after lost_after: %+v, want %+v", got, tc.after)
+			}
+		})
+	}
+}
