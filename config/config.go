@@ -175,6 +175,13 @@ type Population struct {
 	// SlowReaders turns part of the population into slow readers: an
 	// always-on slow-reader drill.
 	SlowReaders SlowReaders `koanf:"slow_readers"`
+	// AcrossShards lays the population out over all the shards (see
+	// Config.Shard) instead of giving each shard users of its own:
+	// Users, the groups and the direct pairs describe the whole
+	// population, each shard logs in its slice of the users, and groups
+	// and conversations span shards. The same holds for each soak
+	// profile's users. Every shard must set it alike.
+	AcrossShards bool `koanf:"across_shards"`
 }
 
 // SlowReaders configures a slow-reader drill: a fraction of the users read

@@ -398,6 +398,7 @@ func TestKeys(t *testing.T) {
 		"history.max_canary_rounds",
 		"history.max_runs",
 		"http.listen",
+		"population.across_shards",
 		"population.backoff.initial",
 		"population.backoff.max",
 		"population.deadline",

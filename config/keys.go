@@ -254,6 +254,7 @@ var keyDocs = map[string]keyDoc{
 	"population.reactor":                  {"read idle sessions without a goroutine each (epoll): WebSocket (ws://, wss://), adapters reference, jsonws, centrifugo, mqtt, xmpp, openim, mattermost; on by default", everyone},
 	"population.session_lifetime":         {"mean time a session stays logged in before its user logs out and back in (churn); 0 is no churn", CommandRun},
 	"population.lag_threshold":            {"how long an acked message may go unreceived before its recipient counts as lagging; 0 is half the deadline", CommandRun},
+	"population.across_shards":            {"lay population.users (and each soak profile's users), their groups and direct pairs out over all the shards, each logging in its slice, so that groups and conversations span shards; false gives each shard users of its own", CommandRun | CommandSoak},
 	"population.slow_readers.fraction":    {"fraction of the users who read slowly (a slow-reader drill), 0 to below 1", CommandRun},
 	"population.slow_readers.read_delay":  {"slow readers' pause after each delivery", CommandRun},
 	"population.slow_readers.pause":       {"slow readers stop reading this long at their first delivery", CommandRun},

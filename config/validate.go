@@ -166,6 +166,7 @@ func (ld *Loader) problems(c Config) []*ValidationError {
 	storeProblems(s, c)
 	canaryProblems(s, c.Canary)
 	soakProblems(s, c.Soak)
+	acrossProblems(s, c)
 	return s.out
 }
 
@@ -370,6 +371,26 @@ func populationProblems(s *problemSink, c Config) {
 		s.fail("population.lag_threshold", p.LagThreshold, "must be less than population.deadline (%v)", p.Deadline)
 	}
 	checkSlowReaders("population.slow_readers", p.SlowReaders, s.fail)
+}
+
+// acrossProblems checks what a population laid out across shards cannot
+// do yet: follow group membership churn, whose changes of members in other
+// shards a sender cannot see when it counts who is owed a message.
+func acrossProblems(s *problemSink, c Config) {
+	if !c.Population.AcrossShards {
+		return
+	}
+	churns := func(bs []Behaviour) bool {
+		return slices.ContainsFunc(bs, func(b Behaviour) bool { return b.MembershipChurn > 0 })
+	}
+	if churns(c.Population.Behaviours) {
+		s.fail("population.across_shards", true, "cannot be set with a behaviour class that has membership_churn (population.behaviours): a sender cannot see the membership changes of users in other shards")
+	}
+	for i, p := range c.Soak.Profiles {
+		if churns(p.Behaviours) {
+			s.fail("population.across_shards", true, "cannot be set with a behaviour class that has membership_churn (soak.profiles[%d].behaviours): a sender cannot see the membership changes of users in other shards", i)
+		}
+	}
 }
 
 // shardProblems checks shard's form.

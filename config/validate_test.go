@@ -117,6 +117,14 @@ func TestValidate(t *testing.T) {
 		{"canary retry_after within the shortest gap", func(c *Config) { c.Canary.Schedule, c.Canary.RetryAfter = "0 9,17 * * *", 7*time.Hour }, ""},
 		{"canary retry_after past the shortest gap", func(c *Config) { c.Canary.Schedule, c.Canary.RetryAfter = "0 9,17 * * *", 9*time.Hour },
 			`canary.retry_after: 9h0m0s: must be shorter than canary.schedule's interval (8h0m0s for "0 9,17 * * *"): a retry any later is the scheduled round`},
+		{"across shards", func(c *Config) { c.Population.AcrossShards = true }, ""},
+		{"across shards with membership churn", func(c *Config) {
+			c.Population.AcrossShards = true
+			c.Population.Behaviours = []Behaviour{{Name: "c", Share: 1, Rate: 0.1, MembershipChurn: time.Minute}}
+		}, "population.across_shards: true: cannot be set with a behaviour class that has membership_churn (population.behaviours): a sender cannot see the membership changes of users in other shards"},
+		{"membership churn on shards of their own", func(c *Config) {
+			c.Population.Behaviours = []Behaviour{{Name: "c", Share: 1, Rate: 0.1, MembershipChurn: time.Minute}}
+		}, ""},
 		{"canary retry_after without a canary", func(c *Config) { c.Canary.Schedule, c.Canary.RetryAfter = "", time.Hour }, ""},
 		{
 			"all problems reported",

@@ -197,7 +197,10 @@ func (b *background) Sessions() int {
 	defer b.mu.Unlock()
 	n := 0
 	for _, bl := range b.blocks {
-		n += bl.users * bl.pop.Devices()
+		// This process's: a block laid out across shards runs a
+		// slice of its users here.
+		sl := bl.pop.Slice()
+		n += (sl.Hi - sl.Lo) * bl.pop.Devices()
 	}
 	return n
 }

@@ -238,6 +238,34 @@ func shardPrefix(cfg config.Config, i int, sh config.Shard) string {
 	return fmt.Sprintf("%s-s%d", cfg.Population.Prefix, i)
 }
 
+// sharedPrefix starts the names of the users of a population laid out
+// across shards (population.across_shards): the same in every shard,
+// which logs in its slice of them. Without it, as shardPrefix.
+func sharedPrefix(cfg config.Config, sh config.Shard) string {
+	if !cfg.Population.AcrossShards {
+		return shardPrefix(cfg, sh.Index, sh)
+	}
+	return cfg.Population.Prefix
+}
+
+// across is the sharding a population laid out across shards follows:
+// sh with population.across_shards, none (the zero Shard) without.
+func across(cfg config.Config, sh config.Shard) config.Shard {
+	if !cfg.Population.AcrossShards {
+		return config.Shard{}
+	}
+	return sh
+}
+
+// sliceOf is the slice of a block of users this shard runs: all of them
+// (the zero Slice) unless sh is sharded.
+func sliceOf(sh config.Shard, users int) engine.Slice {
+	if !sh.Sharded() {
+		return engine.Slice{}
+	}
+	return engine.SliceOf(sh.Index, sh.Count, users)
+}
+
 // newReach makes the prober's view of the target's reachability, exported
 // as imcanary_target_reachable once the first attempt has ended.
 func newReach(m *metrics.Metrics, target string) *engine.Reach {
@@ -278,8 +306,9 @@ func newSoakRunner(cfg config.Config, sh config.Shard, conn engine.Connection, b
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable
 	// for the background population and the canary.
-	o := soak.FromConfig(cfg, conn, m, store, shardPrefix(cfg, sh.Index, sh)+"-"+cohort, log)
+	o := soak.FromConfig(cfg, conn, m, store, sharedPrefix(cfg, sh)+"-"+cohort, log)
 	o.Storm, o.StormSource = bg, metrics.SourceBackground
+	o.Across = across(cfg, sh)
 	if sh.Sharded() {
 		o.Shard = sh.String()
 	}
@@ -298,8 +327,9 @@ func (d *Daemon) newBackground() (*background, error) {
 			Connection:      d.connection(d.reach),
 			Set:             set,
 			Logger:          log,
-			Prefix:          shardPrefix(d.cfg, d.shard.Index, d.shard),
+			Prefix:          sharedPrefix(d.cfg, d.shard),
 			Users:           users,
+			Slice:           sliceOf(across(d.cfg, d.shard), users),
 			Offset:          offset,
 			GroupOffset:     groupOffset,
 			Block:           true,

@@ -512,6 +512,23 @@ func (p *Population) slicePlan() probe.Plan {
 	return plan
 }
 
+// OwnGroups returns how many groups this process counts as its own: all,
+// but in a population laid out across shards, where a group is the
+// shard's of its first member, so that summed over the shards each group
+// counts once.
+func (p *Population) OwnGroups() int {
+	if !p.opts.Slice.Across() {
+		return len(p.groups)
+	}
+	n := 0
+	for _, members := range p.groupLayout() {
+		if p.local(members[0]) {
+			n++
+		}
+	}
+	return n
+}
+
 // local reports whether user i is this process's to run: all are, but in
 // a population laid out across shards.
 func (p *Population) local(i int) bool {

@@ -108,7 +108,7 @@ func (m *Metrics) newDeliveries(f promauto.Factory) {
 	}, []string{"target", "source"})
 	m.GroupFanout = f.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "imcanary_group_fanout_seconds",
-		Help:    "For each group message, time from its intended send time until the last member device online when it was sent had it (pushed or recovered), by the group's size class in members. A message some such device never got is not observed: it is counted lost.",
+		Help:    "For each group message, time from its intended send time until the last member device online when it was sent had it (pushed or recovered), by the group's size class in members. A message some such device never got is not observed: it is counted lost. With population.across_shards, only the sender's shard observes a message, and for its own members only: the whole group's time is at least the highest shard's, which this bounds from below, not from above.",
 		Buckets: LatencyBuckets,
 	}, []string{"target", "source", "size_class"})
 	m.DeliveriesSaturated = f.NewCounterVec(prometheus.CounterOpts{

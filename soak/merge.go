@@ -109,6 +109,10 @@ func Merge(shards []*report.Soak) (*report.Soak, error) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Deliveries)) {
 		d := m.Deliveries[k]
+		// From the sums, not summed: where the population is laid out
+		// across shards, a shard counts owed what others receive, and
+		// only the sums balance.
+		d.Undelivered = max(0, d.Expected-d.Delivered-d.Recovered-d.Lost)
 		setRatios(&d)
 		m.Deliveries[k] = d
 		addTo(&tl.all, d)

@@ -178,13 +178,18 @@ func oneShot(cfg config.Config, users int, mark bool, log *slog.Logger, run func
 		return fmt.Errorf("shard %q: %w", cfg.Shard, err)
 	}
 	prefix := cfg.Population.Prefix
-	if sh.Sharded() {
+	if sh.Sharded() && !cfg.Population.AcrossShards {
 		// As a daemon's shards: never logged in as another shard's.
 		prefix = fmt.Sprintf("%s-s%d", prefix, sh.Index)
 	}
 	o := FromConfig(cfg, conn, m, marks, prefix+"-"+OnceCohort, log)
 	if sh.Sharded() {
 		o.Shard = sh.String()
+		if cfg.Population.AcrossShards {
+			// One population, each shard its slice, under one
+			// prefix.
+			o.Across = sh
+		}
 	}
 	return run(NewRunner(o), store)
 }

@@ -55,6 +55,12 @@ type RunnerOptions struct {
 	// recorded in each report so that the shards' reports of one run
 	// can be merged (Merge); empty for a process of its own.
 	Shard string
+	// Across, when it is sharded, lays each profile's users out across
+	// the shards (population.across_shards): this runner runs its slice
+	// of them (engine.Options.Slice), under the same Prefix in every
+	// shard, and its run's phases keep to the clock rather than to its
+	// own users, so that the shards' send phases begin and end together.
+	Across config.Shard
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
@@ -182,7 +188,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 
 	s := &sampler{
 		r: r, p: p, pop: pop, set: set, obs: obs, before: before, start: start,
-		normal: p.Users - slow, lateNormal: lateNormal, progress: progress, phase: report.PhaseRamp,
+		normal: r.localUsers(p) - slow, lateNormal: lateNormal, progress: progress, phase: report.PhaseRamp,
 		minOnline: -1, prev: before, prevT: start, phaseStart: start,
 	}
 	sampleCtx, stopSampler := context.WithCancel(context.Background())
@@ -203,7 +209,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 		rep.Phases = append(rep.Phases, report.Phase{Name: name, Start: now})
 	}
 	phase(report.PhaseRamp)
-	aborted = waitRamp(ctx, p, pop, start, late)
+	aborted = waitRamp(ctx, pop, start, r.localUsers(p)-late, r.o.Across.Sharded())
 	// sendStart and sendEnd bound the send phase as it ran, which an
 	// abort cuts short: the report's rates are over this span, never the
 	// profile's duration.
@@ -216,7 +222,7 @@ func (r *Runner) run(ctx context.Context, p config.Profile, progress func(Progre
 	}
 	if !aborted {
 		phase(report.PhaseDrain)
-		aborted = drain(ctx, p, pop, set, before)
+		aborted = drain(ctx, p, pop, set, before, r.o.Across.Sharded())
 	}
 	stopSampler()
 	stopStorm()
@@ -240,7 +246,7 @@ func (r *Runner) newReport(p config.Profile, pop *engine.Population, start time.
 	rep := &report.Soak{
 		ID: report.NewRunID(start), Kind: "soak", Target: r.o.Target, Start: start,
 		Profile: profileOf(p),
-		Users:   report.Users{Configured: p.Users, Groups: len(pop.Plan().Groups)},
+		Users:   report.Users{Configured: r.localUsers(p), Groups: pop.OwnGroups()},
 		CatchUp: config.CatchUpOff, Shard: r.o.Shard,
 	}
 	if r.o.Connection.CatchUp {
@@ -249,16 +255,38 @@ func (r *Runner) newReport(p config.Profile, pop *engine.Population, start time.
 	return rep
 }
 
-// waitRamp waits out the ramp phase of a run begun at start, whose late
-// users are not due, and reports whether ctx ended.
-func waitRamp(ctx context.Context, p config.Profile, pop *engine.Population, start time.Time, late int) (aborted bool) {
-	// The ramp ends when every user due has logged in, or a grace period
-	// after the configured ramp (longer if the connect rate limit needs
-	// it): the verdict will say who never did.
-	rampCtx, endRamp := context.WithDeadline(ctx, start.Add(pop.Ramp()+30*time.Second))
+// localUsers is how many of p's users this runner runs: all, but where
+// they are laid out across shards.
+func (r *Runner) localUsers(p config.Profile) int {
+	if sl := r.slice(p); sl.Across() {
+		return sl.Hi - sl.Lo
+	}
+	return p.Users
+}
+
+// rampGrace is how long after the configured ramp (longer if the connect
+// rate limit needs it) the ramp phase ends at the latest.
+const rampGrace = 30 * time.Second
+
+// waitRamp waits out the ramp phase of a run begun at start, in which due
+// users are due to log in, and reports whether ctx ended. The ramp ends
+// when every user due has logged in, or rampGrace after the configured
+// ramp: the verdict will say who never did. across ends it at a moment
+// every shard of a run reaches together, so that the shards send together
+// and none sends to users another has yet to log in: the ramp and as long
+// again, 5 s at least and rampGrace at most.
+func waitRamp(ctx context.Context, pop *engine.Population, start time.Time, due int, across bool) (aborted bool) {
+	end := start.Add(pop.Ramp() + rampGrace)
+	if across {
+		end = start.Add(pop.Ramp() + min(max(pop.Ramp(), 5*time.Second), rampGrace))
+	}
+	rampCtx, endRamp := context.WithDeadline(ctx, end)
 	// Online counts sessions: each user due holds one per device.
-	pop.WaitOnline(rampCtx, (p.Users-late)*pop.Devices())
+	pop.WaitOnline(rampCtx, due*pop.Devices())
 	endRamp()
+	if across {
+		return !probe.Sleep(ctx, time.Until(end))
+	}
 	return ctx.Err() != nil
 }
 
@@ -284,6 +312,7 @@ func (r *Runner) newPopulation(p config.Profile, set *metrics.Set, obs *observer
 		Set:          set,
 		Logger:       o.Logger.With("profile", p.Name),
 		Prefix:       o.Prefix + "-" + p.Name,
+		Slice:        r.slice(p),
 		Users:        p.Users,
 		Ramp:         p.Ramp,
 		GroupSize:    p.GroupSize,
@@ -302,11 +331,21 @@ func (r *Runner) newPopulation(p config.Profile, set *metrics.Set, obs *observer
 	})
 }
 
+// slice is the slice of p's users this runner runs where they are laid
+// out across shards; the zero Slice (all of them) otherwise.
+func (r *Runner) slice(p config.Profile) engine.Slice {
+	if sh := r.o.Across; sh.Sharded() {
+		return engine.SliceOf(sh.Index, sh.Count, p.Users)
+	}
+	return engine.Slice{}
+}
+
 // cohorts counts a population's late users (for the ramp), its slow
 // readers (judged apart), and the late users among the others (the online
 // ratio counts normal users and their late ones).
 func cohorts(pop *engine.Population) (late, slow, lateNormal int) {
-	for i := range pop.Users() {
+	sl := pop.Slice()
+	for i := sl.Lo; i < sl.Hi; i++ {
 		switch {
 		case pop.Slow(i):
 			slow++
@@ -345,12 +384,20 @@ func (r *Runner) send(ctx context.Context, p config.Profile, pop *engine.Populat
 }
 
 // drain waits, sweeping, until every owed delivery is delivered or lost,
-// or for the profile's drain, and reports whether ctx ended first.
-func drain(ctx context.Context, p config.Profile, pop *engine.Population, set *metrics.Set, before counts) (aborted bool) {
-	drainEnd := time.Now().Add(p.Drain)
+// or for the profile's drain, and reports whether ctx ended first. across
+// drains for the whole of it, and for at least lost_after and a deadline:
+// a shard counts owed what other shards receive, so its own counts never
+// balance, and a receiver settles the last messages of another shard's
+// stream only lost_after after they came (see engine.Inbox.Sweep).
+func drain(ctx context.Context, p config.Profile, pop *engine.Population, set *metrics.Set, before counts, across bool) (aborted bool) {
+	span := p.Drain
+	if across {
+		span = max(span, p.LostAfter+p.Deadline)
+	}
+	drainEnd := time.Now().Add(span)
 	for time.Now().Before(drainEnd) {
 		pop.Sweep(time.Now())
-		if d := snapshot(set).sub(before); pop.Inflight() == 0 && d.all().Expected <= d.all().Delivered+d.all().Lost {
+		if d := snapshot(set).sub(before); !across && pop.Inflight() == 0 && d.all().Expected <= d.all().Delivered+d.all().Lost {
 			break
 		}
 		if !probe.Sleep(ctx, 50*time.Millisecond) {
@@ -477,6 +524,9 @@ func (r *Runner) fill(rep *report.Soak, p config.Profile, d counts, obs *observe
 		"Loss ratio counts deliveries the ledger wrote off (lost) and those still missing when the drain ended (undelivered), over deliveries owed for acknowledged messages (one per recipient device); eventual completeness is its complement. Real-time completeness counts only what was pushed within the deadline: a message a device fetched by catch-up (recovered) is complete eventually but not in real time.",
 		"Percentiles come from HDR histograms with 3 significant digits; min_online_ratio is the lowest sampled ratio of normal users online to normal users due online during the send phase.",
 	)
+	if sh := r.o.Across; sh.Sharded() {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Shard %s of a population laid out across %d shards (population.across_shards): it counts owed every delivery its users' messages make, in whichever shard the recipient lives, and delivered or lost only what its own users receive, from any shard. Its deliveries and verdict are one part of the run: judge the run by the shards' reports merged (imcanary soak merge).", sh, sh.Count))
+	}
 	if p.Settle > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("The run settled for the first %s of sending: the latency figures and thresholds count the messages sent after it, "+
 			"the charts and every count (sent, delivered, lost) all of them.", p.Settle))

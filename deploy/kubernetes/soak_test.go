@@ -208,6 +208,11 @@ func TestSoakJob(t *testing.T) {
 		if err != nil || sh.Index != i || sh.Count != n {
 			t.Errorf("shard %d: shard %q (%v), want %d/%d, N the completions", i, cfg.Shard, err, i, n)
 		}
+		if !cfg.Population.AcrossShards {
+			// One release test of one population: its groups span
+			// the shards, as the users of one server's do.
+			t.Errorf("shard %d: population.across_shards false, want the profile's users laid out across the Job's shards", i)
+		}
 		profile, _ := fs.GetString("profile")
 		if p, ok := cfg.Profile(profile); !ok || p.Schedule != "" {
 			t.Errorf("shard %d: profile %q: in the configuration %v, schedule %q; want one there, run on demand only", i, profile, ok, p.Schedule)
