@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,12 +17,15 @@ import (
 	"github.com/imcanary/imcanary/report"
 )
 
-// acrossConfig is the configuration of TestSoakAcrossShards: 402 users
-// laid out across the shards in one group of all of them, ten talkers
+// acrossConfig is the configuration of TestSoakAcrossShards: users laid
+// out across the shards in one group of all of them, about ten talkers
 // among listeners, and a loss threshold a 1% drop fails.
-func acrossConfig(t *testing.T, url string) string {
+func acrossConfig(t *testing.T, url string, users int) string {
 	t.Helper()
 	dir := t.TempDir()
+	// The talkers' share: ten of them, however many listen, so that the
+	// group's deliveries grow with its size and not with its square.
+	talkers := 10 / float64(users)
 	cfg := fmt.Sprintf(`
 target: {url: %q}
 data_dir: %q
@@ -29,18 +33,18 @@ population: {across_shards: true}
 soak:
   profiles:
     - name: span
-      users: 402
-      groups: "1x402"
+      users: %d
+      groups: "1x%d"
       behaviours:
-        - {name: talker, share: 0.025, rate: 1}
-        - {name: listener, share: 0.975, rate: 0}
+        - {name: talker, share: %g, rate: 1}
+        - {name: listener, share: %g, rate: 0}
       ramp: 1s
       duration: 12s
       drain: 2s
       deadline: 2s
       lost_after: 4s
       thresholds: {max_loss: 0.001, p99_delivery: 2s}
-`, url, filepath.Join(dir, "data"))
+`, url, filepath.Join(dir, "data"), users, users, talkers, 1-talkers)
 	path := filepath.Join(dir, "imcanary.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -61,6 +65,17 @@ func TestSoakAcrossShards(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds imcanary and runs four soak processes")
 	}
+	// 402: two of the direct pairs cross a shard's edge. More (such as
+	// 4002, a group of 4,002 spanning the four shards) by the variable,
+	// to measure; CI runs 402.
+	users := 402
+	if s := os.Getenv("IMCANARYTEST_ACROSS_USERS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 8 || n > 16000 {
+			t.Fatalf("IMCANARYTEST_ACROSS_USERS=%q: want a number of users from 8 to 16000", s)
+		}
+		users = n
+	}
 	bin := binary(t)
 	for _, tc := range []struct {
 		name string
@@ -68,7 +83,10 @@ func TestSoakAcrossShards(t *testing.T) {
 		want int
 	}{{"clean", 0, exitOK}, {"drop 1%", 0.01, exitFail}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, err := refserver.New(refserver.Options{Faults: refserver.Faults{Drop: tc.drop}})
+			// A frame big enough for the group's creation, which
+			// names every member: at 4,002 members, past the default
+			// 64 KiB.
+			srv, err := refserver.New(refserver.Options{Faults: refserver.Faults{Drop: tc.drop}, MaxFrame: 4 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +98,7 @@ func TestSoakAcrossShards(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Go(func() { _ = srv.Serve(ctx, ln) })
 			t.Cleanup(func() { cancel(); wg.Wait() })
-			cfg := acrossConfig(t, "ws://"+ln.Addr().String()+"/ws")
+			cfg := acrossConfig(t, "ws://"+ln.Addr().String()+"/ws", users)
 
 			// Whole seconds, at least two ahead: the processes
 			// must load their configuration before it.
@@ -113,7 +131,10 @@ func TestSoakAcrossShards(t *testing.T) {
 				procs.Go(func() { errs[i] = cmd.Wait() })
 			}
 			procs.Wait()
-			var sum report.Deliveries
+			var (
+				sum     report.Deliveries
+				unacked int64
+			)
 			for i := range 4 {
 				// A shard's own verdict is one part of the run's:
 				// only its exit code for a failed run says nothing.
@@ -129,24 +150,46 @@ func TestSoakAcrossShards(t *testing.T) {
 					t.Fatal(err)
 				}
 				d := r.Deliveries["all"]
-				t.Logf("shard %d/4: %d users, %d groups; expected %d, delivered %d, lost %d, duplicate %d", i, r.Users.Configured, r.Users.Groups, d.Expected, d.Delivered, d.Lost, d.Duplicate)
+				t.Logf("shard %d/4: %d users (%d logged in), %d groups; expected %d, delivered %d, lost %d, duplicate %d", i, r.Users.Configured, r.Users.LoggedIn, r.Users.Groups, d.Expected, d.Delivered, d.Lost, d.Duplicate)
 				sum.Expected += d.Expected
 				sum.Delivered += d.Delivered
 				sum.Recovered += d.Recovered
 				sum.Lost += d.Lost
 				sum.Duplicate += d.Duplicate
+				unacked += r.Messages.Unacked + r.Messages.WriteErrors
+				for _, n := range r.Messages.Rejected {
+					unacked += n
+				}
 			}
 			st := srv.Stats()
 			t.Logf("summed: expected %d, delivered %d, lost %d; the server made %d deliveries and dropped %d", sum.Expected, sum.Delivered, sum.Lost, st.Deliveries, st.Dropped)
 			if sum.Expected < 10000 {
-				t.Fatalf("%d deliveries expected, want tens of thousands", sum.Expected)
+				t.Fatalf("%d deliveries expected, want tens of thousands; shard 0/4 said:\n%s", sum.Expected, outs[0].String())
 			}
-			if sum.Lost != int64(st.Dropped) || sum.Delivered+sum.Lost != sum.Expected || sum.Duplicate+sum.Recovered != 0 {
-				t.Errorf("summed over the shards: expected %d, delivered %d, lost %d, duplicate %d, recovered %d; want the %d the server dropped lost and the rest delivered, once",
-					sum.Expected, sum.Delivered, sum.Lost, sum.Duplicate, sum.Recovered, st.Dropped)
+			// Nothing is in flight at the end: every drop was
+			// followed by a message of its stream, and the drain
+			// outlasted lost_after.
+			if sum.Delivered+sum.Recovered+sum.Lost != sum.Expected || sum.Duplicate != 0 {
+				t.Errorf("summed over the shards: expected %d, delivered %d, lost %d, duplicate %d, recovered %d; want every owed delivery delivered or lost, once",
+					sum.Expected, sum.Delivered, sum.Lost, sum.Duplicate, sum.Recovered)
 			}
-			if sum.Expected != int64(st.Deliveries+st.Dropped) {
-				t.Errorf("%d expected, the server made %d deliveries and dropped %d: want every one owed", sum.Expected, st.Deliveries, st.Dropped)
+			// Every delivery the server made or dropped was owed,
+			// and every one it dropped is lost, but those of a
+			// message whose ack never came within the deadline: its
+			// sender wrote it off, and its deliveries are unowed,
+			// counted neither delivered nor lost.
+			made := int64(st.Deliveries + st.Dropped)
+			switch {
+			case unacked == 0 && (sum.Expected != made || sum.Lost != int64(st.Dropped)):
+				t.Errorf("%d expected and %d lost; the server made %d deliveries and dropped %d: want every one owed, the dropped lost", sum.Expected, sum.Lost, st.Deliveries, st.Dropped)
+			case sum.Expected > made || sum.Lost > int64(st.Dropped):
+				t.Errorf("%d expected and %d lost; the server made %d deliveries and dropped %d, %d messages unacknowledged: want no more owed than made, nor lost than dropped",
+					sum.Expected, sum.Lost, st.Deliveries, st.Dropped, unacked)
+			}
+			if users != 402 {
+				// A size measured by hand: its verdict is the
+				// machine's as much as the server's.
+				return
 			}
 			var out, errOut bytes.Buffer
 			if code := run([]string{"soak", "merge", dir}, &out, &errOut); code != tc.want {
