@@ -223,3 +223,39 @@ func TestInboxMarks(t *testing.T) {
 		})
 	}
 }
+
+// TestAcrossShardsSyncs: a device that receives from another shard's
+// sender is always owed a sync (with catch-up, the sync finds the gap at
+// the end of a conversation that no later push reveals), since this
+// process never sees that sender's acks; one whose conversations all stay
+// in its shard is owed one only for what its shard's senders had
+// acknowledged.
+func TestAcrossShardsSyncs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		groups []config.GroupSpec
+		slice  Slice
+		want   bool
+	}{
+		{"a group spanning the shards", []config.GroupSpec{{Count: 1, Size: 40}}, SliceOf(0, 2, 40), true},
+		{"groups within the shard", []config.GroupSpec{{Count: 10, Size: 4}}, SliceOf(0, 2, 40), false},
+		{"one shard of its own", []config.GroupSpec{{Count: 1, Size: 40}}, Slice{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPopulation(Options{
+				Connection: Connection{Driver: newMemServer(), Run: "r", Heartbeat: time.Second, BackoffMin: time.Millisecond, BackoffMax: time.Second},
+				Set:        newTestSet(t), Prefix: "m", Users: 40, Groups: tc.groups, Rate: 1,
+				Deadline: time.Second, LostAfter: 2 * time.Second, Slice: tc.slice,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sl := p.Slice()
+			for i := sl.Lo; i < sl.Hi; i++ {
+				if got := p.owes(p.users[i].devices[0]); got != tc.want {
+					t.Fatalf("user %d: owes a sync %v before anything was sent, want %v", i, got, tc.want)
+				}
+			}
+		})
+	}
+}

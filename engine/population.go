@@ -288,6 +288,9 @@ func (p *Population) layoutDirect() {
 			peer = i - 1
 		}
 		if peer >= 0 && peer != i && !u.remote {
+			// The pair is one conversation either way: a peer in
+			// another shard sends to u as well.
+			u.remoteIn = p.users[peer].remote
 			pn := p.users[peer].name
 			u.direct = &sendStream{name: []byte("d." + pn), nameS: "d." + pn, kind: metrics.Direct, dst: int32(peer)}
 		}
@@ -306,10 +309,12 @@ func (p *Population) layoutGroups() {
 		gs := newGroupState(len(p.groups), members)
 		nameS := "g." + grp.Name
 		name := []byte(nameS)
+		spans := slices.ContainsFunc(members, func(m int) bool { return p.users[m].remote })
 		for pos, m := range members {
 			if p.users[m].remote {
 				continue
 			}
+			p.users[m].remoteIn = p.users[m].remoteIn || spans
 			st := &sendStream{name: name, nameS: nameS, kind: metrics.Group,
 				fan: &fanout{obs: o.Set.Fanout[metrics.SizeClassOf(len(members))]}, grp: gs, pos: int32(pos), dst: -1}
 			p.users[m].groups = append(p.users[m].groups, st)
@@ -838,9 +843,10 @@ func (p *Population) syncSession(dev *device, sess probe.Session) error {
 // conversation that only a sync finds. It reads the acks as they are now,
 // not as the last sweep saw them, so that a sync is never skipped for a
 // message acknowledged since. A stream from a peer shard, whose acks this
-// process never sees, is always owed.
+// process never sees, is always owed: the canary ring's, and in a
+// population laid out across shards, the other shards' senders'.
 func (p *Population) owes(dev *device) bool {
-	if dev.u.idx == 0 && p.opts.CrossFrom != "" || dev.catchup.Lacks() {
+	if dev.u.idx == 0 && p.opts.CrossFrom != "" || dev.u.remoteIn || dev.catchup.Lacks() {
 		return true
 	}
 	for i := range dev.incoming {

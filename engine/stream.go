@@ -34,8 +34,9 @@ type user struct {
 	// slow users read deliberately slowly (a drill) and do not send.
 	slow bool
 	// remote users are another shard's, in a population laid out across
-	// shards: they have no devices and no send streams here.
-	remote bool
+	// shards: they have no devices and no send streams here. remoteIn
+	// users are this shard's and receive from another's.
+	remote, remoteIn bool
 	// toggle, guarded by mu, alternates direct and group messages.
 	toggle bool
 	// outOf is the group stream of the group whose membership the user
