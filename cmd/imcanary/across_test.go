@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,19 +84,8 @@ func TestSoakAcrossShards(t *testing.T) {
 			// A frame big enough for the group's creation, which
 			// names every member: at 4,002 members, past the default
 			// 64 KiB.
-			srv, err := refserver.New(refserver.Options{Faults: refserver.Faults{Drop: tc.drop}, MaxFrame: 4 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Go(func() { _ = srv.Serve(ctx, ln) })
-			t.Cleanup(func() { cancel(); wg.Wait() })
-			cfg := acrossConfig(t, "ws://"+ln.Addr().String()+"/ws", users)
+			srv, url := startServer(t, refserver.Options{Faults: refserver.Faults{Drop: tc.drop}, MaxFrame: 4 << 20})
+			cfg := acrossConfig(t, url, users)
 
 			// Whole seconds, at least two ahead: the processes
 			// must load their configuration before it.

@@ -57,7 +57,15 @@ func TestExitCodes(t *testing.T) {
 // command tests; it accepts any token.
 func startTarget(t *testing.T, f refserver.Faults) string {
 	t.Helper()
-	srv, err := refserver.New(refserver.Options{Faults: f})
+	_, url := startServer(t, refserver.Options{Faults: f})
+	return url
+}
+
+// startServer runs a reference server of opts on a loopback port until
+// the test ends, and returns it and its WebSocket URL.
+func startServer(t *testing.T, opts refserver.Options) (*refserver.Server, string) {
+	t.Helper()
+	srv, err := refserver.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +77,7 @@ func startTarget(t *testing.T, f refserver.Faults) string {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return "ws://" + ln.Addr().String() + "/ws"
+	return srv, "ws://" + ln.Addr().String() + "/ws"
 }
 
 func soakConfig(t *testing.T, url string) string {
