@@ -155,7 +155,9 @@ func ParseBody(b []byte, h *Header) error {
 // of them is padding, and ends them.
 func parseMarks(rest []byte, h *Header) {
 	var seen [3]bool
-	for len(rest) > 1 {
+	// Padding ('x') is the common rest, and may be kilobytes: it ends
+	// the marks before it is scanned for a space.
+	for len(rest) > 1 && rest[0] != 'x' {
 		var tok []byte
 		tok, rest, _ = bytes.Cut(rest, []byte{' '})
 		if len(tok) < 2 {
