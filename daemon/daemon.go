@@ -257,15 +257,6 @@ func across(cfg config.Config, sh config.Shard) config.Shard {
 	return sh
 }
 
-// sliceOf is the slice of a block of users this shard runs: all of them
-// (the zero Slice) unless sh is sharded.
-func sliceOf(sh config.Shard, users int) engine.Slice {
-	if !sh.Sharded() {
-		return engine.Slice{}
-	}
-	return engine.SliceOf(sh.Index, sh.Count, users)
-}
-
 // newReach makes the prober's view of the target's reachability, exported
 // as imcanary_target_reachable once the first attempt has ended.
 func newReach(m *metrics.Metrics, target string) *engine.Reach {
@@ -322,6 +313,8 @@ func (d *Daemon) newBackground() (*background, error) {
 	name := d.cfg.Target.Name
 	set := d.metrics.For(name, metrics.SourceBackground)
 	log := d.log.With("target", name, "source", metrics.SourceBackground)
+	// Each block is a whole layout, sliced alike in every shard.
+	sh := across(d.cfg, d.shard)
 	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*engine.Population, error) {
 		return engine.NewPopulation(engine.Options{
 			Connection:      d.connection(d.reach),
@@ -329,7 +322,7 @@ func (d *Daemon) newBackground() (*background, error) {
 			Logger:          log,
 			Prefix:          sharedPrefix(d.cfg, d.shard),
 			Users:           users,
-			Slice:           sliceOf(across(d.cfg, d.shard), users),
+			Slice:           engine.SliceOf(sh.Index, sh.Count, users),
 			Offset:          offset,
 			GroupOffset:     groupOffset,
 			Block:           true,

@@ -186,8 +186,12 @@ type Slice struct{ Lo, Hi int }
 // Across reports whether s lays a population out across shards.
 func (s Slice) Across() bool { return s.Hi > 0 }
 
-// Of returns the slice shard i of n runs of a population of users users:
-// consecutive, and as even as can be.
+// SliceOf returns the slice shard i of n runs of a population of users
+// users: consecutive, and as even as can be; the zero Slice (all of
+// them) for one shard or none.
 func SliceOf(i, n, users int) Slice {
+	if n <= 1 {
+		return Slice{}
+	}
 	return Slice{Lo: i * users / n, Hi: (i + 1) * users / n}
 }

@@ -334,10 +334,7 @@ func (r *Runner) newPopulation(p config.Profile, set *metrics.Set, obs *observer
 // slice is the slice of p's users this runner runs where they are laid
 // out across shards; the zero Slice (all of them) otherwise.
 func (r *Runner) slice(p config.Profile) engine.Slice {
-	if sh := r.o.Across; sh.Sharded() {
-		return engine.SliceOf(sh.Index, sh.Count, p.Users)
-	}
-	return engine.Slice{}
+	return engine.SliceOf(r.o.Across.Index, r.o.Across.Count, p.Users)
 }
 
 // cohorts counts a population's late users (for the ramp), its slow
