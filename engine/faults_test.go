@@ -22,6 +22,8 @@ type memRun struct {
 	srv *memServer
 	pop *Population
 	set *metrics.Set
+	// stop, if set, ends the population's Run and waits for it.
+	stop func()
 }
 
 const (

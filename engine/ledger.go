@@ -79,6 +79,13 @@ type Ledger struct {
 	shift int64
 }
 
+// firstOwed is how long after a device's first login another shard's
+// messages become owed to it. The shards' clocks differ (by milliseconds
+// where they keep NTP time): a message sent just before the login, by a
+// sender whose clock is ahead, would otherwise be owed though the server
+// fanned it out before the device was there to receive it.
+const firstOwed = time.Second
+
 // NewLedger returns a ledger that records into set. run is this process's
 // run id: streams of the same run are known to start at sequence 1, so a
 // loss of their first messages is counted too.
@@ -132,6 +139,13 @@ type Inbox struct {
 	// in, 0 while it is offline: a group message intended before it was
 	// not owed to the device's fan-out.
 	onlineSince atomic.Int64
+	// owedFrom (Unix ns) is when another shard's streams are owed to the
+	// device from (firstOwed after its first login), 0 before it: their
+	// senders count owed every delivery to it, online or not, and what
+	// they sent before this process's device was there to receive it (a
+	// shard's start, or its restart while the others ran on) is counted
+	// by no one rather than as missed.
+	owedFrom atomic.Int64
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.
 	mu sync.Mutex
@@ -194,7 +208,8 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		in.observe(&h, now, Ignored)
 		return
 	}
-	if h.Intended < l.start {
+	mirrored := h.HasResolved && !bytes.Equal(h.Run, l.run)
+	if h.Intended < l.start || mirrored && h.Intended < in.owedFrom.Load() {
 		l.set.Ignored[metrics.IgnoredStale].Inc()
 		in.observe(&h, now, Ignored)
 		return
@@ -225,13 +240,14 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 			if !own {
 				st.fan = l.fanoutOf(st.key)
 			}
-		case h.HasResolved:
+		case mirrored:
 			// Another shard's sender of a population laid out across
 			// shards: its marks stand in for the ack record this
 			// process does not have. A stream that began after this
-			// ledger did is owed here from its first message.
+			// device was first owed it is owed here from its first
+			// message.
 			st.mirror, st.fate = true, new(fate)
-			if h.Begun >= l.start {
+			if h.Begun >= max(l.start, in.owedFrom.Load()) {
 				st.base = 1
 			}
 		}

@@ -338,6 +338,7 @@ func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Sessi
 	dev.sessStart = l.began
 	u.mu.Unlock()
 	dev.inbox.onlineSince.Store(l.began)
+	dev.inbox.owedFrom.CompareAndSwap(0, l.began+int64(firstOwed))
 	dev.online.Store(true)
 	dev.nextPause = 0
 	u.everOnline.Store(true)

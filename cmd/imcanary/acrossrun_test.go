@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/imcanary/imcanary/internal/testwait"
+	"github.com/imcanary/imcanary/refserver"
+)
+
+// TestRunAcrossShardsRestart runs the background population of three
+// daemons laid out across them (population.across_shards), as the
+// StatefulSet example does: 30 users in one group that spans the three,
+// with direct pairs across the shards' edges, on a clean reference server.
+// Then it kills one shard (SIGKILL, as an evicted pod) and starts it again,
+// as a rolling update does to every pod, its users logging in over a ramp.
+// Nothing was missing from the server, so no shard may count a delivery
+// lost, late, recovered or duplicated, before the restart or after: what
+// the others sent while the shard was down, or before its devices logged
+// in again, is not owed to the new process, whose ledger began after it.
+// And the restarted shard must count deliveries again, from the others'
+// senders and its own.
+func TestRunAcrossShardsRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs three daemons, one of them twice")
+	}
+	bin := binary(t)
+	url := startTarget(t, refserver.Faults{})
+	const (
+		shards   = 3
+		users    = 30
+		perShard = users / shards
+	)
+	type shard struct {
+		addr, data string
+		cmd        *exec.Cmd
+	}
+	var sh [shards]shard
+	start := func(i int) {
+		cmd := exec.Command(bin, "run",
+			"--shard", fmt.Sprintf("%d/%d", i, shards),
+			"--target.url", url, "--http.listen", sh[i].addr, "--data_dir", sh[i].data,
+			"--population.across_shards=true",
+			fmt.Sprintf("--population.users=%d", users), fmt.Sprintf("--population.groups=1x%d", users),
+			"--population.rate=0.3", "--population.ramp=3s",
+			"--population.deadline=2s", "--population.lost_after=4s",
+			"--canary.schedule=", "--log.level=warn")
+		cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=across-test")
+		cmd.Stderr = &prefixWriter{t: t, prefix: fmt.Sprintf("shard %d: ", i)}
+		cmd.WaitDelay = 5 * time.Second
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sh[i].cmd = cmd
+	}
+	for i := range shards {
+		sh[i].addr, sh[i].data = freeAddr(t), filepath.Join(t.TempDir(), "data")
+		start(i)
+	}
+	t.Cleanup(func() {
+		for i := range shards {
+			_ = sh[i].cmd.Process.Signal(os.Interrupt)
+		}
+		for i := range shards {
+			done := make(chan struct{})
+			go func() { _ = sh[i].cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = sh[i].cmd.Process.Kill()
+				<-done
+			}
+		}
+	})
+
+	scrapeAll := func() ([shards]map[string]*dto.MetricFamily, error) {
+		var s [shards]map[string]*dto.MetricFamily
+		for i := range shards {
+			var err error
+			if s[i], err = scrape(sh[i].addr); err != nil {
+				return s, fmt.Errorf("shard %d: %w", i, err)
+			}
+		}
+		return s, nil
+	}
+	bg := func(s map[string]*dto.MetricFamily, name string) float64 {
+		return value(s, name, "source", "background")
+	}
+	// quiet fails the test if any shard counted what a clean server
+	// cannot cause.
+	quiet := func(when string, s [shards]map[string]*dto.MetricFamily) {
+		t.Helper()
+		for i := range shards {
+			for _, name := range []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_late_total",
+				"imcanary_deliveries_recovered_total", "imcanary_deliveries_duplicate_total"} {
+				if n := bg(s[i], name); n != 0 {
+					t.Errorf("%s: shard %d: %s{source=background} = %v on a clean server, want 0", when, i, name, n)
+				}
+			}
+		}
+	}
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	}()
+	// online waits until every shard has its slice online, and shard i
+	// has counted at least want deliveries; it returns the scrape.
+	online := func(i int, want float64) [shards]map[string]*dto.MetricFamily {
+		var s [shards]map[string]*dto.MetricFamily
+		testwait.Every(t, 60*time.Second, 300*time.Millisecond, "the shards online and delivering", func() bool {
+			var err error
+			if s, err = scrapeAll(); err != nil {
+				last = err.Error()
+				return false
+			}
+			for j := range shards {
+				if n := bg(s[j], "imcanary_sessions_online"); n != perShard {
+					last = fmt.Sprintf("shard %d: %v of its %d users online", j, n, perShard)
+					return false
+				}
+			}
+			if n := bg(s[i], "imcanary_deliveries_total"); n < want {
+				last = fmt.Sprintf("shard %d: %v deliveries, want %v", i, n, want)
+				return false
+			}
+			return true
+		})
+		return s
+	}
+
+	// Every shard owes and receives: a third of each group message's
+	// deliveries are each shard's.
+	s := online(1, 200)
+	quiet("before the restart", s)
+	for i := range shards {
+		if n := bg(s[i], "imcanary_deliveries_expected_total"); n == 0 {
+			t.Fatalf("shard %d owes no delivery: its users send nothing", i)
+		}
+	}
+
+	if err := sh[1].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh[1].cmd.Wait()
+	// Down for longer than lost_after, so that the others' messages to
+	// its users outlive any hold.
+	time.Sleep(5 * time.Second)
+	start(1)
+	s = online(1, 200)
+	// Twice lost_after more, so that every gap the restart could leave
+	// is judged.
+	time.Sleep(2 * 4 * time.Second)
+	if s, err := scrapeAll(); err != nil {
+		t.Fatal(err)
+	} else {
+		quiet("after the restart", s)
+		for i := range shards {
+			t.Logf("shard %d: expected %v, delivered %v, ignored as stale %v", i,
+				bg(s[i], "imcanary_deliveries_expected_total"), bg(s[i], "imcanary_deliveries_total"),
+				value(s[i], "imcanary_deliveries_ignored_total", "reason", "stale"))
+		}
+	}
+}
