@@ -668,6 +668,11 @@ func TestManifests(t *testing.T) {
 		if want := fmt.Sprintf("auto/%d", nShards); cfg.Shard != want {
 			t.Errorf("shard = %q, want %q", cfg.Shard, want)
 		}
+		if !cfg.Population.AcrossShards {
+			// One background population over the shards, its groups
+			// spanning them, as the users of one server's do.
+			t.Errorf("population.across_shards false, want the background population laid out across the StatefulSet's shards")
+		}
 
 		// data_dir is a writable volume: a claim per shard or an emptyDir.
 		var mount *corev1.VolumeMount
