@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/refserver"
 	"github.com/imcanary/imcanary/report"
 )
@@ -183,5 +186,130 @@ func TestSoakAcrossShards(t *testing.T) {
 				t.Errorf("soak merge = %d, want %d:\n%s%s", code, tc.want, out.String(), errOut.String())
 			}
 		})
+	}
+}
+
+// TestSoakAcrossShardsMatchesOne: the merged report of three soak shards
+// of one population laid out across them says what one process running
+// the same population says. Both run at once, each against a reference
+// server of its own that drops 1% of deliveries (until 5 s before the send
+// phase ends): the same users, logged in, and group; about as many
+// deliveries owed (the send phase is as long); each its own server's
+// drops lost, at about the same ratio; and the same verdict, threshold by
+// threshold: a fail, on the merged sums as in the one process.
+func TestSoakAcrossShardsMatchesOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds imcanary and runs four soak processes")
+	}
+	const users = 300
+	bin := binary(t)
+	type side struct {
+		srv    *refserver.Server
+		shards int
+		dir    string
+		procs  []*exec.Cmd
+		outs   []*bytes.Buffer
+	}
+	at := time.Now().Add(3 * time.Second).Truncate(time.Second).UTC()
+	runs := []*side{{shards: 1}, {shards: 3}}
+	for _, r := range runs {
+		var url string
+		r.srv, url = startServer(t, refserver.Options{Faults: refserver.Faults{Drop: 0.01}, MaxFrame: 4 << 20})
+		cfg := acrossConfig(t, url, users)
+		r.dir = t.TempDir()
+		// The send phase ends 12 s after the ramp's end: 1 s after
+		// the start for one process, 1 s + 5 s for shards across.
+		sendEnd := at.Add(13 * time.Second)
+		if r.shards > 1 {
+			sendEnd = sendEnd.Add(5 * time.Second)
+		}
+		srv := r.srv
+		off := time.AfterFunc(time.Until(sendEnd.Add(-5*time.Second)), func() { srv.SetFaults(refserver.Faults{}) })
+		t.Cleanup(func() { off.Stop() })
+		for i := range r.shards {
+			args := []string{"soak", "--config", cfg, "--profile", "span", "--start_at", at.Format(time.RFC3339),
+				"--json", filepath.Join(r.dir, fmt.Sprintf("shard-%d.json", i)),
+				"--data_dir", filepath.Join(t.TempDir(), "data"), "--log.level=warn"}
+			if r.shards > 1 {
+				args = append(args, "--shard", fmt.Sprintf("%d/%d", i, r.shards))
+			}
+			cmd := exec.Command(bin, args...)
+			out := new(bytes.Buffer)
+			cmd.Stdout, cmd.Stderr = out, out
+			cmd.WaitDelay = 5 * time.Second
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r.procs, r.outs = append(r.procs, cmd), append(r.outs, out)
+		}
+	}
+	var reports [2]*report.Soak
+	for k, r := range runs {
+		var shards []*report.Soak
+		for i, cmd := range r.procs {
+			if code := exitCode(t, cmd.Wait()); code != exitOK && code != exitFail {
+				t.Fatalf("%d shard(s), shard %d: soak exited %d:\n%s", r.shards, i, code, r.outs[i].String())
+			}
+			b, err := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("shard-%d.json", i)))
+			if err != nil {
+				t.Fatalf("%d shard(s), shard %d: %v\n%s", r.shards, i, err, r.outs[i].String())
+			}
+			rep, err := report.ReadJSON(bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			shards = append(shards, rep)
+		}
+		reports[k] = shards[0]
+		if r.shards > 1 {
+			var out, errOut bytes.Buffer
+			mergedJSON := filepath.Join(t.TempDir(), "merged.json")
+			if code := run([]string{"soak", "merge", "--json", mergedJSON, r.dir}, &out, &errOut); code != exitFail {
+				t.Errorf("soak merge = %d, want %d (a fail):\n%s%s", code, exitFail, out.String(), errOut.String())
+			}
+			b, err := os.ReadFile(mergedJSON)
+			if err != nil {
+				t.Fatalf("soak merge --json: %v\n%s", err, errOut.String())
+			}
+			if reports[k], err = report.ReadJSON(bytes.NewReader(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	one, merged := reports[0], reports[1]
+	for k, r := range reports {
+		d, st := r.Deliveries["all"], runs[k].srv.Stats()
+		t.Logf("%d shard(s): %d users (%d logged in), %d groups; expected %d, delivered %d, lost %d (%.3f%%), server dropped %d; p50 %v, p99 %v; %s",
+			runs[k].shards, r.Users.Configured, r.Users.LoggedIn, r.Users.Groups, d.Expected, d.Delivered, d.Lost,
+			100*float64(d.Lost)/float64(max(1, d.Expected)), st.Dropped, r.Latency["delivery_group"].P50, r.Latency["delivery_group"].P99, r.Result)
+		if d.Lost != int64(st.Dropped) {
+			t.Errorf("%d shard(s): %d lost, the server dropped %d: want each drop lost", runs[k].shards, d.Lost, st.Dropped)
+		}
+	}
+	if one.Users.Configured != merged.Users.Configured || one.Users.LoggedIn != merged.Users.LoggedIn || one.Users.Groups != merged.Users.Groups {
+		t.Errorf("users: one process %+v, merged %+v: want the same users, logged in, and groups", one.Users, merged.Users)
+	}
+	d1, dm := one.Deliveries["all"], merged.Deliveries["all"]
+	if r := float64(dm.Expected) / float64(d1.Expected); r < 0.9 || r > 1.1 {
+		t.Errorf("expected: one process %d, merged %d: want within 10%%", d1.Expected, dm.Expected)
+	}
+	// Each lost count is a Poisson count of about a hundred: the two
+	// differ by more than four standard deviations of their difference
+	// (the square root of their sum) one time in 15,000.
+	if diff, sd := math.Abs(float64(d1.Lost-dm.Lost)), math.Sqrt(float64(d1.Lost+dm.Lost)); d1.Lost == 0 || diff > 4*sd {
+		t.Errorf("lost: one process %d, merged %d: want within 4 standard deviations (%.0f) of each other", d1.Lost, dm.Lost, 4*sd)
+	}
+	if one.Result != merged.Result || one.Result != metrics.ResultFail {
+		t.Errorf("result: one process %q, merged %q: want both %q", one.Result, merged.Result, metrics.ResultFail)
+	}
+	verdicts := func(r *report.Soak) map[string]bool {
+		m := map[string]bool{}
+		for _, th := range r.Thresholds {
+			m[th.Name] = th.Pass
+		}
+		return m
+	}
+	if v1, vm := verdicts(one), verdicts(merged); !maps.Equal(v1, vm) {
+		t.Errorf("thresholds: one process %v, merged %v: want the same, each judged alike", v1, vm)
 	}
 }
