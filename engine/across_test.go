@@ -23,11 +23,11 @@ const acrossUsers = 42
 // runAcross runs shards populations, each the slice SliceOf(i, shards) of
 // one population of 42 users: one group of all 42, and the direct pairs,
 // two of which (20-21 and 30-31 with four shards) cross a shard's edge.
-func runAcross(t *testing.T, srv *memServer, shards int) []*memRun {
+func runAcross(t *testing.T, srv *memServer, shards, devices int) []*memRun {
 	t.Helper()
 	runs := make([]*memRun, shards)
 	for i := range runs {
-		runs[i] = startAcross(t, srv, fmt.Sprintf("r%d", i), i, shards)
+		runs[i] = startAcross(t, srv, fmt.Sprintf("r%d", i), i, shards, devices)
 		if !runs[i].pop.WaitReady(t.Context()) {
 			t.Fatalf("shard %d never online", i)
 		}
@@ -46,13 +46,13 @@ func runAcross(t *testing.T, srv *memServer, shards int) []*memRun {
 // startAcross starts shard i of shards of the population of runAcross,
 // paused, with its own run and metrics. It runs until the test ends, or
 // its stop is called.
-func startAcross(t *testing.T, srv *memServer, run string, i, shards int) *memRun {
+func startAcross(t *testing.T, srv *memServer, run string, i, shards, devices int) *memRun {
 	t.Helper()
 	r := &memRun{srv: srv, set: metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)}
 	var err error
 	r.pop, err = NewPopulation(Options{
 		Connection: Connection{Driver: srv, Run: run, Heartbeat: 10 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
-		Set:        r.set, Prefix: "m", Users: acrossUsers, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
+		Set:        r.set, Prefix: "m", Users: acrossUsers, Devices: devices, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
 		Deadline: memDeadline, LostAfter: memLost, Slice: SliceOf(i, shards, acrossUsers),
 		StartPaused: true,
 	})
@@ -101,14 +101,15 @@ func TestAcrossShardsBalance(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		dropEvery int // 0: none
-	}{{"clean", 0}, {"drop 1 in 100", 100}} {
+		devices   int
+	}{{"clean", 0, 1}, {"drop 1 in 100", 100, 1}, {"two devices each, clean", 0, 2}, {"two devices each, drop 1 in 100", 100, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := newMemServer()
 				if tc.dropEvery > 0 {
 					srv.setFaults(every(tc.dropEvery, memFault{drop: true}))
 				}
-				runs := runAcross(t, srv, 4)
+				runs := runAcross(t, srv, 4, tc.devices)
 				time.Sleep(10 * time.Second)
 				// The last drops are followed by clean deliveries
 				// of their streams, which reveal them.
@@ -155,13 +156,13 @@ func TestAcrossShardsRestart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := newMemServer()
-				runs := runAcross(t, srv, 4)
+				runs := runAcross(t, srv, 4, 1)
 				time.Sleep(3 * time.Second)
 				runs[1].stop()
 				// Down longer than lost_after: the others'
 				// streams to its users go on without it.
 				time.Sleep(2 * memLost)
-				runs[1] = startAcross(t, srv, "r1-again", 1, 4)
+				runs[1] = startAcross(t, srv, "r1-again", 1, 4, 1)
 				runs[1].pop.SetSending(true)
 				if !runs[1].pop.WaitReady(t.Context()) {
 					t.Fatal("restarted shard never online")

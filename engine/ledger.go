@@ -144,7 +144,8 @@ type Inbox struct {
 	// senders count owed every delivery to it, online or not, and what
 	// they sent before this process's device was there to receive it (a
 	// shard's start, or its restart while the others ran on) is counted
-	// by no one rather than as missed.
+	// by no one rather than as missed. A late login's stays 0: it is
+	// owed everything from the ledger's start, as in one process.
 	owedFrom atomic.Int64
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.

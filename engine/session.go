@@ -338,7 +338,11 @@ func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Sessi
 	dev.sessStart = l.began
 	u.mu.Unlock()
 	dev.inbox.onlineSince.Store(l.began)
-	dev.inbox.owedFrom.CompareAndSwap(0, l.began+int64(firstOwed))
+	if !u.late {
+		// A late login's device is owed what was sent before it, as
+		// in one process: catching up on it is what is measured.
+		dev.inbox.owedFrom.CompareAndSwap(0, l.began+int64(firstOwed))
+	}
 	dev.online.Store(true)
 	dev.nextPause = 0
 	u.everOnline.Store(true)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,12 @@ import (
 // out across the shards in one group of all of them, about ten talkers
 // among listeners, and a loss threshold a 1% drop fails.
 func acrossConfig(t *testing.T, url string, users int) string {
+	return acrossConfigWith(t, url, users)
+}
+
+// acrossConfigWith is acrossConfig with more keys of the profile, each
+// "key: value".
+func acrossConfigWith(t *testing.T, url string, users int, more ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	// The talkers' share: ten of them, however many listen, so that the
@@ -45,7 +52,8 @@ soak:
       deadline: 2s
       lost_after: 4s
       thresholds: {max_loss: 0.001, p99_delivery: 2s}
-`, url, filepath.Join(dir, "data"), users, users, talkers, 1-talkers)
+      %s
+`, url, filepath.Join(dir, "data"), users, users, talkers, 1-talkers, strings.Join(more, "\n      "))
 	path := filepath.Join(dir, "imcanary.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -82,13 +90,22 @@ func TestSoakAcrossShards(t *testing.T) {
 		name string
 		drop float64
 		want int
-	}{{"clean", 0, exitOK}, {"drop 1%", 0.01, exitFail}} {
+		more []string
+	}{
+		{"clean", 0, exitOK, nil},
+		{"drop 1%", 0.01, exitFail, nil},
+		// A fifth of the users log in 8 s after the start, 2 s into
+		// the send phase, and are pushed what they missed by the
+		// reference server's offline backlog: owed, across the
+		// shards as in one process.
+		{"late logins, drop 1%", 0.01, exitFail, []string{"late_logins: 0.2", "late_after: 8s"}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A frame big enough for the group's creation, which
 			// names every member: at 4,002 members, past the default
 			// 64 KiB.
 			srv, url := startServer(t, refserver.Options{Faults: refserver.Faults{Drop: tc.drop}, MaxFrame: 4 << 20})
-			cfg := acrossConfig(t, url, users)
+			cfg := acrossConfigWith(t, url, users, tc.more...)
 
 			// Whole seconds, at least two ahead: the processes
 			// must load their configuration before it.
