@@ -134,6 +134,22 @@ func (c *Canary) WaitReady(ctx context.Context) bool { return c.pop.WaitReady(ct
 // Online returns how many canary users are online.
 func (c *Canary) Online() int { return c.pop.Online() }
 
+// ShardClock returns the clock offset (ns, how far ahead) of shard's
+// process as the ring measured it, false while it is not known well
+// enough, and for a shard that is not the ring's neighbour: the ring
+// measures only those. It is engine.Options.ShardClock for a population
+// laid out across the shards.
+func (c *Canary) ShardClock(shard int, now int64) (int64, bool) {
+	s := strconv.Itoa(shard)
+	switch s {
+	case c.o.CrossFromShard:
+		return c.pop.ClockOffset(c.o.CrossFrom, now)
+	case c.o.CrossPeerShard:
+		return c.pop.ClockOffset(c.o.CrossPeer, now)
+	}
+	return 0, false
+}
+
 // ErrBusy is returned by TryRound while another round runs.
 var ErrBusy = errors.New("canary: a round is already running")
 

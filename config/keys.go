@@ -287,7 +287,7 @@ var keyDocs = map[string]keyDoc{
 		"since a retry adds rounds against a target that is failing, and no fixed default fits every schedule", CommandRun},
 
 	// The cross-shard canary ring's clock exchange.
-	"canary.max_clock_uncertainty": {"uncertainty of a peer shard's clock offset, measured through the target by the cross-shard canary, above which cross-shard latencies are untrusted and kept out of the latency histogram", CommandRun | CommandCanary},
+	"canary.max_clock_uncertainty": {"uncertainty of a peer shard's clock offset, measured through the target by the cross-shard canary, above which cross-shard latencies (the canary's, and with population.across_shards its neighbours' senders') are untrusted and kept out of the latency histogram", CommandRun | CommandCanary},
 }
 
 // Command is a command of imcanary that takes configuration keys as flags;

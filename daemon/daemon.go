@@ -186,9 +186,6 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 		d.connects = engine.NewConnectLimiter(r)
 	}
 	d.trend = newTrend(d.metrics, d.cfg.Target.Name)
-	if d.bg, err = d.newBackground(); err != nil {
-		return nil, err
-	}
 	if d.cfg.Canary.Schedule != "" {
 		if d.canary, err = newCanary(d.cfg, d.shard, d.connection(d.reach), d.metrics, log, cohortCanary); err != nil {
 			return nil, err
@@ -201,7 +198,12 @@ func New(cfg config.Config, log *slog.Logger, reg *prometheus.Registry, opts ...
 			func() { d.setCanaryDue(time.Now()) },
 			log.With("target", d.cfg.Target.Name, "source", metrics.SourceCanary))
 	}
-	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.bg, d.metrics, d.store, log, cohortSoak)
+	// After the canary: a population laid out across the shards corrects
+	// other shards' latencies by the clock offsets its ring measures.
+	if d.bg, err = d.newBackground(); err != nil {
+		return nil, err
+	}
+	d.soak = newSoakRunner(d.cfg, d.shard, d.connection(nil), d.bg, d.canary, d.metrics, d.store, log, cohortSoak)
 	for _, pr := range d.cfg.Soak.Profiles {
 		d.registerProfile(pr)
 	}
@@ -290,16 +292,27 @@ func newCanary(cfg config.Config, sh config.Shard, conn engine.Connection, m *me
 	return canary.New(o)
 }
 
+// shardClock is the clock offsets of other shards that ring, the canary,
+// measures, for the populations laid out across the shards; nil without a
+// canary.
+func shardClock(ring *canary.Canary) func(int, int64) (int64, bool) {
+	if ring == nil {
+		return nil
+	}
+	return ring.ShardClock
+}
+
 // A storm drill drops sessions of bg, the background population: the
 // drill is of what the daemon keeps online, as a load balancer restart
 // would drop them.
-func newSoakRunner(cfg config.Config, sh config.Shard, conn engine.Connection, bg soak.StormTarget, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
+func newSoakRunner(cfg config.Config, sh config.Shard, conn engine.Connection, bg soak.StormTarget, ring *canary.Canary, m *metrics.Metrics, store *history.Store, log *slog.Logger, cohort string) *soak.Runner {
 	// No Reach: a soak run that meets the server's connection limit is
 	// the run's finding, in its report, not the target being unreachable
 	// for the background population and the canary.
 	o := soak.FromConfig(cfg, conn, m, store, sharedPrefix(cfg, sh)+"-"+cohort, log)
 	o.Storm, o.StormSource = bg, metrics.SourceBackground
 	o.Across = across(cfg, sh)
+	o.ShardClock = shardClock(ring)
 	if sh.Sharded() {
 		o.Shard = sh.String()
 	}
@@ -315,28 +328,35 @@ func (d *Daemon) newBackground() (*background, error) {
 	log := d.log.With("target", name, "source", metrics.SourceBackground)
 	// Each block is a whole layout, sliced alike in every shard.
 	sh := across(d.cfg, d.shard)
+	clock := shardClock(d.canary)
+	var untrusted prometheus.Counter
+	if clock != nil && sh.Sharded() {
+		untrusted = d.metrics.Clock.Untrusted.WithLabelValues(name, metrics.SourceBackground)
+	}
 	return newBackground(p.Users, set, log, func(offset, groupOffset, users int) (*engine.Population, error) {
 		return engine.NewPopulation(engine.Options{
-			Connection:      d.connection(d.reach),
-			Set:             set,
-			Logger:          log,
-			Prefix:          sharedPrefix(d.cfg, d.shard),
-			Users:           users,
-			Slice:           engine.SliceOf(sh.Index, sh.Count, users),
-			Offset:          offset,
-			GroupOffset:     groupOffset,
-			Block:           true,
-			Ramp:            p.Ramp,
-			GroupSize:       p.GroupSize,
-			Groups:          p.GroupLayout(),
-			Behaviours:      p.Behaviours,
-			Devices:         p.Devices,
-			Rate:            p.Rate,
-			Deadline:        p.Deadline,
-			LostAfter:       p.LostAfter,
-			MessageSize:     p.MessageSize,
-			LagThreshold:    p.LagThreshold,
-			SessionLifetime: p.SessionLifetime,
+			Connection:          d.connection(d.reach),
+			Set:                 set,
+			Logger:              log,
+			Prefix:              sharedPrefix(d.cfg, d.shard),
+			Users:               users,
+			Slice:               engine.SliceOf(sh.Index, sh.Count, users),
+			ShardClock:          clock,
+			ShardClockUntrusted: untrusted,
+			Offset:              offset,
+			GroupOffset:         groupOffset,
+			Block:               true,
+			Ramp:                p.Ramp,
+			GroupSize:           p.GroupSize,
+			Groups:              p.GroupLayout(),
+			Behaviours:          p.Behaviours,
+			Devices:             p.Devices,
+			Rate:                p.Rate,
+			Deadline:            p.Deadline,
+			LostAfter:           p.LostAfter,
+			MessageSize:         p.MessageSize,
+			LagThreshold:        p.LagThreshold,
+			SessionLifetime:     p.SessionLifetime,
 			SlowReaders: engine.SlowReaders{
 				Fraction: p.SlowReaders.Fraction, ReadDelay: p.SlowReaders.ReadDelay,
 				Pause: p.SlowReaders.Pause, PauseEvery: p.SlowReaders.PauseEvery,

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,11 +24,11 @@ const acrossUsers = 42
 // runAcross runs shards populations, each the slice SliceOf(i, shards) of
 // one population of 42 users: one group of all 42, and the direct pairs,
 // two of which (20-21 and 30-31 with four shards) cross a shard's edge.
-func runAcross(t *testing.T, srv *memServer, shards, devices int) []*memRun {
+func runAcross(t *testing.T, srv *memServer, shards, devices int, opts ...func(i int, o *Options)) []*memRun {
 	t.Helper()
 	runs := make([]*memRun, shards)
 	for i := range runs {
-		runs[i] = startAcross(t, srv, fmt.Sprintf("r%d", i), i, shards, devices)
+		runs[i] = startAcross(t, srv, fmt.Sprintf("r%d", i), i, shards, devices, opts...)
 		if !runs[i].pop.WaitReady(t.Context()) {
 			t.Fatalf("shard %d never online", i)
 		}
@@ -44,18 +45,22 @@ func runAcross(t *testing.T, srv *memServer, shards, devices int) []*memRun {
 }
 
 // startAcross starts shard i of shards of the population of runAcross,
-// paused, with its own run and metrics. It runs until the test ends, or
-// its stop is called.
-func startAcross(t *testing.T, srv *memServer, run string, i, shards, devices int) *memRun {
+// paused, with its own run and metrics, and opts applied to its Options.
+// It runs until the test ends, or its stop is called.
+func startAcross(t *testing.T, srv *memServer, run string, i, shards, devices int, opts ...func(i int, o *Options)) *memRun {
 	t.Helper()
 	r := &memRun{srv: srv, set: metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)}
-	var err error
-	r.pop, err = NewPopulation(Options{
+	o := Options{
 		Connection: Connection{Driver: srv, Run: run, Heartbeat: 10 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
 		Set:        r.set, Prefix: "m", Users: acrossUsers, Devices: devices, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
 		Deadline: memDeadline, LostAfter: memLost, Slice: SliceOf(i, shards, acrossUsers),
 		StartPaused: true,
-	})
+	}
+	for _, f := range opts {
+		f(i, &o)
+	}
+	var err error
+	r.pop, err = NewPopulation(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +196,88 @@ func TestAcrossShardsRestart(t *testing.T) {
 				}
 				if stale == 0 {
 					t.Errorf("the restarted shard took no message as sent before it was owed it: want the others' messages of its first second ignored")
+				}
+			})
+		})
+	}
+}
+
+// TestSliceShardOf: every user of a population laid out across shards
+// is in the slice of the shard ShardOf names, for sizes that divide
+// evenly and not.
+func TestSliceShardOf(t *testing.T) {
+	for _, users := range []int{2, 3, 7, 10, 42, 101, 4002} {
+		for n := 2; n <= min(users, 9); n++ {
+			for i := range n {
+				sl := SliceOf(i, n, users)
+				for u := sl.Lo; u < sl.Hi; u++ {
+					if got := sl.ShardOf(u, users); got != i {
+						t.Fatalf("%d users over %d shards: user %d is in shard %d's slice %d-%d, ShardOf says %d", users, n, u, i, sl.Lo, sl.Hi-1, got)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAcrossShardsClock: two shards of one population, the second's clock
+// 500 ms ahead of the first's. Every delivery takes no time (the bubble's
+// clock stands still while the server delivers), so each latency the
+// ledgers observe is the skew they failed to correct. With the offsets
+// known (Options.ShardClock, as the canary ring measures them) every
+// delivery, across the shards too, is observed at 0; with them unknown
+// the cross-shard ones are untrusted, counted and not observed; with no
+// clock at all the skew goes into the latencies, which is what the
+// correction is for.
+func TestAcrossShardsClock(t *testing.T) {
+	const skew = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		clock func(i int) func(shard int, now int64) (int64, bool)
+	}{
+		{"offsets known", func(i int) func(int, int64) (int64, bool) {
+			return func(shard int, _ int64) (int64, bool) {
+				// How far the sender's shard is ahead of shard i.
+				return int64(skew) * int64(shard-i), true
+			}
+		}},
+		{"offsets unknown", func(int) func(int, int64) (int64, bool) {
+			return func(int, int64) (int64, bool) { return 0, false }
+		}},
+		{"no clock", func(int) func(int, int64) (int64, bool) { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := newMemServer()
+				untrusted := []prometheus.Counter{prometheus.NewCounter(prometheus.CounterOpts{Name: "u0"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "u1"})}
+				runs := runAcross(t, srv, 2, 1, func(i int, o *Options) {
+					o.TestClockOffset = time.Duration(i) * skew
+					o.ShardClock, o.ShardClockUntrusted = tc.clock(i), untrusted[i]
+				})
+				time.Sleep(5 * time.Second)
+				c := settleAcross(runs)
+				if c.delivered < 1000 || c.lost != 0 {
+					t.Fatalf("%+v: want thousands delivered, none lost", c)
+				}
+				for i, r := range runs {
+					n, sum := r.latencies()
+					un := metrics.Value(untrusted[i])
+					delivered := r.totals().delivered
+					t.Logf("shard %d: %v delivered, %d latencies observed summing %.3f s, %v untrusted", i, delivered, n, sum, un)
+					switch tc.name {
+					case "offsets known":
+						if float64(n) != delivered || math.Abs(sum) > 1e-6 || un != 0 {
+							t.Errorf("shard %d: %d observed summing %.6f s, %v untrusted, of %v delivered: want every one observed at 0", i, n, sum, un, delivered)
+						}
+					case "offsets unknown":
+						if un == 0 || float64(n)+un != delivered || math.Abs(sum) > 1e-6 {
+							t.Errorf("shard %d: %d observed summing %.6f s, %v untrusted, of %v delivered: want the cross-shard ones untrusted, the rest at 0", i, n, sum, un, delivered)
+						}
+					case "no clock":
+						if float64(n) != delivered || math.Abs(sum) < 1 {
+							t.Errorf("shard %d: %d observed summing %.6f s, of %v delivered: want the skew in them", i, n, sum, delivered)
+						}
+					}
 				}
 			})
 		})

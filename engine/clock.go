@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,16 @@ type peerClock struct {
 	// last sample, which a trusted estimate must agree with.
 	est, newest clockSample
 	ok          bool
+	// snap is est, newest and ok as of the last sample, for the readers:
+	// every delivery from another shard of a population laid out across
+	// the shards reads it, and must not queue on mu for it.
+	snap atomic.Pointer[clockSnap]
+}
+
+// clockSnap is a peerClock's estimate, as one value.
+type clockSnap struct {
+	est, newest clockSample
+	ok          bool
 }
 
 // crossClock estimates this process's clock offset to the processes of
@@ -107,8 +118,9 @@ type crossClock struct {
 	from      []byte
 	untrusted prometheus.Counter
 	out       chan clockSend
-	// mu guards peers' samples and estimates: written by the read loop of
-	// user 0, read by every delivery from CrossFrom.
+	// mu guards peers' samples and estimates, written by the read loop of
+	// user 0; the deliveries read each peer's snap without it. peers is
+	// fixed once the clock is made.
 	mu    sync.Mutex
 	peers []*peerClock
 }
@@ -172,13 +184,43 @@ func (c *crossClock) correction(sender []byte, now int64) (off int64, fromPeer, 
 	if len(c.from) == 0 || !bytes.Equal(sender, c.from) {
 		return 0, false, true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	pc := c.peer(c.from)
-	if pc == nil || !pc.ok || pc.est.unc > c.maxUnc || now-pc.newest.at > int64(clockMaxAge) {
-		return 0, true, false
+	off, ok = c.offset(c.peer(c.from), now)
+	return off, true, ok
+}
+
+// offset returns the estimated clock offset of pc's process, false while
+// it is not known well enough: no estimate, one the newest exchange
+// contradicts, one past the uncertainty bound, or none recent.
+func (c *crossClock) offset(pc *peerClock, now int64) (int64, bool) {
+	if pc == nil {
+		return 0, false
 	}
-	return pc.est.offset, true, true
+	sn := pc.snap.Load()
+	if sn == nil || !sn.ok || sn.est.unc > c.maxUnc || now-sn.newest.at > int64(clockMaxAge) {
+		return 0, false
+	}
+	return sn.est.offset, true
+}
+
+// ClockOffset returns the clock offset (ns, how far ahead) of the process
+// of peer, one of Options.CrossPeer and CrossFrom, as the ring's exchanges
+// measured it at now (local Unix ns): what to add to a latency measured
+// against an intended time of that process. It is false while not known
+// well enough, and for any other peer. Another population of the process,
+// laid out across the shards, corrects its latencies by it
+// (Options.ShardClock).
+func (p *Population) ClockOffset(peer string, now int64) (int64, bool) {
+	c := p.clock
+	if c == nil || peer == "" {
+		return 0, false
+	}
+	// peers is fixed once the clock is made.
+	for _, pc := range c.peers {
+		if string(pc.name) == peer {
+			return c.offset(pc, now)
+		}
+	}
+	return 0, false
 }
 
 // add records one exchange with pc completed at local time at, and
@@ -205,6 +247,7 @@ func (c *crossClock) add(pc *peerClock, s clockSample) {
 	pc.newest = s
 	d := pc.est.offset - s.offset
 	pc.ok = max(d, -d) <= pc.est.unc+s.unc
+	pc.snap.Store(&clockSnap{est: pc.est, newest: pc.newest, ok: pc.ok})
 	est := pc.est
 	c.mu.Unlock()
 	if pc.exp != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,34 @@ type Ledger struct {
 	// by which every intended time read is ahead of the local clock.
 	clock *crossClock
 	shift int64
+	// shards, for a population laid out across shards whose process
+	// measures the other shards' clocks, corrects the latencies of their
+	// senders' messages; nil corrects none.
+	shards *shardClocks
+}
+
+// shardClocks maps another shard's sender to its shard's clock offset.
+type shardClocks struct {
+	offset    func(shard int, now int64) (int64, bool)
+	untrusted prometheus.Counter
+	slice     Slice
+	// users is the population's size, first the number of its user 0
+	// (Options.Offset): a sender is PREFIX-u(first+i).
+	users, first int
+}
+
+// shardOf returns the shard of the sender named name, -1 for a name that
+// is not one of the population's users.
+func (c *shardClocks) shardOf(name []byte) int32 {
+	i := bytes.LastIndex(name, []byte("-u"))
+	if i < 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(string(name[i+2:]))
+	if err != nil || n < c.first || n-c.first >= c.users {
+		return -1
+	}
+	return int32(c.slice.ShardOf(n-c.first, c.users))
 }
 
 // firstOwed is how long after a device's first login another shard's
@@ -203,6 +232,9 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		return
 	}
 	h.Intended -= l.shift
+	if h.HasResolved {
+		h.Begun -= l.shift
+	}
 	own := bytes.Equal(h.Sender, in.self) && bytes.Equal(h.Run, l.run)
 	if own && !in.ownOwed {
 		l.set.Ignored[metrics.IgnoredOwn].Inc()
@@ -251,6 +283,9 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 			if h.Begun >= max(l.start, in.owedFrom.Load()) {
 				st.base = 1
 			}
+			if l.shards != nil {
+				st.shard = l.shards.shardOf(h.Sender)
+			}
 		}
 		in.track(st)
 	}
@@ -288,7 +323,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		how := st.pendingHow(s)
 		outcome = in.again(ks, own, fetched, how == holdFetched, how == holdExcused)
 	case fetched:
-		lat, trusted := in.latency(&h, now)
+		lat, trusted := in.latency(&h, st, now)
 		outcome = Recovered
 		st.maxSeen = max(st.maxSeen, s)
 		st.hold(s, h.Intended, holdFetched)
@@ -297,7 +332,7 @@ func (in *Inbox) receive(body []byte, now int64, fetched bool) {
 		}
 		in.first(st, kset, ks, unsettled{seq: s, lat: lat, untrusted: !trusted, recovered: true})
 	default:
-		lat, trusted := in.latency(&h, now)
+		lat, trusted := in.latency(&h, st, now)
 		a := unsettled{seq: s, lat: lat, untrusted: !trusted, saturated: l.health != nil && l.health.Saturated()}
 		if s < st.maxSeen {
 			a.reordered = true
@@ -389,15 +424,28 @@ func (in *Inbox) count(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a
 	}
 }
 
-// latency is the latency of h received at now: now minus its intended
-// time, and for a cross-shard delivery plus the sender's clock offset. It
-// is untrusted (false) for a cross-shard delivery whose sender's offset is
-// not known well enough: then it is raw, counted as untrusted, and the
+// latency is the latency of h, of stream st, received at now: now minus
+// its intended time, and for a cross-shard delivery (the canary ring's,
+// or another shard's sender of a population laid out across shards) plus
+// the sender's clock offset. It is untrusted (false) for a cross-shard
+// delivery whose sender's offset is not known well enough: then it is raw, counted as untrusted, and the
 // caller does not observe it, so that no skew reaches the latency SLI.
 // Whether it is late is still judged on it: a skew of the order of the
 // bound moves only deliveries within it of the deadline.
-func (in *Inbox) latency(h *probe.Header, now int64) (int64, bool) {
+func (in *Inbox) latency(h *probe.Header, st *stream, now int64) (int64, bool) {
 	lat := now - h.Intended
+	if sc := in.l.shards; sc != nil && st.mirror {
+		if st.shard < 0 {
+			sc.untrusted.Inc()
+			return lat, false
+		}
+		off, ok := sc.offset(int(st.shard), now)
+		if !ok {
+			sc.untrusted.Inc()
+			return lat, false
+		}
+		return lat + off, true
+	}
 	c := in.l.clock
 	if c == nil || bytes.Equal(h.Run, in.l.run) {
 		return lat, true

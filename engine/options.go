@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/metrics"
 	"github.com/imcanary/imcanary/probe"
@@ -140,6 +142,15 @@ type Options struct {
 	// CrossFromClock's Untrusted counts CrossFrom's deliveries whose
 	// latency is not observed. Either may be nil, exporting nothing.
 	CrossPeerClock, CrossFromClock *metrics.ClockPeer
+	// ShardClock, for a population laid out across shards (Slice),
+	// returns the clock offset of another shard as another population of
+	// this process measures it (the canary's ring: Population.ClockOffset),
+	// to correct the latencies of its senders' messages by; false when
+	// it is not known well enough, or not measured at all (a shard that
+	// is not the ring's neighbour), and their latency is then untrusted:
+	// counted in ShardClockUntrusted, not observed. Nil corrects nothing.
+	ShardClock          func(shard int, now int64) (offset int64, ok bool)
+	ShardClockUntrusted prometheus.Counter
 	// MaxClockUncertainty is the uncertainty of CrossFrom's clock offset
 	// above which its deliveries' latencies are untrusted: counted, but
 	// not observed. 0 is DefaultMaxClockUncertainty.
@@ -179,9 +190,9 @@ type Health interface {
 	Saturated() bool
 }
 
-// Slice is the users Lo to Hi-1 of a population laid out across shards:
-// see Options.Slice.
-type Slice struct{ Lo, Hi int }
+// Slice is the users Lo to Hi-1 of a population laid out across shards,
+// those of shard Index of Count: see Options.Slice.
+type Slice struct{ Lo, Hi, Index, Count int }
 
 // Across reports whether s lays a population out across shards.
 func (s Slice) Across() bool { return s.Hi > 0 }
@@ -193,5 +204,13 @@ func SliceOf(i, n, users int) Slice {
 	if n <= 1 {
 		return Slice{}
 	}
-	return Slice{Lo: i * users / n, Hi: (i + 1) * users / n}
+	return Slice{Lo: i * users / n, Hi: (i + 1) * users / n, Index: i, Count: n}
+}
+
+// ShardOf returns the shard that runs user u of a population of users
+// users laid out as s is: the i with SliceOf(i, n, users).Lo <= u, the
+// highest such. Lo(i) = floor(i×users/n) <= u holds exactly when
+// i < (u+1)×n/users.
+func (s Slice) ShardOf(u, users int) int {
+	return ((u+1)*s.Count+users-1)/users - 1
 }

@@ -184,6 +184,13 @@ func NewPopulation(o Options) (*Population, error) {
 	p.ledger.lost = newLostLog(o.Logger.With("ledger", "lost"))
 	p.clock = newCrossClock(p)
 	p.ledger.clock, p.ledger.shift = p.clock, int64(o.TestClockOffset)
+	if o.Slice.Across() && o.ShardClock != nil {
+		untrusted := o.ShardClockUntrusted
+		if untrusted == nil {
+			untrusted = prometheus.NewCounter(prometheus.CounterOpts{Name: "unexported"})
+		}
+		p.ledger.shards = &shardClocks{offset: o.ShardClock, untrusted: untrusted, slice: o.Slice, users: o.Users, first: o.Offset}
+	}
 	switch {
 	case o.Limiter != nil:
 		p.connects = o.Limiter

@@ -63,6 +63,9 @@ type stream struct {
 	// highest resolved mark seen.
 	mirror   bool
 	resolved uint64
+	// shard is a mirror stream's sender's shard, for its clock offset
+	// (Ledger.shards); -1 unknown.
+	shard int32
 }
 
 // takeMarks copies what h's marks say into the stream's copy of its

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/imcanary/imcanary/config"
 	"github.com/imcanary/imcanary/engine"
@@ -61,6 +62,10 @@ type RunnerOptions struct {
 	// shard, and its run's phases keep to the clock rather than to its
 	// own users, so that the shards' send phases begin and end together.
 	Across config.Shard
+	// ShardClock, when Across is sharded, corrects the latencies of other
+	// shards' senders by their clock offsets (engine.Options.ShardClock):
+	// the daemon's canary ring measures them; nil corrects nothing.
+	ShardClock func(shard int, now int64) (int64, bool)
 }
 
 // SaturationSource is the prober's self-monitor as a soak run uses it
@@ -307,27 +312,33 @@ func finishReport(rep *report.Soak, pop *engine.Population, s *sampler) {
 func (r *Runner) newPopulation(p config.Profile, set *metrics.Set, obs *observer) (*engine.Population, error) {
 	o := r.o
 	sr := p.SlowReaders
+	var untrusted prometheus.Counter
+	if o.ShardClock != nil && r.slice(p).Across() {
+		untrusted = o.Metrics.Clock.Untrusted.WithLabelValues(o.Target, metrics.SourceSoak)
+	}
 	return engine.NewPopulation(engine.Options{
-		Connection:   o.Connection,
-		Set:          set,
-		Logger:       o.Logger.With("profile", p.Name),
-		Prefix:       o.Prefix + "-" + p.Name,
-		Slice:        r.slice(p),
-		Users:        p.Users,
-		Ramp:         p.Ramp,
-		GroupSize:    p.GroupSize,
-		Groups:       p.GroupLayout(),
-		Behaviours:   p.Behaviours,
-		Devices:      p.Devices,
-		Rate:         p.Rate,
-		Deadline:     p.Deadline,
-		LostAfter:    p.LostAfter,
-		MessageSize:  o.MessageSize,
-		Observer:     obs,
-		StartPaused:  true,
-		LateFraction: p.LateLogins,
-		LateAfter:    p.LateAfter,
-		SlowReaders:  engine.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
+		Connection:          o.Connection,
+		Set:                 set,
+		Logger:              o.Logger.With("profile", p.Name),
+		Prefix:              o.Prefix + "-" + p.Name,
+		Slice:               r.slice(p),
+		ShardClock:          o.ShardClock,
+		Users:               p.Users,
+		Ramp:                p.Ramp,
+		GroupSize:           p.GroupSize,
+		Groups:              p.GroupLayout(),
+		Behaviours:          p.Behaviours,
+		Devices:             p.Devices,
+		Rate:                p.Rate,
+		Deadline:            p.Deadline,
+		LostAfter:           p.LostAfter,
+		MessageSize:         o.MessageSize,
+		Observer:            obs,
+		StartPaused:         true,
+		LateFraction:        p.LateLogins,
+		LateAfter:           p.LateAfter,
+		SlowReaders:         engine.SlowReaders{Fraction: sr.Fraction, ReadDelay: sr.ReadDelay, Pause: sr.Pause, PauseEvery: sr.PauseEvery},
+		ShardClockUntrusted: untrusted,
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,7 +51,12 @@ func TestRunAcrossShardsRestart(t *testing.T) {
 			fmt.Sprintf("--population.users=%d", users), fmt.Sprintf("--population.groups=1x%d", users),
 			"--population.rate=0.3", "--population.ramp=3s",
 			"--population.deadline=2s", "--population.lost_after=4s",
-			"--canary.schedule=", "--log.level=warn")
+			// The canary ring measures the shards' clocks, by
+			// which the background population corrects the
+			// latencies of other shards' senders; the bound is
+			// wide, since this machine may be loaded.
+			"--canary.schedule=@every 1s", "--canary.jitter=0s", "--canary.deadline=1s", "--canary.users=2",
+			"--canary.max_clock_uncertainty=5s", "--log.level=warn")
 		cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=across-test")
 		cmd.Stderr = &prefixWriter{t: t, prefix: fmt.Sprintf("shard %d: ", i)}
 		cmd.WaitDelay = 5 * time.Second
@@ -166,6 +172,54 @@ func TestRunAcrossShardsRestart(t *testing.T) {
 			t.Logf("shard %d: expected %v, delivered %v, ignored as stale %v", i,
 				bg(s[i], "imcanary_deliveries_expected_total"), bg(s[i], "imcanary_deliveries_total"),
 				value(s[i], "imcanary_deliveries_ignored_total", "reason", "stale"))
+		}
+	}
+
+	// Once the ring has measured every other shard's clock (three
+	// shards: each is the others' neighbour), every latency from
+	// another shard is corrected and observed, none untrusted.
+	testwait.Every(t, 30*time.Second, 300*time.Millisecond, "every shard's clock measured", func() bool {
+		var err error
+		if s, err = scrapeAll(); err != nil {
+			last = err.Error()
+			return false
+		}
+		for i := range shards {
+			for j := range shards {
+				if j != i && value(s[i], "imcanary_clock_offset_samples_total", "peer_shard", fmt.Sprint(j)) < 2 {
+					last = fmt.Sprintf("shard %d: fewer than 2 clock exchanges with shard %d", i, j)
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// An exchange a moment old may still be the only one since the
+	// restart: two more rounds.
+	time.Sleep(2 * time.Second)
+	before, err := scrapeAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	after, err := scrapeAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const untrusted = "imcanary_cross_shard_latency_untrusted_total"
+	for i := range shards {
+		// The series exists only where the background population
+		// corrects by the ring's clocks: at zero, it says so.
+		if f := after[i][untrusted]; f == nil || !slices.ContainsFunc(f.Metric, func(m *dto.Metric) bool { return label(m, "source") == "background" }) {
+			t.Fatalf("shard %d: no %s{source=background}: the background population does not take the ring's clocks", i, untrusted)
+		}
+	}
+	for i := range shards {
+		u0, u1 := bg(before[i], untrusted), bg(after[i], untrusted)
+		d0, d1 := bg(before[i], "imcanary_deliveries_total"), bg(after[i], "imcanary_deliveries_total")
+		t.Logf("shard %d: %v latencies untrusted before the clocks were known; %v deliveries since, %v untrusted", i, u0, d1-d0, u1-u0)
+		if d1 <= d0 || u1 != u0 {
+			t.Errorf("shard %d: %v deliveries and %v untrusted latencies in 3 s with every clock known: want deliveries, none untrusted", i, d1-d0, u1-u0)
 		}
 	}
 }
