@@ -213,8 +213,9 @@ func (c *Catchup) Lacks() bool {
 // had no place in starts at last, 0 for one with nothing in it yet: a
 // device catches up from its first login on, and what was sent before
 // that is the server's offline delivery to measure, not the device's to
-// fetch.
-func (c *Catchup) Behind(conv string, last uint64, at int64) {
+// fetch, unless the driver placed it lower first (Start). It reports
+// whether it gave the device its place in conv (it had none).
+func (c *Catchup) Behind(conv string, last uint64, at int64) (placed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cur := c.conv([]byte(conv))
@@ -222,9 +223,30 @@ func (c *Catchup) Behind(conv string, last uint64, at int64) {
 	case cur == nil:
 	case !cur.known:
 		cur.known, cur.seq = true, last
+		return true
 	case last > cur.seq:
 		c.addGap(cur, cur.seq+1, last, at)
 		cur.seq = last
+	}
+	return false
+}
+
+// Start gives the device its place in conv at seq, if it has none yet:
+// everything above seq is then owed to it, and the next Behind or Got
+// past seq+1 opens a gap. A device already placed is left as it is.
+//
+// Behind places a device new to a conversation at the newest seq, which
+// leaves what was sent before its first login to the server's offline
+// delivery. That reaches one of a user's devices only where the server
+// queues per user (XMPP's offline storage, the reference server): a
+// driver that knows where the conversation stood when its process first
+// saw it starts a new device there, as a fresh install of a client
+// fetches the conversation's recent history.
+func (c *Catchup) Start(conv string, seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.conv([]byte(conv)); cur != nil && !cur.known {
+		cur.known, cur.seq = true, seq
 	}
 }
 

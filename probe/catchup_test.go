@@ -15,6 +15,9 @@ func TestCatchup(t *testing.T) {
 	type step struct {
 		got, behind, answeredAfter, answeredUpTo uint64
 		at                                       int64 // ms
+		// start, when starts is set, is a Start at that seq.
+		start  uint64
+		starts bool
 		// due, when set, is checked: the fetches due at this step.
 		due   []Fetch
 		check bool
@@ -82,6 +85,34 @@ func TestCatchup(t *testing.T) {
 			missing: 1,
 		},
 		{
+			// A driver that knows where its process first saw the
+			// conversation starts a new device there: what was sent
+			// since, before its first login, is its to fetch.
+			name: "a start below the first sight is owed from there",
+			steps: []step{
+				{start: 10, starts: true}, {behind: 40, at: 10},
+				{at: 109, check: true},
+				{at: 110, check: true, due: []Fetch{{Conv: "c", After: 10, N: 30}}},
+			},
+			missing: 30,
+		},
+		{
+			// The device that the offline backlog went to holds it
+			// all by the time its sync is answered.
+			name: "a start then the backlog in order: nothing due",
+			steps: []step{
+				{start: 10, starts: true}, {got: 11}, {got: 12}, {behind: 12, at: 10},
+				{at: 500, check: true},
+			},
+		},
+		{
+			name: "a start after the device has its place changes nothing",
+			steps: []step{
+				{behind: 40}, {start: 10, starts: true}, {got: 41, at: 10},
+				{at: 500, check: true},
+			},
+		},
+		{
 			name: "answered closes what the server does not have",
 			steps: []step{
 				{got: 1}, {got: 6, at: 10},
@@ -106,6 +137,8 @@ func TestCatchup(t *testing.T) {
 			for i, s := range tt.steps {
 				now := s.at * ms
 				switch {
+				case s.starts:
+					c.Start("c", s.start)
 				case s.got != 0:
 					c.Got([]byte("c"), s.got, now)
 				case s.answeredUpTo != 0:
@@ -123,6 +156,26 @@ func TestCatchup(t *testing.T) {
 				t.Errorf("Missing() = %d, want %d", got, tt.missing)
 			}
 		})
+	}
+}
+
+// TestCatchupBehindPlaces: Behind says when it gave the device its place
+// in a conversation, which a driver keeps as where its process first saw
+// it; a Start before it, or a first Behind, already did.
+func TestCatchupBehindPlaces(t *testing.T) {
+	c := NewCatchup(time.Second)
+	if !c.Behind("a", 7, 0) {
+		t.Error("first Behind of a: not placed, want placed")
+	}
+	if c.Behind("a", 9, 0) {
+		t.Error("second Behind of a: placed, want not")
+	}
+	c.Start("b", 3)
+	if c.Behind("b", 9, 0) {
+		t.Error("Behind of b after Start: placed, want not")
+	}
+	if got := c.Missing(); got != 2+6 {
+		t.Errorf("Missing() = %d, want 8: a's 8-9 and b's 4-9", got)
 	}
 }
 

@@ -69,6 +69,18 @@ type Driver struct {
 	// ("d:a:b", "g:NAME"), for catch-up: a device has a place in each
 	// from its first login on, even one nothing was said in yet.
 	convsOf probe.Memberships[string]
+	// bases holds, per conversation of the plan, the seq below which
+	// the process owes its devices nothing: the lowest newest seq a
+	// seqs answer gave a device of the process that had no place in the
+	// conversation yet. A device with no place in it starts there
+	// (Catchup.Start), so that one logging in late fetches what was
+	// sent meanwhile: the server's offline backlog goes to one session
+	// of the user alone, and the user's other devices, which the ledger
+	// owes it to as well, would otherwise take their place at the
+	// newest seq and never ask for it. Bounded by the plan's
+	// conversations; guarded by basesMu.
+	basesMu sync.Mutex
+	bases   map[string]uint64
 	// regrouped is set once a group's members changed at run time
 	// (probe.Regrouper): logins then stop re-creating their groups, which
 	// would race the change with a member list of before it.
@@ -249,6 +261,10 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 	}
 	if dev.Catchup != nil {
 		s.cu, s.convs = dev.Catchup, d.convsOf.Of(user)
+		// Before any frame of the session is read (the offline
+		// backlog, a push): a device new to a conversation starts
+		// where the process first saw it.
+		d.start(s.cu, s.convs)
 		// Where the device stands is asked at once: what it missed
 		// while away is fetched before the first sync is due.
 		if err := s.Sync(); err != nil {
@@ -257,6 +273,45 @@ func (d *Driver) Connect(ctx context.Context, user string, dev probe.Device) (pr
 		}
 	}
 	return s, nil
+}
+
+// start places cu, in each of convs it has no place in yet, at the
+// conversation's base (see Driver.bases).
+func (d *Driver) start(cu *probe.Catchup, convs []string) {
+	d.basesMu.Lock()
+	defer d.basesMu.Unlock()
+	if len(d.bases) == 0 {
+		return
+	}
+	for _, c := range convs {
+		if b, ok := d.bases[c]; ok {
+			cu.Start(c, b)
+		}
+	}
+}
+
+// based notes that a device took its place in conv at last: conv's base
+// is the lowest such place. A conversation outside the plan (convs, the
+// user's) has none.
+func (d *Driver) based(convs []string, conv []byte, last uint64) {
+	for _, c := range convs {
+		if c == string(conv) {
+			d.base(c, last)
+			return
+		}
+	}
+}
+
+// base lowers conv's base to last, or sets it.
+func (d *Driver) base(conv string, last uint64) {
+	d.basesMu.Lock()
+	defer d.basesMu.Unlock()
+	if b, ok := d.bases[conv]; !ok || last < b {
+		if d.bases == nil {
+			d.bases = map[string]uint64{}
+		}
+		d.bases[conv] = last
+	}
 }
 
 func (d *Driver) connect(ctx context.Context, user string, groups []probe.Group, link probe.Link) (*session, error) {
@@ -490,14 +545,20 @@ func (s *session) frame(b []byte, at int64, sc *scratch) error {
 		if s.cu == nil {
 			return nil
 		}
-		err := eachConv(f.convs, func(conv []byte, last uint64) { s.cu.Behind(string(conv), last, at) })
+		err := eachConv(f.convs, func(conv []byte, last uint64) {
+			if s.cu.Behind(string(conv), last, at) {
+				s.d.based(s.convs, conv, last)
+			}
+		})
 		if err != nil {
 			return err
 		}
 		// A conversation the server lists none of yet still has its
 		// place from now: its first message is then owed.
 		for _, c := range s.convs {
-			s.cu.Behind(c, 0, at)
+			if s.cu.Behind(c, 0, at) {
+				s.d.base(c, 0)
+			}
 		}
 		return s.fetchDue(at)
 	case "ok":
