@@ -31,69 +31,18 @@ func TestRunAcrossShardsRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three daemons, one of them twice")
 	}
-	bin := binary(t)
-	url := startTarget(t, refserver.Faults{})
 	const (
 		shards   = 3
 		users    = 30
 		perShard = users / shards
 	)
-	type shard struct {
-		addr, data string
-		cmd        *exec.Cmd
-	}
-	var sh [shards]shard
-	start := func(i int) {
-		cmd := exec.Command(bin, "run",
-			"--shard", fmt.Sprintf("%d/%d", i, shards),
-			"--target.url", url, "--http.listen", sh[i].addr, "--data_dir", sh[i].data,
-			"--population.across_shards=true",
-			fmt.Sprintf("--population.users=%d", users), fmt.Sprintf("--population.groups=1x%d", users),
-			"--population.rate=0.3", "--population.ramp=3s",
-			"--population.deadline=2s", "--population.lost_after=4s",
-			// The canary ring measures the shards' clocks, by
-			// which the background population corrects the
-			// latencies of other shards' senders; the bound is
-			// wide, since this machine may be loaded.
-			"--canary.schedule=@every 1s", "--canary.jitter=0s", "--canary.deadline=1s", "--canary.users=2",
-			"--canary.max_clock_uncertainty=5s", "--log.level=warn")
-		cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=across-test")
-		cmd.Stderr = &prefixWriter{t: t, prefix: fmt.Sprintf("shard %d: ", i)}
-		cmd.WaitDelay = 5 * time.Second
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sh[i].cmd = cmd
-	}
-	for i := range shards {
-		sh[i].addr, sh[i].data = freeAddr(t), filepath.Join(t.TempDir(), "data")
-		start(i)
-	}
-	t.Cleanup(func() {
-		for i := range shards {
-			_ = sh[i].cmd.Process.Signal(os.Interrupt)
-		}
-		for i := range shards {
-			done := make(chan struct{})
-			go func() { _ = sh[i].cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = sh[i].cmd.Process.Kill()
-				<-done
-			}
-		}
-	})
-
+	ds := startAcrossDaemons(t, shards, users)
+	sh, start := ds.procs, ds.start
 	scrapeAll := func() ([shards]map[string]*dto.MetricFamily, error) {
 		var s [shards]map[string]*dto.MetricFamily
-		for i := range shards {
-			var err error
-			if s[i], err = scrape(sh[i].addr); err != nil {
-				return s, fmt.Errorf("shard %d: %w", i, err)
-			}
-		}
-		return s, nil
+		all, err := ds.scrape()
+		copy(s[:], all)
+		return s, err
 	}
 	bg := func(s map[string]*dto.MetricFamily, name string) float64 {
 		return value(s, name, "source", "background")
@@ -220,6 +169,147 @@ func TestRunAcrossShardsRestart(t *testing.T) {
 		t.Logf("shard %d: %v latencies untrusted before the clocks were known; %v deliveries since, %v untrusted", i, u0, d1-d0, u1-u0)
 		if d1 <= d0 || u1 != u0 {
 			t.Errorf("shard %d: %v deliveries and %v untrusted latencies in 3 s with every clock known: want deliveries, none untrusted", i, d1-d0, u1-u0)
+		}
+	}
+}
+
+// acrossDaemons is a population of users users laid out across shards
+// imcanary daemons (imcanary run), in one group of all of them, on a clean
+// reference server: a StatefulSet's shards on loopback.
+type acrossDaemons struct {
+	t      *testing.T
+	bin    string
+	url    string
+	users  int
+	extra  []string
+	procs  []acrossDaemon
+	shards int
+}
+
+type acrossDaemon struct {
+	addr, data string
+	cmd        *exec.Cmd
+}
+
+// startAcrossDaemons starts the shards, with extra flags; they stop with
+// the test.
+func startAcrossDaemons(t *testing.T, shards, users int, extra ...string) *acrossDaemons {
+	t.Helper()
+	ds := &acrossDaemons{t: t, bin: binary(t), url: startTarget(t, refserver.Faults{}), users: users, extra: extra,
+		procs: make([]acrossDaemon, shards), shards: shards}
+	for i := range shards {
+		ds.procs[i].addr, ds.procs[i].data = freeAddr(t), filepath.Join(t.TempDir(), "data")
+		ds.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range shards {
+			_ = ds.procs[i].cmd.Process.Signal(os.Interrupt)
+		}
+		for i := range shards {
+			done := make(chan struct{})
+			go func() { _ = ds.procs[i].cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = ds.procs[i].cmd.Process.Kill()
+				<-done
+			}
+		}
+	})
+	return ds
+}
+
+// start starts shard i, again after it ended.
+func (ds *acrossDaemons) start(i int) {
+	t, p := ds.t, &ds.procs[i]
+	args := append([]string{"run",
+		"--shard", fmt.Sprintf("%d/%d", i, ds.shards),
+		"--target.url", ds.url, "--http.listen", p.addr, "--data_dir", p.data,
+		"--population.across_shards=true",
+		fmt.Sprintf("--population.users=%d", ds.users), fmt.Sprintf("--population.groups=1x%d", ds.users),
+		"--population.rate=0.3", "--population.ramp=3s",
+		"--population.deadline=2s", "--population.lost_after=4s",
+		// The canary ring measures the shards' clocks, by which the
+		// background population corrects the latencies of other
+		// shards' senders; the bound is wide, since this machine may
+		// be loaded.
+		"--canary.schedule=@every 1s", "--canary.jitter=0s", "--canary.deadline=1s", "--canary.users=2",
+		"--canary.max_clock_uncertainty=5s", "--log.level=warn"}, ds.extra...)
+	cmd := exec.Command(ds.bin, args...)
+	cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=across-test")
+	cmd.Stderr = &prefixWriter{t: t, prefix: fmt.Sprintf("shard %d: ", i)}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = cmd
+}
+
+// scrape scrapes every shard.
+func (ds *acrossDaemons) scrape() ([]map[string]*dto.MetricFamily, error) {
+	s := make([]map[string]*dto.MetricFamily, ds.shards)
+	for i := range s {
+		var err error
+		if s[i], err = scrape(ds.procs[i].addr); err != nil {
+			return s, fmt.Errorf("shard %d: %w", i, err)
+		}
+	}
+	return s, nil
+}
+
+// TestRunAcrossShardsChurn: the three daemons of TestRunAcrossShardsRestart
+// with session churn (population.session_lifetime): every device logs out
+// and back in every few seconds, missing what was sent meanwhile, which
+// the server's offline backlog and catch-up give back to it. Over
+// several lost_after periods nothing is lost or duplicated, in any shard,
+// though the devices that miss what other shards' senders sent are told
+// so only by the marks in the messages.
+func TestRunAcrossShardsChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs three daemons")
+	}
+	ds := startAcrossDaemons(t, 3, 30, "--population.session_lifetime=4s")
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	}()
+	var s []map[string]*dto.MetricFamily
+	testwait.Every(t, 60*time.Second, 300*time.Millisecond, "churn in every shard, and deliveries", func() bool {
+		var err error
+		if s, err = ds.scrape(); err != nil {
+			last = err.Error()
+			return false
+		}
+		for i := range s {
+			if n := value(s[i], "imcanary_session_disconnects_total", "source", "background", "reason", "churn"); n < 10 {
+				last = fmt.Sprintf("shard %d: %v sessions churned", i, n)
+				return false
+			}
+			if n := value(s[i], "imcanary_deliveries_total", "source", "background"); n < 300 {
+				last = fmt.Sprintf("shard %d: %v deliveries", i, n)
+				return false
+			}
+		}
+		return true
+	})
+	// Every gap the churn opened up to now is judged by then.
+	time.Sleep(2 * 4 * time.Second)
+	s, err := ds.scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range s {
+		bg := func(name string) float64 { return value(s[i], name, "source", "background") }
+		t.Logf("shard %d: %v churned; expected %v, delivered %v, recovered %v, late %v, lost %v, duplicate %v", i,
+			value(s[i], "imcanary_session_disconnects_total", "source", "background", "reason", "churn"),
+			bg("imcanary_deliveries_expected_total"), bg("imcanary_deliveries_total"), bg("imcanary_deliveries_recovered_total"),
+			bg("imcanary_deliveries_late_total"), bg("imcanary_deliveries_lost_total"), bg("imcanary_deliveries_duplicate_total"))
+		for _, name := range []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_duplicate_total"} {
+			if n := bg(name); n != 0 {
+				t.Errorf("shard %d: %s{source=background} = %v on a clean server, want 0", i, name, n)
+			}
 		}
 	}
 }
