@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,7 +193,9 @@ type acrossDaemon struct {
 }
 
 // startAcrossDaemons starts the shards, with extra flags; they stop with
-// the test.
+// the test. With users 0 the population's size and groups are left to the
+// configuration file, which extra then names, so that a reload can change
+// them.
 func startAcrossDaemons(t *testing.T, shards, users int, extra ...string) *acrossDaemons {
 	t.Helper()
 	ds := &acrossDaemons{t: t, bin: binary(t), url: startTarget(t, refserver.Faults{}), users: users, extra: extra,
@@ -226,7 +229,6 @@ func (ds *acrossDaemons) start(i int) {
 		"--shard", fmt.Sprintf("%d/%d", i, ds.shards),
 		"--target.url", ds.url, "--http.listen", p.addr, "--data_dir", p.data,
 		"--population.across_shards=true",
-		fmt.Sprintf("--population.users=%d", ds.users), fmt.Sprintf("--population.groups=1x%d", ds.users),
 		"--population.rate=0.3", "--population.ramp=3s",
 		"--population.deadline=2s", "--population.lost_after=4s",
 		// The canary ring measures the shards' clocks, by which the
@@ -235,6 +237,9 @@ func (ds *acrossDaemons) start(i int) {
 		// be loaded.
 		"--canary.schedule=@every 1s", "--canary.jitter=0s", "--canary.deadline=1s", "--canary.users=2",
 		"--canary.max_clock_uncertainty=5s", "--log.level=warn"}, ds.extra...)
+	if ds.users > 0 {
+		args = append(args, fmt.Sprintf("--population.users=%d", ds.users), fmt.Sprintf("--population.groups=1x%d", ds.users))
+	}
 	cmd := exec.Command(ds.bin, args...)
 	cmd.Env = append(os.Environ(), "IMCANARY_TARGET_SECRET=across-test")
 	cmd.Stderr = &prefixWriter{t: t, prefix: fmt.Sprintf("shard %d: ", i)}
@@ -310,6 +315,91 @@ func TestRunAcrossShardsChurn(t *testing.T) {
 			if n := bg(name); n != 0 {
 				t.Errorf("shard %d: %s{source=background} = %v on a clean server, want 0", i, name, n)
 			}
+		}
+	}
+}
+
+// TestRunAcrossShardsResize: two daemons of one population of 20 users
+// laid out across them, each reloaded (SIGHUP) with 40: the population
+// grows by a block of 20 users, itself laid out across the shards in a
+// group of its own that spans them, each shard logging in 10 more.
+// Nothing is lost, late or duplicated on a clean server, before the
+// resize or after, and the new block's users deliver.
+func TestRunAcrossShardsResize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs two daemons")
+	}
+	cfg := filepath.Join(t.TempDir(), "imcanary.yaml")
+	write := func(users int) {
+		if err := os.WriteFile(cfg, []byte(fmt.Sprintf("population: {users: %d, groups: \"1x20\"}\n", users)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(20)
+	ds := startAcrossDaemons(t, 2, 0, "--config", cfg)
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	}()
+	online := func(perShard float64, deliveries float64) []map[string]*dto.MetricFamily {
+		var s []map[string]*dto.MetricFamily
+		testwait.Every(t, 60*time.Second, 300*time.Millisecond, fmt.Sprintf("%v users online in each shard, delivering", perShard), func() bool {
+			var err error
+			if s, err = ds.scrape(); err != nil {
+				last = err.Error()
+				return false
+			}
+			for i := range s {
+				if n := value(s[i], "imcanary_sessions_online", "source", "background"); n != perShard {
+					last = fmt.Sprintf("shard %d: %v online", i, n)
+					return false
+				}
+				if n := value(s[i], "imcanary_deliveries_total", "source", "background"); n < deliveries {
+					last = fmt.Sprintf("shard %d: %v deliveries", i, n)
+					return false
+				}
+			}
+			return true
+		})
+		return s
+	}
+	quiet := func(when string, s []map[string]*dto.MetricFamily) {
+		t.Helper()
+		for i := range s {
+			for _, name := range []string{"imcanary_deliveries_lost_total", "imcanary_deliveries_late_total", "imcanary_deliveries_duplicate_total"} {
+				if n := value(s[i], name, "source", "background"); n != 0 {
+					t.Errorf("%s: shard %d: %s{source=background} = %v on a clean server, want 0", when, i, name, n)
+				}
+			}
+		}
+	}
+	s := online(10, 100)
+	quiet("before the resize", s)
+	before := make([]float64, len(s))
+	for i := range s {
+		before[i] = value(s[i], "imcanary_deliveries_total", "source", "background")
+	}
+	write(40)
+	for i := range ds.procs {
+		if err := ds.procs[i].cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Twice what was delivered before: the new block's group of 20
+	// delivers as much again as the first.
+	s = online(20, 2*before[0]+100)
+	time.Sleep(2 * 4 * time.Second)
+	if s, err := ds.scrape(); err != nil {
+		t.Fatal(err)
+	} else {
+		quiet("after the resize", s)
+		for i := range s {
+			t.Logf("shard %d: expected %v, delivered %v (%v before the resize), recovered %v", i,
+				value(s[i], "imcanary_deliveries_expected_total", "source", "background"),
+				value(s[i], "imcanary_deliveries_total", "source", "background"), before[i],
+				value(s[i], "imcanary_deliveries_recovered_total", "source", "background"))
 		}
 	}
 }
