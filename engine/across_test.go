@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -49,30 +48,17 @@ func runAcross(t *testing.T, srv *memServer, shards, devices int, opts ...func(i
 // It runs until the test ends, or its stop is called.
 func startAcross(t *testing.T, srv *memServer, run string, i, shards, devices int, opts ...func(i int, o *Options)) *memRun {
 	t.Helper()
-	r := &memRun{srv: srv, set: metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)}
 	o := Options{
 		Connection: Connection{Driver: srv, Run: run, Heartbeat: 10 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
-		Set:        r.set, Prefix: "m", Users: acrossUsers, Devices: devices, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
+		Set:        metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground),
+		Prefix:     "m", Users: acrossUsers, Devices: devices, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
 		Deadline: memDeadline, LostAfter: memLost, Slice: SliceOf(i, shards, acrossUsers),
 		StartPaused: true,
 	}
 	for _, f := range opts {
 		f(i, &o)
 	}
-	var err error
-	r.pop, err = NewPopulation(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		_ = r.pop.Run(ctx)
-		close(done)
-	}()
-	r.stop = func() { cancel(); <-done }
-	t.Cleanup(r.stop)
-	return r
+	return startMem(t, srv, o)
 }
 
 // settleAcross stops every shard's sending and lets twice lost_after pass.

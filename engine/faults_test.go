@@ -36,27 +36,35 @@ const (
 // messages a second, on srv, until the bubble's test ends.
 func runMem(t *testing.T, srv *memServer) *memRun {
 	t.Helper()
-	r := &memRun{srv: srv, set: metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)}
-	var err error
-	r.pop, err = NewPopulation(Options{
+	set := metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground)
+	r := startMem(t, srv, Options{
 		Connection: Connection{Driver: srv, Run: "r1", Heartbeat: 10 * time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
-		Set:        r.set, Prefix: "m", Users: memUsers, GroupSize: 4, Rate: 5,
+		Set:        set, Prefix: "m", Users: memUsers, GroupSize: 4, Rate: 5,
 		Deadline: memDeadline, LostAfter: memLost,
 	})
-	if err != nil {
+	if !r.pop.WaitReady(t.Context()) {
+		t.Fatal("population never online")
+	}
+	return r
+}
+
+// startMem starts the population of o, whose Set it records into, on
+// srv. It runs until the test ends, or its stop is called.
+func startMem(t *testing.T, srv *memServer, o Options) *memRun {
+	t.Helper()
+	r := &memRun{srv: srv, set: o.Set}
+	var err error
+	if r.pop, err = NewPopulation(o); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	// Exits when the test ends, or when ctx is cancelled.
 	go func() {
 		_ = r.pop.Run(ctx)
 		close(done)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	if !r.pop.WaitReady(ctx) {
-		t.Fatal("population never online")
-	}
+	r.stop = func() { cancel(); <-done }
+	t.Cleanup(r.stop)
 	return r
 }
 
