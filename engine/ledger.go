@@ -428,8 +428,9 @@ func (in *Inbox) count(st *stream, kset *metrics.KindSet, ks *metrics.RecvSet, a
 // its intended time, and for a cross-shard delivery (the canary ring's,
 // or another shard's sender of a population laid out across shards) plus
 // the sender's clock offset. It is untrusted (false) for a cross-shard
-// delivery whose sender's offset is not known well enough: then it is raw, counted as untrusted, and the
-// caller does not observe it, so that no skew reaches the latency SLI.
+// delivery whose sender's offset is not known well enough: then it is
+// raw, counted as untrusted, and the caller does not observe it, so that
+// no skew reaches the latency SLI.
 // Whether it is late is still judged on it: a skew of the order of the
 // bound moves only deliveries within it of the deadline.
 func (in *Inbox) latency(h *probe.Header, st *stream, now int64) (int64, bool) {
