@@ -134,11 +134,12 @@ func TestAcrossShardsBalance(t *testing.T) {
 // on, and starts again with a new run, its users logging in while the
 // others' messages to them keep coming, as a pod of a StatefulSet
 // restarts. The others' streams of the old run end without a false count,
-// the new shard takes the others' messages of its devices' first second
-// as sent before it was owed them (stale), and from then on a delivery the
-// server drops to any device is lost, exactly; on a clean server none.
-// (This server keeps nothing for an absent user; the reference server's
-// offline backlog, pushed at the login, is TestRunAcrossShardsRestart's.)
+// and from the rejoin on a delivery the server drops to any device is
+// lost, exactly; on a clean server none. (This server keeps nothing for
+// an absent user, so what a restarted shard's devices were sent before
+// they logged in never reaches them here; the reference server's offline
+// backlog, pushed at the login, is TestRunAcrossShardsRestart's, which
+// fails without Inbox.owedFrom.)
 func TestAcrossShardsRestart(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -179,9 +180,6 @@ func TestAcrossShardsRestart(t *testing.T) {
 				}
 				if again.delivered == 0 || again.expected == 0 {
 					t.Errorf("the restarted shard counted %+v: want it receiving and sending again", again)
-				}
-				if stale == 0 {
-					t.Errorf("the restarted shard took no message as sent before it was owed it: want the others' messages of its first second ignored")
 				}
 			})
 		})
