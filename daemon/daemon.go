@@ -343,6 +343,7 @@ func (d *Daemon) newBackground() (*background, error) {
 			Slice:               engine.SliceOf(sh.Index, sh.Count, users),
 			ShardClock:          clock,
 			ShardClockUntrusted: untrusted,
+			OwedAfterLogin:      true,
 			Offset:              offset,
 			GroupOffset:         groupOffset,
 			Block:               true,

@@ -53,7 +53,7 @@ func startAcross(t *testing.T, srv *memServer, run string, i, shards, devices in
 		Set:        metrics.New(prometheus.NewPedanticRegistry()).For("t", metrics.SourceBackground),
 		Prefix:     "m", Users: acrossUsers, Devices: devices, Groups: []config.GroupSpec{{Count: 1, Size: acrossUsers}}, Rate: 2,
 		Deadline: memDeadline, LostAfter: memLost, Slice: SliceOf(i, shards, acrossUsers),
-		StartPaused: true,
+		StartPaused: true, OwedAfterLogin: true,
 	}
 	for _, f := range opts {
 		f(i, &o)

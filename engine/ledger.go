@@ -168,13 +168,14 @@ type Inbox struct {
 	// in, 0 while it is offline: a group message intended before it was
 	// not owed to the device's fan-out.
 	onlineSince atomic.Int64
-	// owedFrom (Unix ns) is when another shard's streams are owed to the
-	// device from (firstOwed after its first login), 0 before it: their
-	// senders count owed every delivery to it, online or not, and what
-	// they sent before this process's device was there to receive it (a
-	// shard's start, or its restart while the others ran on) is counted
-	// by no one rather than as missed. A late login's stays 0: it is
-	// owed everything from the ledger's start, as in one process.
+	// owedFrom (Unix ns), with Options.OwedAfterLogin, is when another
+	// shard's streams are owed to the device from (firstOwed after its
+	// first login), 0 before it: their senders count owed every delivery
+	// to it, online or not, and what they sent before this process's
+	// device was there to receive it (a shard's start, or its restart
+	// while the others ran on) is counted by no one rather than as
+	// missed. Without the option it stays 0: everything from the
+	// ledger's start is owed, as in one process.
 	owedFrom atomic.Int64
 	// mu is held by the user's read loop for each delivery and by the
 	// sweeper; it is uncontended but for a sweep.

@@ -149,7 +149,18 @@ type Options struct {
 	// it is not known well enough, or not measured at all (a shard that
 	// is not the ring's neighbour), and their latency is then untrusted:
 	// counted in ShardClockUntrusted, not observed. Nil corrects nothing.
-	ShardClock          func(shard int, now int64) (offset int64, ok bool)
+	ShardClock func(shard int, now int64) (offset int64, ok bool)
+	// OwedAfterLogin, for a population laid out across shards that runs
+	// for ever (the daemon's background), owes a device other shards'
+	// messages only from a second after its first login: its shards
+	// start and restart apart, and what the others sent before one's
+	// devices were there (the server's offline backlog pushes some of
+	// it at the login) would otherwise count late at every restart.
+	// Those deliveries are then counted by no one. A soak run's shards
+	// start together and its sums must balance, so it owes a device
+	// everything from the run's start, as one process does: a login
+	// the server makes slow is the server's.
+	OwedAfterLogin      bool
 	ShardClockUntrusted prometheus.Counter
 	// MaxClockUncertainty is the uncertainty of CrossFrom's clock offset
 	// above which its deliveries' latencies are untrusted: counted, but

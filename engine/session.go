@@ -338,9 +338,7 @@ func (p *Population) goOnline(ctx context.Context, dev *device, sess probe.Sessi
 	dev.sessStart = l.began
 	u.mu.Unlock()
 	dev.inbox.onlineSince.Store(l.began)
-	if !u.late {
-		// A late login's device is owed what was sent before it, as
-		// in one process: catching up on it is what is measured.
+	if o.OwedAfterLogin {
 		dev.inbox.owedFrom.CompareAndSwap(0, l.began+int64(firstOwed))
 	}
 	dev.online.Store(true)
